@@ -1,0 +1,602 @@
+//! The streaming rules: what Spark's `UnsupportedOperationChecker` refuses at
+//! `start()`, as small functions over a [`StreamPlan`]. The macro reports
+//! each [`Violation`] as a compile error at the token it names; the engine's
+//! builder returns the same text as a run-time error. [`check`] collects all
+//! of them, not just the first.
+
+use std::collections::BTreeMap;
+
+use crate::plan::{AggFn, GroupKey, JoinType, Op, OutputMode, StreamPlan};
+use crate::resolve::{resolve, NodeSchema};
+use crate::sql;
+
+/// Which rule a violation breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rule {
+    /// A node reads something that does not exist.
+    UnknownInput,
+    /// A column that does not exist.
+    UnknownColumn,
+    /// A column of the wrong type for the operation.
+    TypeMismatch,
+    /// A duration that does not parse, or is zero where it must be positive.
+    BadDuration,
+    /// Two output columns with one name.
+    DuplicateColumn,
+    /// A sliding window whose slide exceeds its size.
+    WindowSlideLargerThanSize,
+    /// Append mode on an aggregation without a watermarked grouping column.
+    AppendAggregationWithoutWatermark,
+    /// Complete mode without an aggregation.
+    CompleteWithoutAggregation,
+    /// `count(DISTINCT ...)` on a stream.
+    DistinctAggregation,
+    /// A stateful operator after an aggregation in update or complete mode.
+    ChainedStatefulAfterAggregation,
+    /// Sorting outside an aggregation in complete mode.
+    SortWithoutCompleteAggregation,
+    /// Limit in update mode.
+    LimitInUpdateMode,
+    /// A non-time window function (`row_number() OVER ...`).
+    NonTimeWindowFunction,
+    /// `dropDuplicatesWithinWatermark` without a watermark.
+    DedupWithinWatermarkWithoutWatermark,
+    /// A stream-stream join in a mode other than append.
+    StreamStreamJoinNotAppend,
+    /// A stream-stream outer/semi join without the watermark it needs.
+    StreamStreamOuterJoinWithoutWatermark,
+    /// An outer join whose streaming side is the one that would be null-padded.
+    StreamStaticOuterJoin,
+}
+
+/// Which part of an op a violation points at, so the macro can find the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// The whole op.
+    Whole,
+    /// The i-th grouping key.
+    Key(usize),
+    /// The size of the i-th grouping key's window.
+    KeySize(usize),
+    /// The slide of the i-th grouping key's window.
+    KeySlide(usize),
+    /// The i-th aggregate.
+    Agg(usize),
+    /// The i-th select item.
+    Item(usize),
+    /// The i-th named column (watermark, dedup, sort, join keys).
+    Column(usize),
+    /// The watermark delay.
+    Delay,
+}
+
+/// Where a violation is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Location {
+    /// The plan as a whole.
+    Plan,
+    /// The output mode.
+    OutputMode,
+    /// One op of one node (indexes into `plan.nodes` and `node.ops`).
+    Op {
+        /// Node index.
+        node: usize,
+        /// Op index within the node.
+        op: usize,
+        /// The part of the op.
+        part: Part,
+    },
+    /// A node's input.
+    Node(usize),
+}
+
+impl Location {
+    /// A node's input.
+    pub fn node(i: usize) -> Location {
+        Location::Node(i)
+    }
+}
+
+/// One broken rule: what is wrong, how to fix it, where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Violation {
+    /// The rule.
+    pub rule: Rule,
+    /// Where it is.
+    pub at: Location,
+    /// What is wrong, in the user's terms (Spark's wording where Spark has a rule).
+    pub message: String,
+    /// How to fix it.
+    pub help: Option<String>,
+}
+
+impl Violation {
+    /// A violation.
+    pub fn new(rule: Rule, at: Location, message: String, help: Option<String>) -> Violation {
+        Violation { rule, at, message, help }
+    }
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(h) = &self.help {
+            write!(f, "\n  help: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything a rule needs to look at.
+struct Ctx<'a> {
+    plan: &'a StreamPlan,
+    schemas: BTreeMap<String, NodeSchema>,
+}
+
+impl Ctx<'_> {
+    /// The schema a node's op `oi` sees as input.
+    fn input_of(&self, ni: usize, oi: usize) -> NodeSchema {
+        // Re-resolve a truncated plan: simple, and plans are small.
+        let mut p = self.plan.clone();
+        p.nodes.truncate(ni + 1);
+        p.nodes[ni].ops.truncate(oi);
+        p.result = p.nodes[ni].id.clone();
+        resolve(&p).0.remove(&p.result).unwrap_or_default()
+    }
+
+    /// Node indexes that (transitively) feed node `ni`, including itself.
+    fn upstream(&self, ni: usize) -> Vec<usize> {
+        let mut out = vec![ni];
+        let mut i = 0;
+        while i < out.len() {
+            let n = &self.plan.nodes[out[i]];
+            let mut inputs = vec![n.input.clone()];
+            for op in &n.ops {
+                if let Op::Join { right, .. } = op {
+                    inputs.push(right.clone());
+                }
+            }
+            for inp in inputs {
+                if let Some(j) = self.plan.nodes.iter().position(|m| m.id == inp) {
+                    if !out.contains(&j) {
+                        out.push(j);
+                    }
+                }
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// Every op that ends up in the result: (node index, op index, op).
+    fn result_ops(&self) -> Vec<(usize, usize, &Op)> {
+        let Some(ri) = self.plan.nodes.iter().position(|n| n.id == self.plan.result) else {
+            return vec![];
+        };
+        let mut nodes = self.upstream(ri);
+        nodes.sort();
+        let mut out = vec![];
+        for ni in nodes {
+            for (oi, op) in self.plan.nodes[ni].ops.iter().enumerate() {
+                out.push((ni, oi, op));
+            }
+        }
+        out
+    }
+
+    fn is_streaming(&self, name: &str) -> bool {
+        self.schemas.get(name).is_some_and(|s| s.streaming)
+    }
+}
+
+/// Resolves the plan and applies every streaming rule; returns all violations.
+pub fn check(plan: &StreamPlan) -> Vec<Violation> {
+    let (schemas, mut out) = resolve(plan);
+    let cx = Ctx { plan, schemas };
+    for rule in RULES {
+        rule(&cx, &mut out);
+    }
+    out
+}
+
+type RuleFn = fn(&Ctx, &mut Vec<Violation>);
+
+const RULES: &[RuleFn] = &[
+    append_aggregation_needs_watermark,
+    complete_needs_aggregation,
+    no_distinct_aggregation,
+    no_stateful_after_aggregation_in_update_or_complete,
+    sort_only_on_complete_aggregation,
+    no_limit_in_update,
+    no_non_time_window_functions,
+    dedup_within_watermark_needs_watermark,
+    stream_stream_join_append_only,
+    outer_joins_need_watermark_or_static_side,
+];
+
+/// Spark: `Append output mode not supported when there are streaming
+/// aggregations on streaming DataFrames/DataSets without watermark`
+/// (UnsupportedOperationChecker, `case Append if aggregates without watermark`).
+/// Also catches a watermark that exists but is not in the grouping.
+fn append_aggregation_needs_watermark(cx: &Ctx, out: &mut Vec<Violation>) {
+    if cx.plan.output_mode != OutputMode::Append {
+        return;
+    }
+    for (ni, oi, op) in cx.result_ops() {
+        let Op::Aggregate { keys, .. } = op else { continue };
+        let input = cx.input_of(ni, oi);
+        if !input.streaming {
+            continue;
+        }
+        let grouped_on_watermark = keys.iter().any(|k| match k {
+            GroupKey::Column { column } => input.column(column).is_some_and(|c| c.watermark),
+            GroupKey::Window { window, .. } => window
+                .time_column()
+                .and_then(|c| input.column(&c).map(|c| c.watermark))
+                .unwrap_or(false),
+        });
+        if !grouped_on_watermark {
+            let help = if input.has_watermark {
+                "the watermark is declared, but the grouping does not use it: group by window(<event-time column>, ...) or by the watermarked column, or use output_mode: update"
+            } else {
+                "add a watermark on the event-time column the aggregation groups by, e.g. `watermark: event_ts delay \"10 minutes\"`, or use output_mode: update"
+            };
+            out.push(Violation::new(
+                Rule::AppendAggregationWithoutWatermark,
+                Location::OutputMode,
+                "Append output mode not supported when there are streaming aggregations on streaming DataFrames/DataSets without watermark".into(),
+                Some(help.into()),
+            ));
+            return;
+        }
+    }
+}
+
+/// Spark: `Complete output mode not supported when there are no streaming
+/// aggregations on streaming DataFrames/Datasets`.
+fn complete_needs_aggregation(cx: &Ctx, out: &mut Vec<Violation>) {
+    if cx.plan.output_mode != OutputMode::Complete {
+        return;
+    }
+    let has_agg = cx
+        .result_ops()
+        .iter()
+        .any(|(ni, oi, op)| matches!(op, Op::Aggregate { .. }) && cx.input_of(*ni, *oi).streaming);
+    if !has_agg {
+        out.push(Violation::new(
+            Rule::CompleteWithoutAggregation,
+            Location::OutputMode,
+            "Complete output mode not supported when there are no streaming aggregations on streaming DataFrames/Datasets".into(),
+            Some("use output_mode: append, or aggregate the stream (group_by + aggregate)".into()),
+        ));
+    }
+}
+
+/// Spark: `Distinct aggregations are not supported on streaming
+/// DataFrames/Datasets. Consider using approx_count_distinct() instead.`
+fn no_distinct_aggregation(cx: &Ctx, out: &mut Vec<Violation>) {
+    for (ni, oi, op) in cx.result_ops() {
+        let Op::Aggregate { aggs, .. } = op else { continue };
+        for (i, a) in aggs.iter().enumerate() {
+            if a.func == AggFn::CountDistinct && cx.input_of(ni, oi).streaming {
+                out.push(Violation::new(
+                    Rule::DistinctAggregation,
+                    Location::Op { node: ni, op: oi, part: crate::check::Part::Agg(i) },
+                    "Distinct aggregations are not supported on streaming DataFrames/Datasets. Consider using approx_count_distinct() instead.".into(),
+                    Some("distinct counts need unbounded state on a stream; use approx_count_distinct, or drop_duplicates before count()".into()),
+                ));
+            }
+        }
+    }
+}
+
+/// Spark: the global-watermark correctness check
+/// (`checkStreamingQueryGlobalWatermarkLimit`): in update or complete mode an
+/// aggregation may emit rows that a downstream stateful operator treats as late.
+fn no_stateful_after_aggregation_in_update_or_complete(cx: &Ctx, out: &mut Vec<Violation>) {
+    if cx.plan.output_mode == OutputMode::Append {
+        return;
+    }
+    let mut seen_agg = false;
+    for (ni, oi, op) in cx.result_ops() {
+        let stateful = op.is_stateful() || matches!(op, Op::Join { right, .. } if cx.is_streaming(right));
+        if stateful && seen_agg {
+            out.push(Violation::new(
+                Rule::ChainedStatefulAfterAggregation,
+                Location::Op { node: ni, op: oi, part: Part::Whole },
+                "Detected pattern of possible 'correctness' issue due to global watermark. The query contains stateful operation which can emit rows older than the current watermark plus allowed late record delay, which are \"late rows\" in downstream stateful operations and these rows can be discarded. Please refer the programming guide doc for more details. If you understand the possible risk of correctness issue and still need to run the query, you can disable this check by setting the config `spark.sql.streaming.statefulOperator.checkCorrectness.enabled` to false.".into(),
+                Some("chain stateful operators only in output_mode: append, where each emits rows once they are final".into()),
+            ));
+            return;
+        }
+        if matches!(op, Op::Aggregate { .. }) && cx.input_of(ni, oi).streaming {
+            seen_agg = true;
+        }
+    }
+}
+
+/// Spark: `Sorting is not supported on streaming DataFrames/Datasets, unless
+/// it is on aggregated DataFrame/Dataset in Complete output mode`.
+fn sort_only_on_complete_aggregation(cx: &Ctx, out: &mut Vec<Violation>) {
+    for (ni, oi, op) in cx.result_ops() {
+        if !matches!(op, Op::Sort { .. }) {
+            continue;
+        }
+        let input = cx.input_of(ni, oi);
+        if input.streaming && !(input.aggregated && cx.plan.output_mode == OutputMode::Complete) {
+            out.push(Violation::new(
+                Rule::SortWithoutCompleteAggregation,
+                Location::Op { node: ni, op: oi, part: Part::Whole },
+                "Sorting is not supported on streaming DataFrames/Datasets, unless it is on aggregated DataFrame/Dataset in Complete output mode".into(),
+                Some("sort in the sink (e.g. in foreach_batch), or aggregate and use output_mode: complete".into()),
+            ));
+        }
+    }
+}
+
+/// Spark: `Limits are not supported on streaming DataFrames/Datasets in Update
+/// output mode`.
+fn no_limit_in_update(cx: &Ctx, out: &mut Vec<Violation>) {
+    if cx.plan.output_mode != OutputMode::Update {
+        return;
+    }
+    for (ni, oi, op) in cx.result_ops() {
+        if matches!(op, Op::Limit { .. }) && cx.input_of(ni, oi).streaming {
+            out.push(Violation::new(
+                Rule::LimitInUpdateMode,
+                Location::Op { node: ni, op: oi, part: Part::Whole },
+                "Limits are not supported on streaming DataFrames/Datasets in Update output mode".into(),
+                Some("use output_mode: complete or append with a limit, or limit in the sink".into()),
+            ));
+        }
+    }
+}
+
+/// Spark: `[NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING] Window function is not
+/// supported in ... on streaming DataFrames/Datasets`.
+fn no_non_time_window_functions(cx: &Ctx, out: &mut Vec<Violation>) {
+    for (ni, oi, op) in cx.result_ops() {
+        let exprs: Vec<(String, String, Part)> = match op {
+            Op::WithColumn { name, expr } => vec![(name.clone(), expr.clone(), Part::Whole)],
+            Op::Select { columns } => columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.alias.clone(), c.expr.clone(), Part::Item(i)))
+                .collect(),
+            _ => vec![],
+        };
+        for (name, expr, part) in exprs {
+            let Some((call, spec)) = sql::window_function(&expr) else { continue };
+            if !cx.input_of(ni, oi).streaming {
+                continue;
+            }
+            out.push(Violation::new(
+                Rule::NonTimeWindowFunction,
+                Location::Op { node: ni, op: oi, part },
+                format!("[NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING] Window function is not supported in {call} (as column `{name}`) on streaming DataFrames/Datasets. Structured Streaming only supports time-window aggregation using the WINDOW function. (window specification: ({spec}))"),
+                Some("group by window(<event-time column>, <size>) instead; for a running number per key, aggregate with count()".into()),
+            ));
+        }
+    }
+}
+
+/// Spark: `dropDuplicatesWithinWatermark is not supported on streaming
+/// DataFrames/DataSets without watermark`.
+fn dedup_within_watermark_needs_watermark(cx: &Ctx, out: &mut Vec<Violation>) {
+    for (ni, oi, op) in cx.result_ops() {
+        if let Op::Dedup { within_watermark: true, .. } = op {
+            let input = cx.input_of(ni, oi);
+            if input.streaming && !input.has_watermark {
+                out.push(Violation::new(
+                    Rule::DedupWithinWatermarkWithoutWatermark,
+                    Location::Op { node: ni, op: oi, part: Part::Whole },
+                    "dropDuplicatesWithinWatermark is not supported on streaming DataFrames/DataSets without watermark".into(),
+                    Some("declare a watermark before it, e.g. `watermark: event_ts delay \"10 minutes\"`".into()),
+                ));
+            }
+        }
+    }
+}
+
+/// Spark: `Join between two streaming DataFrames/Datasets is not supported in
+/// <mode> output mode, only in Append output mode`.
+fn stream_stream_join_append_only(cx: &Ctx, out: &mut Vec<Violation>) {
+    if cx.plan.output_mode == OutputMode::Append {
+        return;
+    }
+    for (ni, oi, op) in cx.result_ops() {
+        let Op::Join { right, .. } = op else { continue };
+        if cx.input_of(ni, oi).streaming && cx.is_streaming(right) {
+            out.push(Violation::new(
+                Rule::StreamStreamJoinNotAppend,
+                Location::OutputMode,
+                format!(
+                    "Join between two streaming DataFrames/Datasets is not supported in {} output mode, only in Append output mode",
+                    cx.plan.output_mode.spark_name()
+                ),
+                Some("use output_mode: append for stream-stream joins".into()),
+            ));
+            return;
+        }
+    }
+}
+
+/// Spark's join rules: outer joins need the nullable side's state to be
+/// bounded (stream-stream), and the null-padded side must not be the stream
+/// (stream-static).
+fn outer_joins_need_watermark_or_static_side(cx: &Ctx, out: &mut Vec<Violation>) {
+    for (ni, oi, op) in cx.result_ops() {
+        let Op::Join { right, how, on, using } = op else { continue };
+        let left = cx.input_of(ni, oi);
+        let Some(rs) = cx.schemas.get(right) else { continue };
+        let at = Location::Op { node: ni, op: oi, part: Part::Whole };
+        let (ls, rstream) = (left.streaming, rs.streaming);
+        let name = how.spark_name();
+        // Stream-static: the streaming side must be the preserved one.
+        let bad_static = match how {
+            JoinType::LeftOuter | JoinType::LeftSemi | JoinType::LeftAnti => !ls && rstream,
+            JoinType::RightOuter => ls && !rstream,
+            JoinType::FullOuter => ls != rstream,
+            JoinType::Inner => false,
+        };
+        if bad_static {
+            let (s, t) = if rstream { ("right", "left") } else { ("left", "right") };
+            out.push(Violation::new(
+                Rule::StreamStaticOuterJoin,
+                at,
+                format!("{name} join with a streaming DataFrame/Dataset on the {s} and a static DataFrame/Dataset on the {t} is not supported"),
+                Some("put the stream on the preserved side (stream left outer join static), or use an inner join".into()),
+            ));
+            continue;
+        }
+        if !(ls && rstream) || *how == JoinType::Inner {
+            continue;
+        }
+        // Stream-stream outer / semi: a watermark in the join keys, or a
+        // watermark on the nullable side and a range condition.
+        let conj = match (on, using) {
+            (Some(on), _) => sql::conjuncts(on),
+            (None, Some(keys)) => keys.iter().map(|k| format!("{k} = {k}")).collect(),
+            _ => vec![],
+        };
+        let wm_in_keys = conj.iter().any(|c| {
+            sql::comparison_op(c).as_deref() == Some("=")
+                && sql::referenced_columns(c)
+                    .iter()
+                    .any(|col| left.column(col).or_else(|| rs.column(col)).is_some_and(|c| c.watermark))
+        });
+        let nullable: Vec<&NodeSchema> = match how {
+            JoinType::LeftOuter | JoinType::LeftSemi | JoinType::LeftAnti => vec![rs],
+            JoinType::RightOuter => vec![&left],
+            _ => vec![&left, rs],
+        };
+        let ranged = |side: &NodeSchema| {
+            conj.iter().any(|c| {
+                matches!(sql::comparison_op(c).as_deref(), Some("<" | "<=" | ">" | ">=" | "between"))
+                    && sql::referenced_columns(c)
+                        .iter()
+                        .any(|col| side.column(col).is_some_and(|c| c.watermark))
+            })
+        };
+        if !wm_in_keys && !nullable.iter().all(|s| ranged(s)) {
+            let msg = match how {
+                JoinType::LeftSemi => "Stream-stream LeftSemi join between two streaming DataFrame/Datasets is not supported without a watermark in the join keys, or a watermark on the nullable side and an appropriate range condition".to_string(),
+                _ => format!("Stream-stream {name} join between two streaming DataFrame/Datasets is not supported without a watermark in the join keys, or a watermark on the nullable side and an appropriate range condition"),
+            };
+            out.push(Violation::new(
+                Rule::StreamStreamOuterJoinWithoutWatermark,
+                at,
+                msg,
+                Some("declare watermarks on both sides and bound the join in time, e.g. `right_ts >= left_ts AND right_ts <= left_ts + INTERVAL '15 minutes'`".into()),
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::*;
+    use crate::types::{DataType, Field};
+
+    fn events() -> Vec<Field> {
+        vec![
+            Field::new("ts", DataType::Timestamp),
+            Field::new("key", DataType::String),
+            Field::new("value", DataType::Int64),
+        ]
+    }
+
+    fn window_count(wm: bool, mode: OutputMode) -> StreamPlan {
+        let mut ops = vec![];
+        if wm {
+            ops.push(Op::Watermark { column: "ts".into(), delay: "10 minutes".into() });
+        }
+        ops.push(Op::Aggregate {
+            keys: vec![GroupKey::Window {
+                window: WindowSpec { column: Some("ts".into()), expr: None, size: "10 minutes".into(), slide: None },
+                alias: "window".into(),
+            }],
+            aggs: vec![AggSpec { func: AggFn::Count, column: "*".into(), alias: "n".into() }],
+        });
+        StreamPlan::single("events", events(), ops, mode)
+    }
+
+    fn rules(p: &StreamPlan) -> Vec<Rule> {
+        check(p).into_iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn append_aggregation_needs_a_watermark() {
+        assert_eq!(rules(&window_count(false, OutputMode::Append)), vec![Rule::AppendAggregationWithoutWatermark]);
+        assert!(rules(&window_count(true, OutputMode::Append)).is_empty());
+        assert!(rules(&window_count(false, OutputMode::Update)).is_empty());
+    }
+
+    #[test]
+    fn append_aggregation_must_group_on_the_watermark() {
+        let p = StreamPlan::single(
+            "events",
+            events(),
+            vec![
+                Op::Watermark { column: "ts".into(), delay: "1 minute".into() },
+                Op::Aggregate { keys: vec![GroupKey::Column { column: "key".into() }], aggs: vec![] },
+            ],
+            OutputMode::Append,
+        );
+        let v = check(&p);
+        assert_eq!(v[0].rule, Rule::AppendAggregationWithoutWatermark);
+        assert!(v[0].help.as_deref().unwrap().contains("does not use it"));
+    }
+
+    #[test]
+    fn complete_needs_an_aggregation() {
+        let p = StreamPlan::single("events", events(), vec![], OutputMode::Complete);
+        assert_eq!(rules(&p), vec![Rule::CompleteWithoutAggregation]);
+        assert!(rules(&window_count(false, OutputMode::Complete)).is_empty());
+    }
+
+    #[test]
+    fn distinct_sort_limit_and_window_functions() {
+        let p = StreamPlan::single(
+            "events",
+            events(),
+            vec![Op::Aggregate {
+                keys: vec![GroupKey::Column { column: "key".into() }],
+                aggs: vec![AggSpec { func: AggFn::CountDistinct, column: "value".into(), alias: "d".into() }],
+            }],
+            OutputMode::Complete,
+        );
+        assert_eq!(rules(&p), vec![Rule::DistinctAggregation]);
+        let p = StreamPlan::single("events", events(), vec![Op::Sort { by: vec![SortKey { column: "ts".into(), desc: false }] }], OutputMode::Append);
+        assert_eq!(rules(&p), vec![Rule::SortWithoutCompleteAggregation]);
+        let mut p = window_count(false, OutputMode::Complete);
+        p.nodes[0].ops.push(Op::Sort { by: vec![SortKey { column: "n".into(), desc: true }] });
+        assert!(rules(&p).is_empty());
+        let mut p = window_count(false, OutputMode::Update);
+        p.nodes[0].ops.push(Op::Limit { n: 3 });
+        assert_eq!(rules(&p), vec![Rule::LimitInUpdateMode]);
+        let p = StreamPlan::single(
+            "events",
+            events(),
+            vec![Op::WithColumn { name: "rn".into(), expr: "row_number() OVER (PARTITION BY key ORDER BY ts)".into() }],
+            OutputMode::Append,
+        );
+        let v = check(&p);
+        assert_eq!(v.len(), 1);
+        assert!(v[0].message.contains("ROW_NUMBER() (as column `rn`)"));
+    }
+
+    #[test]
+    fn chained_aggregation_only_in_append() {
+        let mut p = window_count(true, OutputMode::Update);
+        p.nodes[0].ops.push(Op::Aggregate { keys: vec![], aggs: vec![AggSpec { func: AggFn::Sum, column: "n".into(), alias: "t".into() }] });
+        assert_eq!(rules(&p), vec![Rule::ChainedStatefulAfterAggregation]);
+    }
+
+    #[test]
+    fn dedup_within_watermark_needs_one() {
+        let p = StreamPlan::single("events", events(), vec![Op::Dedup { columns: vec!["key".into()], within_watermark: true }], OutputMode::Append);
+        assert_eq!(rules(&p), vec![Rule::DedupWithinWatermarkWithoutWatermark]);
+    }
+}

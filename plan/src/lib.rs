@@ -1,0 +1,26 @@
+//! weir-plan: the logical stream plan as plain data.
+//!
+//! This crate holds what both the `stream_query!` macro (at compile time) and
+//! the engine (at run time) need to agree on: column types, durations, the
+//! plan of a streaming query ([`StreamPlan`]) and the streaming rules that
+//! decide whether a plan may run ([`check::check`]). It has no heavy
+//! dependencies: no arrow, no tokio.
+//!
+//! ```
+//! use weir_plan::{parse_duration_ms, DataType};
+//! assert_eq!(parse_duration_ms("10 minutes").unwrap(), 600_000);
+//! assert_eq!(DataType::parse("timestamp"), Some(DataType::Timestamp));
+//! ```
+
+pub mod check;
+pub mod duration;
+pub mod plan;
+pub mod resolve;
+pub mod sql;
+pub mod types;
+
+pub use check::{check, Location, Rule, Violation};
+pub use duration::{parse_duration_ms, DurationError};
+pub use plan::*;
+pub use resolve::{resolve, Column, NodeSchema, ResolveError};
+pub use types::{DataType, Field};

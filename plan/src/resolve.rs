@@ -1,0 +1,483 @@
+//! Schema resolution: the columns (with types and watermark flags) that each
+//! node of a plan produces, and every naming or typing mistake on the way.
+
+use std::collections::BTreeMap;
+
+use crate::check::{Location, Part, Rule, Violation};
+use crate::duration::{parse_duration_ms, parse_positive_duration_ms};
+use crate::plan::{AggFn, GroupKey, Op, StreamPlan};
+use crate::sql;
+use crate::types::{DataType, Field};
+
+/// A column as resolution sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Column {
+    /// Its name.
+    pub name: String,
+    /// Its type, when known (SQL expressions without a type hint are not typed here).
+    pub dtype: Option<DataType>,
+    /// True when the column is (derived from) an event-time column with a watermark.
+    pub watermark: bool,
+}
+
+/// What a node produces, and facts the streaming rules need.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodeSchema {
+    /// Output columns in order.
+    pub columns: Vec<Column>,
+    /// True when the node reads (transitively) from a streaming source.
+    pub streaming: bool,
+    /// True when a watermark was declared upstream of (or in) this node.
+    pub has_watermark: bool,
+    /// True when a streaming aggregation ran upstream of (or in) this node.
+    pub aggregated: bool,
+}
+
+impl NodeSchema {
+    /// The column with this name.
+    pub fn column(&self, name: &str) -> Option<&Column> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+}
+
+/// An alias of [`Violation`] for resolution errors.
+pub type ResolveError = Violation;
+
+/// Resolves every node's schema, in plan order. Mistakes are collected, not
+/// fatal: an unknown column becomes an untyped column so later checks go on.
+pub fn resolve(plan: &StreamPlan) -> (BTreeMap<String, NodeSchema>, Vec<Violation>) {
+    let mut errs = Vec::new();
+    let mut schemas: BTreeMap<String, NodeSchema> = BTreeMap::new();
+    let from_fields = |fields: &[Field], streaming: bool| NodeSchema {
+        columns: fields
+            .iter()
+            .map(|f| Column {
+                name: f.name.clone(),
+                dtype: Some(f.dtype),
+                watermark: false,
+            })
+            .collect(),
+        streaming,
+        has_watermark: false,
+        aggregated: false,
+    };
+    for (name, s) in &plan.sources {
+        schemas.insert(name.clone(), from_fields(&s.schema, true));
+    }
+    for (name, s) in &plan.statics {
+        schemas.insert(name.clone(), from_fields(&s.schema, false));
+    }
+    for (ni, node) in plan.nodes.iter().enumerate() {
+        let mut cur = match schemas.get(&node.input) {
+            Some(s) => s.clone(),
+            None => {
+                errs.push(Violation::new(
+                    Rule::UnknownInput,
+                    Location::node(ni),
+                    format!("node `{}` reads `{}`, which is not a source, static table or earlier node", node.id, node.input),
+                    None,
+                ));
+                NodeSchema { streaming: true, ..Default::default() }
+            }
+        };
+        for (oi, op) in node.ops.iter().enumerate() {
+            apply_op(plan, &schemas, &mut cur, ni, oi, op, &mut errs);
+        }
+        schemas.insert(node.id.clone(), cur);
+    }
+    if !schemas.contains_key(&plan.result) {
+        errs.push(Violation::new(
+            Rule::UnknownInput,
+            Location::Plan,
+            format!("the result node `{}` does not exist", plan.result),
+            None,
+        ));
+    }
+    (schemas, errs)
+}
+
+fn did_you_mean(name: &str, cols: &[Column]) -> Option<String> {
+    let best = cols
+        .iter()
+        .map(|c| (edit_distance(&name.to_ascii_lowercase(), &c.name.to_ascii_lowercase()), &c.name))
+        .min_by_key(|(d, _)| *d)?;
+    let limit = (name.len().max(best.1.len()) / 3).max(2);
+    (best.0 <= limit).then(|| format!("did you mean `{}`?", best.1))
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The message and help for a column that does not exist.
+fn unknown_column(name: &str, cur: &NodeSchema, at: Location) -> Violation {
+    let names: Vec<&str> = cur.columns.iter().map(|c| c.name.as_str()).collect();
+    let help = match did_you_mean(name, &cur.columns) {
+        Some(s) => format!("{s} (available: {})", names.join(", ")),
+        None => format!("available columns: {}", names.join(", ")),
+    };
+    Violation::new(
+        Rule::UnknownColumn,
+        at,
+        format!("unknown column `{name}`"),
+        Some(help),
+    )
+}
+
+fn check_sql_columns(sql_text: &str, cur: &NodeSchema, at: Location, errs: &mut Vec<Violation>) {
+    for c in sql::referenced_columns(sql_text) {
+        if cur.column(&c).is_none() {
+            errs.push(unknown_column(&c, cur, at.clone()));
+        }
+    }
+}
+
+fn apply_op(
+    plan: &StreamPlan,
+    schemas: &BTreeMap<String, NodeSchema>,
+    cur: &mut NodeSchema,
+    ni: usize,
+    oi: usize,
+    op: &Op,
+    errs: &mut Vec<Violation>,
+) {
+    let at = |part: Part| Location::Op { node: ni, op: oi, part };
+    match op {
+        Op::Filter { predicate } => check_sql_columns(predicate, cur, at(Part::Whole), errs),
+        Op::Select { columns } => {
+            let mut out: Vec<Column> = Vec::new();
+            for (i, item) in columns.iter().enumerate() {
+                check_sql_columns(&item.expr, cur, at(Part::Item(i)), errs);
+                if out.iter().any(|c| c.name == item.alias) {
+                    errs.push(Violation::new(
+                        Rule::DuplicateColumn,
+                        at(Part::Item(i)),
+                        format!("duplicate output column `{}`", item.alias),
+                        Some("give each output column its own name".into()),
+                    ));
+                }
+                out.push(derived(cur, &item.expr, &item.alias));
+            }
+            cur.columns = out;
+        }
+        Op::WithColumn { name, expr } => {
+            check_sql_columns(expr, cur, at(Part::Whole), errs);
+            let col = derived(cur, expr, name);
+            match cur.columns.iter_mut().find(|c| c.name == *name) {
+                Some(c) => *c = col,
+                None => cur.columns.push(col),
+            }
+        }
+        Op::Watermark { column, delay } => {
+            if let Err(e) = parse_duration_ms(delay) {
+                errs.push(Violation::new(
+                    Rule::BadDuration,
+                    at(Part::Delay),
+                    format!("invalid watermark delay \"{delay}\": {e}"),
+                    Some("write a duration like \"10 minutes\" or \"30 seconds\"".into()),
+                ));
+            }
+            match cur.columns.iter_mut().find(|c| c.name == *column) {
+                None => errs.push(unknown_column(column, cur, at(Part::Column(0)))),
+                Some(c) => {
+                    if matches!(c.dtype, Some(t) if t != DataType::Timestamp && t != DataType::Window) {
+                        errs.push(Violation::new(
+                            Rule::TypeMismatch,
+                            at(Part::Column(0)),
+                            format!(
+                                "watermark column `{column}` must be a timestamp, but it is {}",
+                                c.dtype.unwrap()
+                            ),
+                            Some("declare the event-time column as Timestamp, or convert it with to_timestamp(...)".into()),
+                        ));
+                    }
+                    c.watermark = true;
+                    cur.has_watermark = true;
+                }
+            }
+        }
+        Op::Aggregate { keys, aggs } => {
+            let mut out: Vec<Column> = Vec::new();
+            for (i, k) in keys.iter().enumerate() {
+                match k {
+                    GroupKey::Column { column } => match cur.column(column) {
+                        Some(c) => out.push(c.clone()),
+                        None => {
+                            errs.push(unknown_column(column, cur, at(Part::Key(i))));
+                            out.push(Column { name: column.clone(), dtype: None, watermark: false });
+                        }
+                    },
+                    GroupKey::Window { window, alias } => {
+                        for (what, d, part) in [("size", Some(&window.size), Part::KeySize(i)), ("slide", window.slide.as_ref(), Part::KeySlide(i))] {
+                            if let Some(d) = d {
+                                if let Err(e) = parse_positive_duration_ms(d) {
+                                    errs.push(Violation::new(
+                                        Rule::BadDuration,
+                                        at(part),
+                                        format!("invalid window {what} \"{d}\": {e}"),
+                                        Some("write a positive duration like \"10 minutes\"".into()),
+                                    ));
+                                }
+                            }
+                        }
+                        if let (Ok(size), Some(Ok(slide))) = (
+                            parse_positive_duration_ms(&window.size),
+                            window.slide.as_deref().map(parse_positive_duration_ms),
+                        ) {
+                            if slide > size {
+                                errs.push(Violation::new(
+                                    Rule::WindowSlideLargerThanSize,
+                                    at(Part::KeySlide(i)),
+                                    format!("the window slide \"{}\" must be less than or equal to the window size \"{}\"", window.slide.as_deref().unwrap_or_default(), window.size),
+                                    Some("use a slide no longer than the window, or drop the slide for a tumbling window".into()),
+                                ));
+                            }
+                        }
+                        let mut wm = false;
+                        match window.time_column() {
+                            None => errs.push(Violation::new(
+                                Rule::UnknownColumn,
+                                at(Part::Key(i)),
+                                "a window needs a time column or window_time(<window column>)".into(),
+                                None,
+                            )),
+                            Some(tc) => match cur.column(&tc) {
+                                None => errs.push(unknown_column(&tc, cur, at(Part::Key(i)))),
+                                Some(c) => {
+                                    wm = c.watermark;
+                                    let ok = if window.is_window_time() {
+                                        matches!(c.dtype, Some(DataType::Window) | None)
+                                    } else {
+                                        matches!(c.dtype, Some(DataType::Timestamp) | None)
+                                    };
+                                    if !ok {
+                                        errs.push(Violation::new(
+                                            Rule::TypeMismatch,
+                                            at(Part::Key(i)),
+                                            format!(
+                                                "window column `{tc}` must be a timestamp, but it is {}",
+                                                c.dtype.unwrap()
+                                            ),
+                                            Some("window over an event-time column of type Timestamp".into()),
+                                        ));
+                                    }
+                                }
+                            },
+                        }
+                        out.push(Column { name: alias.clone(), dtype: Some(DataType::Window), watermark: wm });
+                    }
+                }
+            }
+            for (i, a) in aggs.iter().enumerate() {
+                let input = if a.column == "*" {
+                    if a.func != AggFn::Count {
+                        errs.push(Violation::new(
+                            Rule::TypeMismatch,
+                            at(Part::Agg(i)),
+                            format!("{}(*) is not defined; only count takes *", a.func.name()),
+                            Some(format!("name a column: {}(<column>)", a.func.name())),
+                        ));
+                    }
+                    None
+                } else {
+                    match cur.column(&a.column) {
+                        None => {
+                            errs.push(unknown_column(&a.column, cur, at(Part::Agg(i))));
+                            None
+                        }
+                        Some(c) => c.dtype,
+                    }
+                };
+                let known_input = a.column == "*" || input.is_some();
+                let rt = a.func.result_type(input);
+                if known_input && a.column != "*" && rt.is_none() {
+                    errs.push(Violation::new(
+                        Rule::TypeMismatch,
+                        at(Part::Agg(i)),
+                        format!(
+                            "{}({}) is not defined on {} columns",
+                            a.func.name(),
+                            a.column,
+                            input.map(|t| t.name()).unwrap_or("?")
+                        ),
+                        Some(match a.func {
+                            AggFn::Sum | AggFn::Avg => "sum and avg take int32, int64 or float64 columns".into(),
+                            _ => "min and max take numbers, strings, booleans and timestamps".into(),
+                        }),
+                    ));
+                }
+                if out.iter().any(|c| c.name == a.alias) {
+                    errs.push(Violation::new(
+                        Rule::DuplicateColumn,
+                        at(Part::Agg(i)),
+                        format!("duplicate output column `{}`", a.alias),
+                        Some("give each aggregate its own name".into()),
+                    ));
+                }
+                out.push(Column { name: a.alias.clone(), dtype: rt, watermark: false });
+            }
+            cur.columns = out;
+            if cur.streaming {
+                cur.aggregated = true;
+            }
+        }
+        Op::Dedup { columns, .. } => {
+            for (i, c) in columns.iter().enumerate() {
+                if cur.column(c).is_none() {
+                    errs.push(unknown_column(c, cur, at(Part::Column(i))));
+                }
+            }
+        }
+        Op::Join { right, using, on, .. } => {
+            let Some(r) = schemas.get(right) else {
+                errs.push(Violation::new(
+                    Rule::UnknownInput,
+                    at(Part::Whole),
+                    format!("join with `{right}`, which is not a static table or earlier node"),
+                    None,
+                ));
+                return;
+            };
+            let _ = plan;
+            let mut cols = cur.columns.clone();
+            if let Some(keys) = using {
+                for (i, k) in keys.iter().enumerate() {
+                    if cur.column(k).is_none() {
+                        errs.push(unknown_column(k, cur, at(Part::Column(i))));
+                    }
+                    if r.column(k).is_none() {
+                        errs.push(unknown_column(k, r, at(Part::Column(i))));
+                    }
+                }
+                cols.extend(r.columns.iter().filter(|c| !keys.contains(&c.name)).cloned());
+            } else {
+                cols.extend(r.columns.iter().cloned());
+            }
+            let merged = NodeSchema {
+                columns: cols,
+                streaming: cur.streaming || r.streaming,
+                has_watermark: cur.has_watermark || r.has_watermark,
+                aggregated: cur.aggregated || r.aggregated,
+            };
+            if let Some(on) = on {
+                check_sql_columns(on, &merged, at(Part::Whole), errs);
+            }
+            *cur = merged;
+        }
+        Op::Sort { by } => {
+            for (i, k) in by.iter().enumerate() {
+                if cur.column(&k.column).is_none() {
+                    errs.push(unknown_column(&k.column, cur, at(Part::Column(i))));
+                }
+            }
+        }
+        Op::Limit { .. } => {}
+    }
+}
+
+/// The column an expression produces: a bare column keeps its type and
+/// watermark; anything else is untyped here.
+fn derived(cur: &NodeSchema, expr: &str, name: &str) -> Column {
+    let toks = sql::tokenize(expr);
+    if let [sql::Token::Ident(src)] = toks.as_slice() {
+        if let Some(c) = cur.column(src) {
+            return Column { name: name.to_string(), ..c.clone() };
+        }
+    }
+    Column { name: name.to_string(), dtype: None, watermark: false }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::*;
+
+    fn events() -> Vec<Field> {
+        vec![
+            Field::new("ts", DataType::Timestamp),
+            Field::new("key", DataType::String),
+            Field::new("value", DataType::Int64),
+        ]
+    }
+
+    #[test]
+    fn unknown_column_suggests_the_nearest() {
+        let p = StreamPlan::single(
+            "events",
+            events(),
+            vec![Op::Filter { predicate: "vaule > 1".into() }],
+            OutputMode::Append,
+        );
+        let (_, errs) = resolve(&p);
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].message, "unknown column `vaule`");
+        assert!(errs[0].help.as_deref().unwrap().starts_with("did you mean `value`?"));
+    }
+
+    #[test]
+    fn aggregate_types_and_watermark_flow() {
+        let p = StreamPlan::single(
+            "events",
+            events(),
+            vec![
+                Op::Watermark { column: "ts".into(), delay: "10 minutes".into() },
+                Op::Aggregate {
+                    keys: vec![
+                        GroupKey::Window {
+                            window: WindowSpec { column: Some("ts".into()), expr: None, size: "10 minutes".into(), slide: None },
+                            alias: "window".into(),
+                        },
+                        GroupKey::Column { column: "key".into() },
+                    ],
+                    aggs: vec![
+                        AggSpec { func: AggFn::Sum, column: "value".into(), alias: "s".into() },
+                        AggSpec { func: AggFn::Avg, column: "value".into(), alias: "a".into() },
+                    ],
+                },
+            ],
+            OutputMode::Append,
+        );
+        let (schemas, errs) = resolve(&p);
+        assert!(errs.is_empty(), "{errs:?}");
+        let r = &schemas["result"];
+        assert_eq!(r.columns[0].dtype, Some(DataType::Window));
+        assert!(r.columns[0].watermark);
+        assert_eq!(r.column("s").unwrap().dtype, Some(DataType::Int64));
+        assert_eq!(r.column("a").unwrap().dtype, Some(DataType::Float64));
+    }
+
+    #[test]
+    fn type_errors_are_reported() {
+        let p = StreamPlan::single(
+            "events",
+            events(),
+            vec![
+                Op::Watermark { column: "key".into(), delay: "10 minutes".into() },
+                Op::Aggregate {
+                    keys: vec![GroupKey::Window {
+                        window: WindowSpec { column: Some("key".into()), expr: None, size: "10 minutes".into(), slide: Some("20 minutes".into()) },
+                        alias: "window".into(),
+                    }],
+                    aggs: vec![AggSpec { func: AggFn::Sum, column: "key".into(), alias: "s".into() }],
+                },
+            ],
+            OutputMode::Update,
+        );
+        let (_, errs) = resolve(&p);
+        let rules: Vec<Rule> = errs.iter().map(|e| e.rule).collect();
+        assert_eq!(
+            rules,
+            vec![Rule::TypeMismatch, Rule::WindowSlideLargerThanSize, Rule::TypeMismatch, Rule::TypeMismatch]
+        );
+    }
+}

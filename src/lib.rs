@@ -1,0 +1,1 @@
+pub use weir_engine as engine;
