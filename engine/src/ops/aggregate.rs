@@ -1,0 +1,758 @@
+//! Streaming aggregation: group by time windows and columns, fold each
+//! batch's rows into per-group accumulators, keep them in a [`StateStore`],
+//! and emit per output mode with Spark's semantics:
+//!
+//! - rows are first aggregated within the batch; a group is late (dropped and
+//!   counted in `numRowsDroppedByWatermark`) when its window end (or its
+//!   watermarked key) is at or before the previous batch's watermark;
+//! - complete: every group, every batch; no eviction;
+//! - update: the groups this batch changed; groups whose window closed
+//!   (end <= this batch's watermark) are evicted silently;
+//! - append: the groups whose window closed, once, as they are evicted.
+//!
+//! State: key = the group's key columns in Arrow's row format; value = the
+//! group's eviction time followed by its accumulators.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BinaryArray, Float64Array, Int64Array, StringArray, UInt32Array,
+};
+use arrow::compute::{cast, take};
+use arrow::datatypes::{DataType as ArrowType, Field as ArrowField, Float64Type, Int64Type, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+use weir_plan::{AggFn, OutputMode};
+
+use crate::error::{Result, WeirError};
+use crate::ops::window::WindowAssigner;
+use crate::progress::StateOperatorProgress;
+use crate::row::{timestamp_type, Timestamp, Window};
+use crate::state::StateStore;
+
+/// One grouping key.
+pub enum KeyExec {
+    /// A time window, output as `struct<start, end>`.
+    Window {
+        /// The window assignment.
+        assigner: WindowAssigner,
+        /// Output name.
+        name: String,
+        /// True when the window's time column carries the watermark.
+        watermarked: bool,
+    },
+    /// An input column.
+    Column {
+        /// Column index in the input.
+        index: usize,
+        /// Output name.
+        name: String,
+        /// True when the column carries the watermark (then it bounds state).
+        watermarked: bool,
+    },
+}
+
+/// One aggregate.
+pub struct AggExec {
+    /// The function.
+    pub func: AggFn,
+    /// Input column index (None for `count(*)`).
+    pub input: Option<usize>,
+    /// Input Arrow type.
+    pub input_type: Option<ArrowType>,
+    /// Output name.
+    pub name: String,
+}
+
+/// How accumulator values are read from an input column.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Kind {
+    Int,
+    Float,
+    Bytes,
+}
+
+fn kind_of(t: &ArrowType) -> Kind {
+    match t {
+        ArrowType::Float64 | ArrowType::Float32 => Kind::Float,
+        ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View | ArrowType::Binary | ArrowType::LargeBinary => Kind::Bytes,
+        _ => Kind::Int,
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Scalar {
+    I(i64),
+    F(f64),
+    B(Vec<u8>),
+}
+
+impl Scalar {
+    fn less(&self, o: &Scalar) -> bool {
+        match (self, o) {
+            (Scalar::I(a), Scalar::I(b)) => a < b,
+            (Scalar::F(a), Scalar::F(b)) => a.total_cmp(b).is_lt(),
+            (Scalar::B(a), Scalar::B(b)) => a < b,
+            _ => false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Acc {
+    Count(i64),
+    SumI(Option<i64>),
+    SumF(Option<f64>),
+    Avg(f64, i64),
+    Min(Option<Scalar>),
+    Max(Option<Scalar>),
+}
+
+/// A column read once per batch in the accumulator's value kind.
+enum Reader {
+    None,
+    I(Int64Array),
+    F(Float64Array),
+    S(StringArray),
+    B(BinaryArray),
+}
+
+impl Reader {
+    fn new(a: Option<&ArrayRef>) -> Result<Reader> {
+        let Some(a) = a else { return Ok(Reader::None) };
+        Ok(match a.data_type() {
+            ArrowType::Float64 | ArrowType::Float32 => Reader::F(cast(a, &ArrowType::Float64)?.as_primitive::<Float64Type>().clone()),
+            ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View => Reader::S(cast(a, &ArrowType::Utf8)?.as_string::<i32>().clone()),
+            ArrowType::Binary | ArrowType::LargeBinary => Reader::B(cast(a, &ArrowType::Binary)?.as_binary::<i32>().clone()),
+            ArrowType::Timestamp(_, _) => {
+                let t = cast(a, &timestamp_type())?;
+                let v: Int64Array = t.as_primitive::<arrow::datatypes::TimestampMicrosecondType>().reinterpret_cast();
+                Reader::I(v)
+            }
+            _ => Reader::I(cast(a, &ArrowType::Int64)?.as_primitive::<Int64Type>().clone()),
+        })
+    }
+
+    fn get(&self, i: usize) -> Option<Scalar> {
+        match self {
+            Reader::None => None,
+            Reader::I(a) => a.is_valid(i).then(|| Scalar::I(a.value(i))),
+            Reader::F(a) => a.is_valid(i).then(|| Scalar::F(a.value(i))),
+            Reader::S(a) => a.is_valid(i).then(|| Scalar::B(a.value(i).as_bytes().to_vec())),
+            Reader::B(a) => a.is_valid(i).then(|| Scalar::B(a.value(i).to_vec())),
+        }
+    }
+
+    fn is_valid(&self, i: usize) -> bool {
+        match self {
+            Reader::None => true,
+            Reader::I(a) => a.is_valid(i),
+            Reader::F(a) => a.is_valid(i),
+            Reader::S(a) => a.is_valid(i),
+            Reader::B(a) => a.is_valid(i),
+        }
+    }
+}
+
+impl Acc {
+    fn new(func: AggFn, kind: Kind) -> Acc {
+        match (func, kind) {
+            (AggFn::Count | AggFn::CountDistinct, _) => Acc::Count(0),
+            (AggFn::Sum, Kind::Float) => Acc::SumF(None),
+            (AggFn::Sum, _) => Acc::SumI(None),
+            (AggFn::Avg, _) => Acc::Avg(0.0, 0),
+            (AggFn::Min, _) => Acc::Min(None),
+            (AggFn::Max, _) => Acc::Max(None),
+        }
+    }
+
+    fn update(&mut self, r: &Reader, i: usize) {
+        match self {
+            Acc::Count(n) => {
+                if r.is_valid(i) {
+                    *n += 1
+                }
+            }
+            Acc::SumI(s) => {
+                if let Some(Scalar::I(v)) = r.get(i) {
+                    *s = Some(s.unwrap_or(0).wrapping_add(v))
+                }
+            }
+            Acc::SumF(s) => {
+                if let Some(Scalar::F(v)) = r.get(i) {
+                    *s = Some(s.unwrap_or(0.0) + v)
+                }
+            }
+            Acc::Avg(s, n) => match r.get(i) {
+                Some(Scalar::F(v)) => {
+                    *s += v;
+                    *n += 1
+                }
+                Some(Scalar::I(v)) => {
+                    *s += v as f64;
+                    *n += 1
+                }
+                _ => {}
+            },
+            Acc::Min(m) => {
+                if let Some(v) = r.get(i) {
+                    if m.as_ref().is_none_or(|c| v.less(c)) {
+                        *m = Some(v)
+                    }
+                }
+            }
+            Acc::Max(m) => {
+                if let Some(v) = r.get(i) {
+                    if m.as_ref().is_none_or(|c| c.less(&v)) {
+                        *m = Some(v)
+                    }
+                }
+            }
+        }
+    }
+
+    fn merge(&mut self, o: &Acc) {
+        match (self, o) {
+            (Acc::Count(a), Acc::Count(b)) => *a += b,
+            (Acc::SumI(a), Acc::SumI(b)) => {
+                if let Some(b) = b {
+                    *a = Some(a.unwrap_or(0).wrapping_add(*b))
+                }
+            }
+            (Acc::SumF(a), Acc::SumF(b)) => {
+                if let Some(b) = b {
+                    *a = Some(a.unwrap_or(0.0) + b)
+                }
+            }
+            (Acc::Avg(s, n), Acc::Avg(s2, n2)) => {
+                *s += s2;
+                *n += n2
+            }
+            (Acc::Min(a), Acc::Min(Some(b))) => {
+                if a.as_ref().is_none_or(|c| b.less(c)) {
+                    *a = Some(b.clone())
+                }
+            }
+            (Acc::Max(a), Acc::Max(Some(b))) => {
+                if a.as_ref().is_none_or(|c| c.less(b)) {
+                    *a = Some(b.clone())
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        fn opt_scalar(out: &mut Vec<u8>, v: &Option<Scalar>) {
+            match v {
+                None => out.push(0),
+                Some(Scalar::I(i)) => {
+                    out.push(1);
+                    out.extend_from_slice(&i.to_le_bytes())
+                }
+                Some(Scalar::F(f)) => {
+                    out.push(2);
+                    out.extend_from_slice(&f.to_le_bytes())
+                }
+                Some(Scalar::B(b)) => {
+                    out.push(3);
+                    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                    out.extend_from_slice(b)
+                }
+            }
+        }
+        match self {
+            Acc::Count(n) => out.extend_from_slice(&n.to_le_bytes()),
+            Acc::SumI(s) => opt_scalar(out, &s.map(Scalar::I)),
+            Acc::SumF(s) => opt_scalar(out, &s.map(Scalar::F)),
+            Acc::Avg(s, n) => {
+                out.extend_from_slice(&s.to_le_bytes());
+                out.extend_from_slice(&n.to_le_bytes())
+            }
+            Acc::Min(v) | Acc::Max(v) => opt_scalar(out, v),
+        }
+    }
+
+    /// Decodes into `self` (whose variant says what to read).
+    fn decode(&mut self, buf: &[u8], pos: &mut usize) -> Option<()> {
+        fn i64_at(buf: &[u8], pos: &mut usize) -> Option<i64> {
+            let v = i64::from_le_bytes(buf.get(*pos..*pos + 8)?.try_into().ok()?);
+            *pos += 8;
+            Some(v)
+        }
+        fn opt_scalar(buf: &[u8], pos: &mut usize) -> Option<Option<Scalar>> {
+            let tag = *buf.get(*pos)?;
+            *pos += 1;
+            Some(match tag {
+                0 => None,
+                1 => Some(Scalar::I(i64_at(buf, pos)?)),
+                2 => Some(Scalar::F(f64::from_bits(i64_at(buf, pos)? as u64))),
+                3 => {
+                    let n = u32::from_le_bytes(buf.get(*pos..*pos + 4)?.try_into().ok()?) as usize;
+                    *pos += 4;
+                    let b = buf.get(*pos..*pos + n)?.to_vec();
+                    *pos += n;
+                    Some(Scalar::B(b))
+                }
+                _ => return None,
+            })
+        }
+        match self {
+            Acc::Count(n) => *n = i64_at(buf, pos)?,
+            Acc::SumI(s) => {
+                *s = match opt_scalar(buf, pos)? {
+                    Some(Scalar::I(i)) => Some(i),
+                    _ => None,
+                }
+            }
+            Acc::SumF(s) => {
+                *s = match opt_scalar(buf, pos)? {
+                    Some(Scalar::F(f)) => Some(f),
+                    _ => None,
+                }
+            }
+            Acc::Avg(s, n) => {
+                *s = f64::from_bits(i64_at(buf, pos)? as u64);
+                *n = i64_at(buf, pos)?
+            }
+            Acc::Min(v) | Acc::Max(v) => *v = opt_scalar(buf, pos)?,
+        }
+        Some(())
+    }
+}
+
+/// A group's value: when it may be evicted (µs; i64::MAX = never) and its accumulators.
+#[derive(Clone, Debug)]
+struct Group {
+    evict_at: i64,
+    accs: Vec<Acc>,
+}
+
+/// The aggregation operator.
+pub struct AggregateOp {
+    /// Index among the query's stateful operators.
+    pub id: usize,
+    keys: Vec<KeyExec>,
+    aggs: Vec<AggExec>,
+    kinds: Vec<Kind>,
+    converter: Option<RowConverter>,
+    schema: SchemaRef,
+    /// The key position that bounds state (window end or watermarked column).
+    watermark_key: Option<usize>,
+    store: Option<Box<dyn StateStore>>,
+    metrics: StateOperatorProgress,
+}
+
+/// Per-batch watermarks, in ms.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Watermarks {
+    /// Rows at or before this are late (the previous batch's watermark).
+    pub late_ms: Option<i64>,
+    /// State at or before this is evicted (this batch's watermark).
+    pub evict_ms: Option<i64>,
+}
+
+impl AggregateOp {
+    /// Builds the operator over `input`.
+    pub fn new(id: usize, keys: Vec<KeyExec>, aggs: Vec<AggExec>, input: &Schema) -> Result<AggregateOp> {
+        let mut key_fields = Vec::new();
+        let mut out_fields = Vec::new();
+        let mut watermark_key = None;
+        for (i, k) in keys.iter().enumerate() {
+            match k {
+                KeyExec::Window { name, watermarked, .. } => {
+                    key_fields.push(SortField::new(timestamp_type()));
+                    key_fields.push(SortField::new(timestamp_type()));
+                    out_fields.push(ArrowField::new(name, crate::row::window_type(), true));
+                    if *watermarked && watermark_key.is_none() {
+                        watermark_key = Some(i);
+                    }
+                }
+                KeyExec::Column { index, name, watermarked } => {
+                    let t = input.field(*index).data_type().clone();
+                    key_fields.push(SortField::new(t.clone()));
+                    out_fields.push(ArrowField::new(name, t, true));
+                    if *watermarked && watermark_key.is_none() {
+                        watermark_key = Some(i);
+                    }
+                }
+            }
+        }
+        let mut kinds = Vec::new();
+        for a in &aggs {
+            let it = a.input_type.clone();
+            let kind = it.as_ref().map(kind_of).unwrap_or(Kind::Int);
+            kinds.push(kind);
+            let out_t = match a.func {
+                AggFn::Count | AggFn::CountDistinct => ArrowType::Int64,
+                AggFn::Avg => ArrowType::Float64,
+                AggFn::Sum if kind == Kind::Float => ArrowType::Float64,
+                AggFn::Sum => ArrowType::Int64,
+                AggFn::Min | AggFn::Max => it.clone().unwrap_or(ArrowType::Int64),
+            };
+            out_fields.push(ArrowField::new(&a.name, out_t, true));
+        }
+        let converter = if key_fields.is_empty() { None } else { Some(RowConverter::new(key_fields)?) };
+        Ok(AggregateOp {
+            id,
+            keys,
+            aggs,
+            kinds,
+            converter,
+            schema: Arc::new(Schema::new(out_fields)),
+            watermark_key,
+            store: None,
+            metrics: StateOperatorProgress::new("stateStoreSave"),
+        })
+    }
+
+    /// The output schema.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// True when the grouping includes a watermarked key (state is bounded).
+    pub fn has_watermark(&self) -> bool {
+        self.watermark_key.is_some()
+    }
+
+    /// Gives the operator its state store (opened at the last committed version).
+    pub fn set_store(&mut self, store: Box<dyn StateStore>) {
+        self.store = Some(store);
+    }
+
+    /// This batch's metrics.
+    pub fn metrics(&self) -> StateOperatorProgress {
+        self.metrics.clone()
+    }
+
+    fn new_accs(&self) -> Vec<Acc> {
+        self.aggs.iter().zip(&self.kinds).map(|(a, k)| Acc::new(a.func, *k)).collect()
+    }
+
+    fn encode_group(g: &Group) -> Vec<u8> {
+        let mut v = g.evict_at.to_le_bytes().to_vec();
+        for a in &g.accs {
+            a.encode(&mut v);
+        }
+        v
+    }
+
+    /// Aggregates one batch within itself: (key bytes, group) in first-seen order.
+    fn partial(&self, batch: &RecordBatch) -> Result<Vec<(Vec<u8>, Group)>> {
+        let n = batch.num_rows();
+        // Window expansion picks rows (maybe several times) and gives window starts.
+        let mut take_idx: Option<UInt32Array> = None;
+        let mut window_cols: Vec<(ArrayRef, ArrayRef)> = Vec::new();
+        let mut window_ends: Option<Vec<i64>> = None;
+        for k in &self.keys {
+            if let KeyExec::Window { assigner, .. } = k {
+                let times = assigner.times(batch)?;
+                let (idx, starts) = assigner.assign(&times);
+                let ends: Vec<i64> = starts.iter().map(|s| s + assigner.size_us).collect();
+                window_cols.push((
+                    <Timestamp as crate::row::ArrowValue>::to_array(starts.into_iter().map(Timestamp).collect()),
+                    <Timestamp as crate::row::ArrowValue>::to_array(ends.iter().copied().map(Timestamp).collect()),
+                ));
+                window_ends = Some(ends);
+                take_idx = Some(UInt32Array::from(idx));
+                break; // one window per grouping (Spark's rule)
+            }
+        }
+        let pick = |a: &ArrayRef| -> Result<ArrayRef> {
+            Ok(match &take_idx {
+                Some(idx) => take(a.as_ref(), idx, None)?,
+                None => a.clone(),
+            })
+        };
+        let rows = take_idx.as_ref().map(|i| i.len()).unwrap_or(n);
+        let mut key_arrays: Vec<ArrayRef> = Vec::new();
+        let mut evict_col: Option<Vec<Option<i64>>> = None;
+        for (ki, k) in self.keys.iter().enumerate() {
+            match k {
+                KeyExec::Window { .. } => {
+                    let (s, e) = window_cols[0].clone();
+                    key_arrays.push(s);
+                    key_arrays.push(e);
+                    if self.watermark_key == Some(ki) {
+                        evict_col = window_ends.clone().map(|v| v.into_iter().map(Some).collect());
+                    }
+                }
+                KeyExec::Column { index, .. } => {
+                    let a = pick(batch.column(*index))?;
+                    if self.watermark_key == Some(ki) {
+                        let t = cast(&a, &timestamp_type())?;
+                        evict_col = Some(t.as_primitive::<arrow::datatypes::TimestampMicrosecondType>().iter().collect());
+                    }
+                    key_arrays.push(a);
+                }
+            }
+        }
+        let readers = self
+            .aggs
+            .iter()
+            .map(|a| match a.input {
+                Some(i) => Reader::new(Some(&pick(batch.column(i))?)),
+                None => Ok(Reader::None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
+        let mut groups: Vec<(Vec<u8>, Group)> = Vec::new();
+        let converted = match &self.converter {
+            Some(c) if rows > 0 => Some(c.convert_columns(&key_arrays)?),
+            _ => None,
+        };
+        for r in 0..rows {
+            let key: &[u8] = match &converted {
+                Some(rs) => rs.row(r).data(),
+                None => &[],
+            };
+            let gi = match index.get(key) {
+                Some(&g) => g,
+                None => {
+                    let evict_at = evict_col.as_ref().and_then(|c| c[r]).unwrap_or(i64::MAX);
+                    groups.push((key.to_vec(), Group { evict_at, accs: self.new_accs() }));
+                    index.insert(key.to_vec(), groups.len() - 1);
+                    groups.len() - 1
+                }
+            };
+            for (a, rd) in groups[gi].1.accs.iter_mut().zip(&readers) {
+                a.update(rd, r);
+            }
+        }
+        Ok(groups)
+    }
+
+    /// Runs one micro-batch: input rows in, output rows per `mode` out.
+    pub fn process(
+        &mut self,
+        input: &[RecordBatch],
+        wm: Watermarks,
+        mode: OutputMode,
+        no_data: bool,
+    ) -> Result<Vec<RecordBatch>> {
+        let started = Instant::now();
+        let mut m = StateOperatorProgress::new("stateStoreSave");
+        let mut partial: Vec<(Vec<u8>, Group)> = Vec::new();
+        let mut pindex: HashMap<Vec<u8>, usize> = HashMap::new();
+        for b in input {
+            for (k, g) in self.partial(b)? {
+                match pindex.get(&k) {
+                    Some(&i) => {
+                        for (a, o) in partial[i].1.accs.iter_mut().zip(&g.accs) {
+                            a.merge(o);
+                        }
+                    }
+                    None => {
+                        pindex.insert(k.clone(), partial.len());
+                        partial.push((k, g));
+                    }
+                }
+            }
+        }
+        // A global aggregation always has its one group in a data batch.
+        if self.keys.is_empty() && partial.is_empty() && !no_data {
+            partial.push((Vec::new(), Group { evict_at: i64::MAX, accs: self.new_accs() }));
+        }
+        let watermarked = self.watermark_key.is_some() && mode != OutputMode::Complete;
+        if watermarked {
+            if let Some(late) = wm.late_ms {
+                let late_us = late.saturating_mul(1000);
+                let before = partial.len();
+                partial.retain(|(_, g)| g.evict_at > late_us);
+                m.num_rows_dropped_by_watermark = (before - partial.len()) as i64;
+            }
+        }
+        let mut updated: Vec<(Vec<u8>, Group)> = Vec::with_capacity(partial.len());
+        {
+            let store = self.store.as_mut().ok_or_else(|| WeirError::Config("state store not opened".into()))?;
+            for (k, g) in partial {
+                let merged = match store.get(&k) {
+                    Some(old) => {
+                        let mut old = Self::decode_group_with(&self.aggs, &self.kinds, old)?;
+                        for (a, o) in old.accs.iter_mut().zip(&g.accs) {
+                            a.merge(o);
+                        }
+                        old
+                    }
+                    None => g,
+                };
+                store.put(k.clone(), Self::encode_group(&merged));
+                updated.push((k, merged));
+            }
+        }
+        m.num_rows_updated = updated.len() as i64;
+        m.all_updates_time_ms = started.elapsed().as_millis() as i64;
+        let removal_start = Instant::now();
+        let mut evicted: Vec<(Vec<u8>, Group)> = Vec::new();
+        if watermarked {
+            if let Some(ev) = wm.evict_ms {
+                let ev_us = ev.saturating_mul(1000);
+                let store = self.store.as_mut().unwrap();
+                let expired: Vec<Vec<u8>> = store
+                    .iter()
+                    .filter(|(_, v)| v.len() >= 8 && i64::from_le_bytes(v[..8].try_into().unwrap()) <= ev_us)
+                    .map(|(k, _)| k.to_vec())
+                    .collect();
+                for k in expired {
+                    if mode == OutputMode::Append {
+                        let g = Self::decode_group_with(&self.aggs, &self.kinds, store.get(&k).unwrap())?;
+                        evicted.push((k.clone(), g));
+                    }
+                    store.remove(&k);
+                    m.num_rows_removed += 1;
+                }
+            }
+        }
+        m.all_removals_time_ms = removal_start.elapsed().as_millis() as i64;
+        let mut out = match mode {
+            OutputMode::Complete => {
+                let store = self.store.as_ref().unwrap();
+                store
+                    .iter()
+                    .map(|(k, v)| Ok((k.to_vec(), Self::decode_group_with(&self.aggs, &self.kinds, v)?)))
+                    .collect::<Result<Vec<_>>>()?
+            }
+            // Spark emits updated groups before evicting: a group updated
+            // and closed in one batch is still emitted.
+            OutputMode::Update => updated,
+            OutputMode::Append => evicted,
+        };
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        let store = self.store.as_ref().unwrap();
+        m.num_rows_total = store.len() as i64;
+        m.memory_used_bytes = store.memory_used_bytes() as i64;
+        self.metrics = m;
+        let batch = self.build_output(&out)?;
+        Ok(if batch.num_rows() == 0 { vec![] } else { vec![batch] })
+    }
+
+    fn decode_group_with(aggs: &[AggExec], kinds: &[Kind], bytes: &[u8]) -> Result<Group> {
+        let bad = || WeirError::Config("damaged aggregation state value (written by a different query?)".into());
+        let evict_at = i64::from_le_bytes(bytes.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+        let mut accs: Vec<Acc> = aggs.iter().zip(kinds).map(|(a, k)| Acc::new(a.func, *k)).collect();
+        let mut pos = 8;
+        for a in &mut accs {
+            a.decode(bytes, &mut pos).ok_or_else(bad)?;
+        }
+        Ok(Group { evict_at, accs })
+    }
+
+    /// Commits this batch's state as `version`.
+    pub fn commit(&mut self, version: u64) -> Result<()> {
+        let t = Instant::now();
+        if let Some(s) = self.store.as_mut() {
+            s.commit(version)?;
+        }
+        self.metrics.commit_time_ms = t.elapsed().as_millis() as i64;
+        Ok(())
+    }
+
+    /// Undoes this batch's state changes.
+    pub fn abort(&mut self) {
+        if let Some(s) = self.store.as_mut() {
+            s.abort();
+        }
+    }
+
+    /// True when a watermark advance to `new_wm_ms` would evict or emit here
+    /// (Spark's `shouldRunAnotherBatch` for aggregations).
+    pub fn needs_no_data_batch(&self, mode: OutputMode, current_ms: Option<i64>, new_wm_ms: i64) -> bool {
+        self.watermark_key.is_some()
+            && mode != OutputMode::Complete
+            && current_ms.is_none_or(|c| new_wm_ms > c)
+    }
+
+    fn build_output(&self, groups: &[(Vec<u8>, Group)]) -> Result<RecordBatch> {
+        if groups.is_empty() {
+            return Ok(RecordBatch::new_empty(self.schema.clone()));
+        }
+        let mut cols: Vec<ArrayRef> = Vec::new();
+        if let Some(conv) = &self.converter {
+            let parser = conv.parser();
+            let rows: Vec<_> = groups.iter().map(|(k, _)| parser.parse(k)).collect();
+            let keys = conv.convert_rows(rows)?;
+            let mut it = keys.into_iter();
+            for k in &self.keys {
+                match k {
+                    KeyExec::Window { .. } => {
+                        let s = <Timestamp as crate::row::ArrowValue>::from_array(it.next().unwrap().as_ref())?;
+                        let e = <Timestamp as crate::row::ArrowValue>::from_array(it.next().unwrap().as_ref())?;
+                        let w: Vec<Window> = s.into_iter().zip(e).map(|(start, end)| Window { start, end }).collect();
+                        cols.push(<Window as crate::row::ArrowValue>::to_array(w));
+                    }
+                    KeyExec::Column { .. } => cols.push(it.next().unwrap()),
+                }
+            }
+        }
+        for (ai, a) in self.aggs.iter().enumerate() {
+            let field = self.schema.field(self.keys.len() + ai);
+            let vals = groups.iter().map(|(_, g)| &g.accs[ai]);
+            let arr: ArrayRef = match a.func {
+                AggFn::Count | AggFn::CountDistinct => Arc::new(Int64Array::from_iter_values(vals.map(|v| match v {
+                    Acc::Count(n) => *n,
+                    _ => 0,
+                }))),
+                AggFn::Avg => Arc::new(Float64Array::from_iter(vals.map(|v| match v {
+                    Acc::Avg(s, n) if *n > 0 => Some(s / *n as f64),
+                    _ => None,
+                }))),
+                AggFn::Sum => match self.kinds[ai] {
+                    Kind::Float => Arc::new(Float64Array::from_iter(vals.map(|v| match v {
+                        Acc::SumF(s) => *s,
+                        _ => None,
+                    }))),
+                    _ => Arc::new(Int64Array::from_iter(vals.map(|v| match v {
+                        Acc::SumI(s) => *s,
+                        _ => None,
+                    }))),
+                },
+                AggFn::Min | AggFn::Max => {
+                    let scalars: Vec<Option<Scalar>> = vals
+                        .map(|v| match v {
+                            Acc::Min(s) | Acc::Max(s) => s.clone(),
+                            _ => None,
+                        })
+                        .collect();
+                    let raw: ArrayRef = match self.kinds[ai] {
+                        Kind::Float => Arc::new(Float64Array::from_iter(scalars.iter().map(|s| match s {
+                            Some(Scalar::F(f)) => Some(*f),
+                            _ => None,
+                        }))),
+                        Kind::Bytes => {
+                            let b: BinaryArray = scalars
+                                .iter()
+                                .map(|s| match s {
+                                    Some(Scalar::B(b)) => Some(b.as_slice()),
+                                    _ => None,
+                                })
+                                .collect();
+                            if matches!(field.data_type(), ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View) {
+                                Arc::new(StringArray::from_iter(b.iter().map(|v| v.map(|v| String::from_utf8_lossy(v).into_owned()))))
+                            } else {
+                                Arc::new(b)
+                            }
+                        }
+                        Kind::Int => {
+                            let i = Int64Array::from_iter(scalars.iter().map(|s| match s {
+                                Some(Scalar::I(v)) => Some(*v),
+                                _ => None,
+                            }));
+                            match field.data_type() {
+                                ArrowType::Timestamp(_, _) => Arc::new(
+                                    i.reinterpret_cast::<arrow::datatypes::TimestampMicrosecondType>().with_timezone("UTC"),
+                                ),
+                                _ => Arc::new(i),
+                            }
+                        }
+                    };
+                    cast(&raw, field.data_type())?
+                }
+            };
+            cols.push(arr);
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
+    }
+}

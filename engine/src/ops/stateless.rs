@@ -1,0 +1,134 @@
+//! Stateless operators: filter, select and with_column, evaluated by
+//! DataFusion physical expressions planned once per query. No state.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, BooleanArray};
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use datafusion::common::DFSchema;
+use datafusion::physical_plan::PhysicalExpr;
+use datafusion::prelude::SessionContext;
+
+use crate::error::{Result, WeirError};
+
+/// Plans SQL expression text against a schema.
+pub struct ExprPlanner {
+    ctx: SessionContext,
+}
+
+impl Default for ExprPlanner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ExprPlanner {
+    /// A planner with weir's Spark-compatible functions registered.
+    pub fn new() -> ExprPlanner {
+        let ctx = SessionContext::new();
+        super::functions::register(&ctx);
+        ExprPlanner { ctx }
+    }
+
+    /// Plans `sql` over `schema`.
+    pub fn plan(&self, sql: &str, schema: &SchemaRef) -> Result<Arc<dyn PhysicalExpr>> {
+        let err = |e: datafusion::error::DataFusionError| WeirError::Expr {
+            expr: sql.to_string(),
+            message: e.strip_backtrace().to_string(),
+        };
+        let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(err)?;
+        let expr = self.ctx.parse_sql_expr(sql, &df_schema).map_err(err)?;
+        self.ctx.create_physical_expr(expr, &df_schema).map_err(err)
+    }
+}
+
+/// Evaluates `expr` over `batch` into an array of `batch.num_rows()` rows.
+pub fn eval(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<Arc<dyn Array>> {
+    Ok(expr.evaluate(batch)?.into_array(batch.num_rows())?)
+}
+
+/// Keeps the rows where a predicate is true.
+pub struct FilterOp {
+    predicate: Arc<dyn PhysicalExpr>,
+    schema: SchemaRef,
+}
+
+impl FilterOp {
+    /// Plans `predicate` over `schema`.
+    pub fn new(planner: &ExprPlanner, predicate: &str, schema: SchemaRef) -> Result<FilterOp> {
+        let p = planner.plan(predicate, &schema)?;
+        let t = p.data_type(&schema)?;
+        if t != arrow::datatypes::DataType::Boolean {
+            return Err(WeirError::Expr {
+                expr: predicate.to_string(),
+                message: format!("a filter needs a boolean condition, this is {t}"),
+            });
+        }
+        Ok(FilterOp { predicate: p, schema })
+    }
+
+    /// The output schema (the input's).
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// Filters one batch.
+    pub fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let mask = eval(&self.predicate, batch)?;
+        let mask = mask
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(|| WeirError::Config("filter predicate did not produce booleans".into()))?;
+        Ok(arrow::compute::filter_record_batch(batch, mask)?)
+    }
+}
+
+/// Computes a new set of columns (select) or adds/replaces one (with_column).
+pub struct ProjectOp {
+    exprs: Vec<Arc<dyn PhysicalExpr>>,
+    schema: SchemaRef,
+}
+
+impl ProjectOp {
+    /// `select expr AS alias, ...`.
+    pub fn select(planner: &ExprPlanner, items: &[(String, String)], input: SchemaRef) -> Result<ProjectOp> {
+        let mut exprs = Vec::new();
+        let mut fields = Vec::new();
+        for (sql, alias) in items {
+            let e = planner.plan(sql, &input)?;
+            fields.push(Field::new(alias, e.data_type(&input)?, true));
+            exprs.push(e);
+        }
+        Ok(ProjectOp { exprs, schema: Arc::new(Schema::new(fields)) })
+    }
+
+    /// `with_column(name, expr)`: all input columns, `name` replaced or appended.
+    pub fn with_column(planner: &ExprPlanner, name: &str, sql: &str, input: SchemaRef) -> Result<ProjectOp> {
+        let mut items: Vec<(String, String)> =
+            input.fields().iter().map(|f| (format!("\"{}\"", f.name().replace('"', "\"\"")), f.name().clone())).collect();
+        match items.iter_mut().find(|(_, a)| a == name) {
+            Some(it) => it.0 = sql.to_string(),
+            None => items.push((sql.to_string(), name.to_string())),
+        }
+        Self::select(planner, &items, input)
+    }
+
+    /// The output schema.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// Projects one batch.
+    pub fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let cols = self.exprs.iter().map(|e| eval(e, batch)).collect::<Result<Vec<_>>>()?;
+        if cols.is_empty() {
+            return Ok(RecordBatch::try_new_with_options(
+                self.schema.clone(),
+                cols,
+                &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+            )?);
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
+    }
+}

@@ -1,0 +1,87 @@
+//! `with_watermark(col, delay)`: passes rows through and records the batch's
+//! event-time statistics (min, max, avg) of `col`. After the batch the query
+//! advances this operator's watermark to `max - delay`. No state of its own:
+//! the watermark is carried in the offsets and commit logs.
+
+use arrow::array::AsArray;
+use arrow::datatypes::TimestampMicrosecondType;
+use arrow::record_batch::RecordBatch;
+
+use crate::error::{Result, WeirError};
+
+/// Event-time statistics of one batch, in milliseconds (Spark's precision).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EventTimeStats {
+    /// Earliest event time.
+    pub min: i64,
+    /// Latest event time.
+    pub max: i64,
+    /// Sum of event times (for the average).
+    pub sum: f64,
+    /// Rows counted.
+    pub count: u64,
+}
+
+impl EventTimeStats {
+    /// Folds another batch's statistics in.
+    pub fn merge(&mut self, o: &EventTimeStats) {
+        if o.count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            *self = *o;
+            return;
+        }
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+        self.sum += o.sum;
+        self.count += o.count;
+    }
+
+    /// The average event time (ms).
+    pub fn avg(&self) -> i64 {
+        if self.count == 0 {
+            0
+        } else {
+            (self.sum / self.count as f64) as i64
+        }
+    }
+}
+
+/// The watermark operator.
+pub struct WatermarkOp {
+    /// Index among the query's watermark operators.
+    pub id: usize,
+    column: usize,
+    /// The delay threshold in ms.
+    pub delay_ms: i64,
+}
+
+impl WatermarkOp {
+    /// A watermark on column index `column`.
+    pub fn new(id: usize, column: usize, delay_ms: i64) -> WatermarkOp {
+        WatermarkOp { id, column, delay_ms }
+    }
+
+    /// Records the statistics of `batch` into `stats`.
+    pub fn observe(&self, batch: &RecordBatch, stats: &mut EventTimeStats) -> Result<()> {
+        let col = batch.column(self.column);
+        let ts = arrow::compute::cast(col, &crate::row::timestamp_type())
+            .map_err(|e| WeirError::Config(format!("watermark column is not a timestamp: {e}")))?;
+        let mut s = EventTimeStats::default();
+        for v in ts.as_primitive::<TimestampMicrosecondType>().iter().flatten() {
+            let ms = v.div_euclid(1000);
+            if s.count == 0 {
+                s.min = ms;
+                s.max = ms;
+            } else {
+                s.min = s.min.min(ms);
+                s.max = s.max.max(ms);
+            }
+            s.sum += ms as f64;
+            s.count += 1;
+        }
+        stats.merge(&s);
+        Ok(())
+    }
+}

@@ -1,0 +1,540 @@
+//! The micro-batch loop (ARCHITECTURE.md's lifecycle):
+//!
+//! 1. the trigger fires; 2. each source reports its latest offset;
+//! 3. `offsets/N` is written before any work; 4. sources return `(start, end]`;
+//! 5-6. the pipeline runs (stateless ops, then stateful ones against state
+//! version N); 7. the sink commits batch N; 8. state version N+1 is committed,
+//! then `commits/N`; 9. the next watermark is computed and, if a stateful
+//! operator waits on it, a no-data batch runs next.
+//!
+//! On restart an `offsets/N` without `commits/N` is re-run with its logged
+//! offsets and watermark.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use arrow::record_batch::RecordBatch;
+use weir_plan::{OutputMode, StreamPlan, WatermarkPolicy};
+
+use super::{QueryShared, QueryState, StreamingQuery, Trigger};
+use crate::checkpoint::{Checkpoint, CommitEntry, OffsetEntry};
+use crate::dataset::StreamWriter;
+use crate::error::{Result, WeirError};
+use crate::ops::aggregate::Watermarks;
+use crate::ops::watermark::EventTimeStats;
+use crate::ops::{BatchContext, Pipeline};
+use crate::progress::{
+    format_ms, QueryListener, QueryStartedEvent, QueryStatus, QueryTerminatedEvent, SinkProgress, SourceProgress,
+    StreamingQueryProgress,
+};
+use crate::session::Session;
+use crate::sink::{BoxSink, SinkContext};
+use crate::source::{BoxSource, Offset, SourceContext};
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// A batch logged in `offsets/N` but not committed: it runs again as logged.
+struct PendingBatch {
+    entry: OffsetEntry,
+}
+
+struct Runner {
+    shared: Arc<QueryShared>,
+    session: Session,
+    plan: StreamPlan,
+    trigger: Trigger,
+    checkpoint: Checkpoint,
+    sources: Vec<(String, BoxSource)>,
+    sink: BoxSink,
+    pipeline: Pipeline,
+    listeners: Vec<Arc<dyn QueryListener>>,
+    /// Next batch id.
+    batch_id: i64,
+    /// Where the last committed batch ended, per source.
+    committed: Vec<Option<Offset>>,
+    /// The watermark the last batch ran with (late-row filter of the next), ms.
+    current_wm: Option<i64>,
+    /// The watermark the next batch runs with, ms.
+    next_wm: i64,
+    /// Each watermark operator's own watermark.
+    op_wms: Vec<Option<i64>>,
+    pending: Option<PendingBatch>,
+    last_trigger_ms: Option<i64>,
+    idle_reported: bool,
+}
+
+pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
+    let StreamWriter { stream, mode, trigger, name, checkpoint, sink } = w;
+    let session = stream.session.clone();
+    let conf = session.conf().clone();
+    let mut plan = stream.plan.clone();
+    plan.output_mode = mode;
+    plan.conf.no_data_batches = conf.no_data_batches;
+    plan.conf.watermark_policy = conf.watermark_policy;
+    let mut sink = sink.ok_or_else(|| WeirError::Config("no sink: call .sink(...) or .foreach_batch(...) before start()".into()))?;
+    let needs_checkpoint = !matches!(sink.description().as_str(), d if d.starts_with("MemorySink") || d.contains("ConsoleTable"));
+    let chk_path = match checkpoint {
+        Some(p) => std::path::PathBuf::from(p),
+        None if needs_checkpoint => {
+            return Err(WeirError::Config(
+                "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...): call .checkpoint_location(path) (only console and memory sinks may run without one)".into(),
+            ))
+        }
+        None => std::env::temp_dir().join(format!("weir-temporary-{}", uuid::Uuid::new_v4())),
+    };
+    let chk = Checkpoint::open(&chk_path, conf.fsync_checkpoint)?;
+    let meta = chk.load_or_init_metadata(&plan, conf.shuffle_partitions)?;
+    let mut sources: Vec<(String, BoxSource)> = stream.sources.into_iter().collect();
+    let schemas: Vec<_> = sources.iter().map(|(_, s)| s.schema()).collect();
+    let mut pipeline = Pipeline::compile(&plan, &schemas, &stream.statics)?;
+
+    // Recover: the last committed batch and any batch logged after it.
+    let last_commit = chk.commits.latest()?;
+    let last_offsets = chk.offsets.latest()?;
+    let mut committed: Vec<Option<Offset>> = vec![None; sources.len()];
+    let mut current_wm = None;
+    let mut next_wm = 0;
+    let mut op_wms = vec![None; pipeline.watermark_count()];
+    let mut batch_id = 0;
+    let mut pending = None;
+    if let Some(c) = last_commit {
+        let entry = chk.offsets.read_offsets(c)?.ok_or_else(|| {
+            WeirError::checkpoint(chk.root().join("offsets").join(c.to_string()), "commits/ has a batch that offsets/ lacks; the checkpoint is damaged")
+        })?;
+        let commit = chk.commits.read_commit(c)?.unwrap();
+        committed = entry.sources.clone();
+        committed.resize(sources.len(), None);
+        current_wm = Some(entry.batch_watermark_ms);
+        next_wm = commit.next_batch_watermark_ms;
+        if commit.operator_watermarks_ms.len() == op_wms.len() {
+            op_wms = commit.operator_watermarks_ms.clone();
+        }
+        batch_id = c + 1;
+    }
+    if let Some(o) = last_offsets {
+        if last_commit.is_none_or(|c| o > c) {
+            if o != batch_id {
+                return Err(WeirError::checkpoint(chk.root(), format!("offsets/ ends at batch {o} but the last commit is {:?}; the checkpoint is damaged", last_commit)));
+            }
+            let entry = chk.offsets.read_offsets(o)?.unwrap();
+            pending = Some(PendingBatch { entry });
+        }
+    }
+    let partitions = conf.shuffle_partitions;
+    let provider = conf.state_store.clone();
+    let version = batch_id as u64; // state after batch N-1 is version N
+    let sync = conf.fsync_checkpoint;
+    let retain = conf.min_batches_to_retain;
+    pipeline.open_state(|op| provider.open(&chk.state_dir(op, 0), version, retain, sync))?;
+    let _ = partitions;
+    for (i, (_, s)) in sources.iter_mut().enumerate() {
+        s.open(&SourceContext { metadata_dir: chk.source_dir(i), sync })?;
+        if trigger == Trigger::AvailableNow {
+            s.prepare_for_available_now()?;
+        }
+    }
+    sink.open(&SinkContext {
+        query_name: name.clone(),
+        checkpoint_dir: chk.root().to_path_buf(),
+        output_mode: mode,
+        schema: pipeline.schema(),
+        memory_tables: session.inner.memory_tables.clone(),
+    })?;
+
+    let explain = explain(&plan, &sources, sink.description(), trigger);
+    let shared = Arc::new(QueryShared {
+        id: meta.id.clone(),
+        run_id: uuid::Uuid::new_v4().to_string(),
+        name: name.clone(),
+        explain,
+        state: Mutex::new(QueryState {
+            status: QueryStatus { message: "Initializing sources".into(), is_data_available: false, is_trigger_active: false },
+            progress: VecDeque::new(),
+            active: true,
+            error: None,
+            idle_epoch: 0,
+        }),
+        cond: Condvar::new(),
+        stop: AtomicBool::new(false),
+        request_epoch: AtomicU64::new(0),
+        thread: Mutex::new(None),
+    });
+    let listeners = session.inner.listeners.lock().unwrap().clone();
+    let runner = Runner {
+        shared: shared.clone(),
+        session: session.clone(),
+        plan,
+        trigger,
+        checkpoint: chk,
+        sources,
+        sink,
+        pipeline,
+        listeners,
+        batch_id,
+        committed,
+        current_wm,
+        next_wm,
+        op_wms,
+        pending,
+        last_trigger_ms: None,
+        idle_reported: false,
+    };
+    for l in &runner.listeners {
+        l.on_query_started(&QueryStartedEvent { id: shared.id.clone(), run_id: shared.run_id.clone(), name: name.clone() });
+    }
+    let handle = std::thread::Builder::new()
+        .name(format!("weir-query-{}", name.as_deref().unwrap_or(&shared.id)))
+        .spawn(move || runner.run())
+        .map_err(|e| WeirError::Config(format!("cannot start the query thread: {e}")))?;
+    *shared.thread.lock().unwrap() = Some(handle);
+    let q = StreamingQuery { shared };
+    session.inner.queries.lock().unwrap().push(q.clone());
+    Ok(q)
+}
+
+fn explain(plan: &StreamPlan, sources: &[(String, BoxSource)], sink: String, trigger: Trigger) -> String {
+    let mut s = String::from("== Streaming Query ==\n");
+    for (name, src) in sources {
+        s.push_str(&format!("Source {name}: {}\n", src.description()));
+    }
+    for n in &plan.nodes {
+        s.push_str(&format!("Node {} <- {}\n", n.id, n.input));
+        for op in &n.ops {
+            s.push_str(&format!("  {}\n", describe_op(op)));
+        }
+    }
+    s.push_str(&format!("Output mode: {}\nTrigger: {trigger:?}\nSink: {sink}\n", plan.output_mode.spark_name()));
+    s
+}
+
+fn describe_op(op: &weir_plan::Op) -> String {
+    use weir_plan::{GroupKey, Op};
+    match op {
+        Op::Filter { predicate } => format!("Filter {predicate}"),
+        Op::Select { columns } => format!(
+            "Project [{}]",
+            columns.iter().map(|c| if c.expr == c.alias { c.alias.clone() } else { format!("{} AS {}", c.expr, c.alias) }).collect::<Vec<_>>().join(", ")
+        ),
+        Op::WithColumn { name, expr } => format!("WithColumn {name} = {expr}"),
+        Op::Watermark { column, delay } => format!("EventTimeWatermark {column}, {delay}"),
+        Op::Aggregate { keys, aggs } => format!(
+            "Aggregate keys=[{}] aggs=[{}]",
+            keys.iter()
+                .map(|k| match k {
+                    GroupKey::Column { column } => column.clone(),
+                    GroupKey::Window { window, alias } => format!(
+                        "window({}, {}{}) AS {alias}",
+                        window.column.clone().or(window.expr.clone()).unwrap_or_default(),
+                        window.size,
+                        window.slide.as_ref().map(|s| format!(", {s}")).unwrap_or_default()
+                    ),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            aggs.iter().map(|a| format!("{}({}) AS {}", a.func.name(), a.column, a.alias)).collect::<Vec<_>>().join(", ")
+        ),
+        other => format!("{other:?}"),
+    }
+}
+
+impl Runner {
+    fn set_status(&self, message: &str, data: bool, active: bool) {
+        let mut st = self.shared.state.lock().unwrap();
+        st.status = QueryStatus { message: message.into(), is_data_available: data, is_trigger_active: active };
+    }
+
+    fn stopping(&self) -> bool {
+        self.shared.stop.load(Ordering::SeqCst)
+    }
+
+    fn run(mut self) {
+        let result = self.run_loop();
+        for (_, s) in self.sources.iter_mut() {
+            s.stop();
+        }
+        let error = match result {
+            Ok(()) | Err(WeirError::Stopped) => None,
+            Err(e) => {
+                tracing::error!(query = %self.shared.id, "query failed: {e}");
+                Some(Arc::new(e))
+            }
+        };
+        {
+            let mut st = self.shared.state.lock().unwrap();
+            st.active = false;
+            st.error = error.clone();
+            st.status = QueryStatus { message: "Stopped".into(), is_data_available: false, is_trigger_active: false };
+        }
+        self.shared.cond.notify_all();
+        for l in &self.listeners {
+            l.on_query_terminated(&QueryTerminatedEvent {
+                id: self.shared.id.clone(),
+                run_id: self.shared.run_id.clone(),
+                exception: error.as_ref().map(|e| e.to_string()),
+            });
+        }
+        self.session.notify_terminated();
+    }
+
+    fn wait(&self, d: Duration) {
+        let st = self.shared.state.lock().unwrap();
+        if self.stopping() {
+            return;
+        }
+        let _ = self.shared.cond.wait_timeout(st, d).unwrap();
+    }
+
+    fn run_loop(&mut self) -> Result<()> {
+        let started = Instant::now();
+        let mut tick = 0u32;
+        loop {
+            if self.stopping() {
+                return Ok(());
+            }
+            if let Trigger::ProcessingTime(interval) = self.trigger {
+                // Fixed schedule: wait for the next tick; a late batch starts the next at once.
+                let next = started + interval * tick;
+                while Instant::now() < next && !self.stopping() {
+                    self.set_status("Waiting for next trigger", false, false);
+                    self.wait(next - Instant::now());
+                }
+                if self.stopping() {
+                    return Ok(());
+                }
+                let elapsed = started.elapsed();
+                tick = (elapsed.as_nanos() / interval.as_nanos().max(1)) as u32 + 1;
+            }
+            let epoch = self.shared.request_epoch.load(Ordering::SeqCst);
+            let ran = self.run_batch()?;
+            if ran {
+                self.idle_reported = false;
+                if self.trigger == Trigger::Once {
+                    return Ok(());
+                }
+                continue;
+            }
+            {
+                let mut st = self.shared.state.lock().unwrap();
+                st.idle_epoch = st.idle_epoch.max(epoch);
+                st.status = QueryStatus { message: "Waiting for data to arrive".into(), is_data_available: false, is_trigger_active: false };
+            }
+            self.shared.cond.notify_all();
+            if !self.idle_reported {
+                self.idle_reported = true;
+                for l in &self.listeners {
+                    l.on_query_idle(&self.shared.id, &self.shared.run_id);
+                }
+            }
+            match self.trigger {
+                Trigger::Once | Trigger::AvailableNow => return Ok(()),
+                Trigger::Default => {
+                    if self.shared.request_epoch.load(Ordering::SeqCst) == epoch {
+                        self.wait(self.session.conf().polling_delay);
+                    }
+                }
+                Trigger::ProcessingTime(_) => {}
+            }
+        }
+    }
+
+    /// Plans and runs one batch; false when there was nothing to do.
+    fn run_batch(&mut self) -> Result<bool> {
+        let trigger_start = Instant::now();
+        let trigger_ms = now_ms();
+        let mut durations: BTreeMap<String, i64> = BTreeMap::new();
+        let has_wm = self.pipeline.watermark_count() > 0;
+        let batch_id = self.batch_id;
+        let (entry, no_data) = match self.pending.take() {
+            Some(p) => {
+                let no_data = p.entry.sources == self.committed;
+                (p.entry, no_data)
+            }
+            None => {
+                self.set_status("Checking for new data", false, true);
+                let t = Instant::now();
+                let mut latest = Vec::new();
+                for ((_, s), c) in self.sources.iter_mut().zip(&self.committed) {
+                    latest.push(s.latest_offset(c.as_ref())?);
+                }
+                durations.insert("latestOffset".into(), t.elapsed().as_millis() as i64);
+                let has_data = latest.iter().zip(&self.committed).any(|(l, c)| l.is_some() && l != c);
+                let wm_moved = self.current_wm.is_none_or(|c| self.next_wm > c);
+                let no_data = !has_data
+                    && self.plan.conf.no_data_batches
+                    && has_wm
+                    && self.current_wm.is_some()
+                    && wm_moved
+                    && self.pipeline.needs_no_data_batch(self.current_wm, self.next_wm);
+                if !has_data && !no_data {
+                    return Ok(false);
+                }
+                let sources = if has_data { latest } else { self.committed.clone() };
+                let entry = OffsetEntry {
+                    batch_watermark_ms: self.next_wm,
+                    batch_timestamp_ms: trigger_ms,
+                    operator_watermarks_ms: self.op_wms.clone(),
+                    sources,
+                };
+                let t = Instant::now();
+                self.checkpoint.offsets.write_offsets(batch_id, &entry)?;
+                durations.insert("walCommit".into(), t.elapsed().as_millis() as i64);
+                (entry, no_data)
+            }
+        };
+        self.set_status("Processing new data", !no_data, true);
+        // Read each source's (committed, end].
+        let t = Instant::now();
+        let mut inputs: Vec<Vec<RecordBatch>> = Vec::new();
+        let mut source_rows = Vec::new();
+        for (i, (_, s)) in self.sources.iter_mut().enumerate() {
+            let end = entry.sources.get(i).cloned().flatten();
+            let start = self.committed[i].clone();
+            let batches = match &end {
+                Some(e) if Some(e) != start.as_ref() => s.get_batch(start.as_ref(), e)?,
+                _ => vec![],
+            };
+            source_rows.push(batches.iter().map(|b| b.num_rows() as i64).sum::<i64>());
+            inputs.push(batches);
+        }
+        durations.insert("getBatch".into(), t.elapsed().as_millis() as i64);
+        let watermarks = if has_wm {
+            Watermarks { late_ms: Some(self.current_wm.unwrap_or(entry.batch_watermark_ms)), evict_ms: Some(entry.batch_watermark_ms) }
+        } else {
+            Watermarks::default()
+        };
+        let mut ctx = BatchContext { watermarks, no_data, event_time: vec![] };
+        let t = Instant::now();
+        let output = match self.pipeline.run(&inputs, &mut ctx) {
+            Ok(o) => o,
+            Err(e) => {
+                self.pipeline.abort_state();
+                return Err(e);
+            }
+        };
+        if let Err(e) = self.sink.add_batch(batch_id, &output) {
+            self.pipeline.abort_state();
+            return Err(e);
+        }
+        durations.insert("addBatch".into(), t.elapsed().as_millis() as i64);
+        let t = Instant::now();
+        self.pipeline.commit_state(batch_id as u64 + 1)?;
+        // The next watermark from this batch's event times.
+        let mut op_wms = self.op_wms.clone();
+        for (i, stats) in ctx.event_time.iter().enumerate() {
+            if stats.count > 0 {
+                let cand = stats.max - self.pipeline.watermark_delays[i];
+                if op_wms[i].is_none_or(|w| cand > w) {
+                    op_wms[i] = Some(cand);
+                }
+            }
+        }
+        let known: Vec<i64> = op_wms.iter().flatten().copied().collect();
+        let chosen = match self.plan.conf.watermark_policy {
+            WatermarkPolicy::Min => known.iter().min().copied(),
+            WatermarkPolicy::Max => known.iter().max().copied(),
+        };
+        // Spark's min policy waits until every watermark operator has seen data.
+        let chosen = if self.plan.conf.watermark_policy == WatermarkPolicy::Min && known.len() < op_wms.len() { None } else { chosen };
+        let next_wm = chosen.map(|c| c.max(entry.batch_watermark_ms)).unwrap_or(entry.batch_watermark_ms);
+        self.checkpoint
+            .commits
+            .write_commit(batch_id, &CommitEntry { next_batch_watermark_ms: next_wm, operator_watermarks_ms: op_wms.clone() })?;
+        durations.insert("commitOffsets".into(), t.elapsed().as_millis() as i64);
+        for (i, (_, s)) in self.sources.iter_mut().enumerate() {
+            if let Some(e) = entry.sources.get(i).cloned().flatten() {
+                s.commit(&e)?;
+            }
+        }
+        let retain = self.session.conf().min_batches_to_retain as i64;
+        if batch_id >= retain && batch_id % 10 == 0 {
+            self.checkpoint.offsets.purge_before(batch_id - retain)?;
+            self.checkpoint.commits.purge_before(batch_id - retain)?;
+        }
+        let start_offsets = std::mem::replace(&mut self.committed, entry.sources.clone());
+        self.current_wm = Some(entry.batch_watermark_ms);
+        self.next_wm = next_wm;
+        self.op_wms = op_wms;
+        self.batch_id += 1;
+        durations.insert("triggerExecution".into(), trigger_start.elapsed().as_millis() as i64);
+        durations.insert("queryPlanning".into(), 0);
+        self.report(batch_id, trigger_ms, &entry, start_offsets, &source_rows, &ctx, &output, durations, has_wm);
+        Ok(true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn report(
+        &mut self,
+        batch_id: i64,
+        trigger_ms: i64,
+        entry: &OffsetEntry,
+        start_offsets: Vec<Option<Offset>>,
+        source_rows: &[i64],
+        ctx: &BatchContext,
+        output: &[RecordBatch],
+        durations: BTreeMap<String, i64>,
+        has_wm: bool,
+    ) {
+        let rows: i64 = source_rows.iter().sum();
+        let exec_ms = durations.get("triggerExecution").copied().unwrap_or(0).max(1) as f64;
+        let since_last = self.last_trigger_ms.map(|l| (trigger_ms - l).max(1) as f64);
+        self.last_trigger_ms = Some(trigger_ms);
+        let input_rate = since_last.map(|d| rows as f64 * 1000.0 / d).unwrap_or(0.0);
+        let processed_rate = rows as f64 * 1000.0 / exec_ms;
+        let mut event_time = BTreeMap::new();
+        let mut stats = EventTimeStats::default();
+        for s in &ctx.event_time {
+            stats.merge(s);
+        }
+        if stats.count > 0 {
+            event_time.insert("min".into(), format_ms(stats.min));
+            event_time.insert("max".into(), format_ms(stats.max));
+            event_time.insert("avg".into(), format_ms(stats.avg()));
+        }
+        if has_wm {
+            event_time.insert("watermark".into(), format_ms(entry.batch_watermark_ms));
+        }
+        let sources = self
+            .sources
+            .iter()
+            .enumerate()
+            .map(|(i, (_, s))| SourceProgress {
+                description: s.description(),
+                start_offset: start_offsets.get(i).cloned().flatten(),
+                end_offset: entry.sources.get(i).cloned().flatten(),
+                latest_offset: entry.sources.get(i).cloned().flatten(),
+                num_input_rows: source_rows[i],
+                input_rows_per_second: since_last.map(|d| source_rows[i] as f64 * 1000.0 / d).unwrap_or(0.0),
+                processed_rows_per_second: source_rows[i] as f64 * 1000.0 / exec_ms,
+            })
+            .collect();
+        let p = StreamingQueryProgress {
+            id: self.shared.id.clone(),
+            run_id: self.shared.run_id.clone(),
+            name: self.shared.name.clone(),
+            timestamp: format_ms(trigger_ms),
+            batch_id,
+            num_input_rows: rows,
+            input_rows_per_second: input_rate,
+            processed_rows_per_second: processed_rate,
+            duration_ms: durations,
+            event_time,
+            state_operators: self.pipeline.state_metrics(),
+            sources,
+            sink: SinkProgress { description: self.sink.description(), num_output_rows: output.iter().map(|b| b.num_rows() as i64).sum() },
+        };
+        for l in &self.listeners {
+            l.on_query_progress(&p);
+        }
+        let keep = self.session.conf().num_recent_progress_updates.max(1);
+        let mut st = self.shared.state.lock().unwrap();
+        st.progress.push_back(p);
+        while st.progress.len() > keep {
+            st.progress.pop_front();
+        }
+        let _ = OutputMode::Append;
+    }
+}

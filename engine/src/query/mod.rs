@@ -1,0 +1,161 @@
+//! The [`StreamingQuery`] handle and the query's thread.
+
+mod exec;
+mod trigger;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub use trigger::Trigger;
+
+use crate::dataset::StreamWriter;
+use crate::error::{Result, WeirError};
+use crate::progress::{QueryStatus, StreamingQueryProgress};
+
+pub(crate) struct QueryState {
+    pub(crate) status: QueryStatus,
+    pub(crate) progress: VecDeque<StreamingQueryProgress>,
+    pub(crate) active: bool,
+    pub(crate) error: Option<Arc<WeirError>>,
+    /// The newest `process_all_available` request the query found nothing left for.
+    pub(crate) idle_epoch: u64,
+}
+
+pub(crate) struct QueryShared {
+    pub(crate) id: String,
+    pub(crate) run_id: String,
+    pub(crate) name: Option<String>,
+    pub(crate) explain: String,
+    pub(crate) state: Mutex<QueryState>,
+    pub(crate) cond: Condvar,
+    pub(crate) stop: AtomicBool,
+    pub(crate) request_epoch: AtomicU64,
+    pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A running (or ended) streaming query.
+#[derive(Clone)]
+pub struct StreamingQuery {
+    pub(crate) shared: Arc<QueryShared>,
+}
+
+impl std::fmt::Debug for StreamingQuery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamingQuery").field("id", &self.id()).field("name", &self.name()).finish()
+    }
+}
+
+impl StreamingQuery {
+    /// The query id, stable across restarts from the same checkpoint.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// This run's id (new at every start).
+    pub fn run_id(&self) -> &str {
+        &self.shared.run_id
+    }
+
+    /// The query name.
+    pub fn name(&self) -> Option<&str> {
+        self.shared.name.as_deref()
+    }
+
+    /// What the query is doing now.
+    pub fn status(&self) -> QueryStatus {
+        self.shared.state.lock().unwrap().status.clone()
+    }
+
+    /// The last batch's progress.
+    pub fn last_progress(&self) -> Option<StreamingQueryProgress> {
+        self.shared.state.lock().unwrap().progress.back().cloned()
+    }
+
+    /// Recent batches' progress, oldest first.
+    pub fn recent_progress(&self) -> Vec<StreamingQueryProgress> {
+        self.shared.state.lock().unwrap().progress.iter().cloned().collect()
+    }
+
+    /// True until the query stops or fails.
+    pub fn is_active(&self) -> bool {
+        self.shared.state.lock().unwrap().active
+    }
+
+    /// The error that ended the query, if it failed.
+    pub fn exception(&self) -> Option<Arc<WeirError>> {
+        self.shared.state.lock().unwrap().error.clone()
+    }
+
+    pub(crate) fn error_result(&self) -> Result<()> {
+        match self.exception() {
+            Some(e) => Err(WeirError::QueryFailed(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// A description of the physical plan.
+    pub fn explain(&self) -> String {
+        self.shared.explain.clone()
+    }
+
+    /// Stops the query: the running batch finishes, then the query ends.
+    /// Returns once the query's thread has ended.
+    pub fn stop(&self) -> Result<()> {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.cond.notify_all();
+        let handle = self.shared.thread.lock().unwrap().take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the query to end. `Ok(true)`: it ended; `Ok(false)`: the
+    /// timeout passed; `Err`: the query failed, with its error.
+    pub fn await_termination(&self, timeout: Option<Duration>) -> Result<bool> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut st = self.shared.state.lock().unwrap();
+        while st.active {
+            match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Ok(false);
+                    }
+                    st = self.shared.cond.wait_timeout(st, d - now).unwrap().0;
+                }
+                None => st = self.shared.cond.wait(st).unwrap(),
+            }
+        }
+        match &st.error {
+            Some(e) => Err(WeirError::QueryFailed(e.clone())),
+            None => Ok(true),
+        }
+    }
+
+    /// Blocks until everything the sources had when called is processed,
+    /// including the no-data batches it makes due (Spark's `processAllAvailable`).
+    /// For tests.
+    pub fn process_all_available(&self) -> Result<()> {
+        let epoch = self.shared.request_epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        self.shared.cond.notify_all();
+        let mut st = self.shared.state.lock().unwrap();
+        while st.active && st.idle_epoch < epoch {
+            st = self.shared.cond.wait_timeout(st, Duration::from_millis(50)).unwrap().0;
+        }
+        match &st.error {
+            Some(e) => Err(WeirError::QueryFailed(e.clone())),
+            None if !st.active && st.idle_epoch < epoch => Err(WeirError::Stopped),
+            None => Ok(()),
+        }
+    }
+}
+
+pub(crate) fn start(writer: StreamWriter) -> Result<StreamingQuery> {
+    exec::start(writer)
+}

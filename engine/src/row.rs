@@ -1,0 +1,365 @@
+//! Typed rows: Rust values to and from Arrow columns. The `stream_query!`
+//! macro generates [`Row`] impls from these pieces.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Float64Array, Int32Array, Int64Array,
+    StringArray, StructArray, TimestampMicrosecondArray,
+};
+use arrow::datatypes::{
+    DataType as ArrowType, Field as ArrowField, Fields, Float64Type, Int32Type, Int64Type, Schema,
+    SchemaRef, TimeUnit, TimestampMicrosecondType,
+};
+use arrow::record_batch::RecordBatch;
+use weir_plan::{DataType, Field};
+
+use crate::error::{Result, WeirError};
+
+/// An instant: microseconds since the Unix epoch, UTC (Spark's `TIMESTAMP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    /// From milliseconds since the epoch.
+    pub fn from_millis(ms: i64) -> Timestamp {
+        Timestamp(ms * 1000)
+    }
+
+    /// Milliseconds since the epoch (rounded down).
+    pub fn millis(self) -> i64 {
+        self.0.div_euclid(1000)
+    }
+
+    /// Parses an ISO-8601 / RFC 3339 instant (`2024-01-01T12:00:00Z`).
+    pub fn parse(s: &str) -> Result<Timestamp> {
+        let t = chrono::DateTime::parse_from_rfc3339(s)
+            .map_err(|e| WeirError::Row(format!("`{s}` is not an RFC 3339 timestamp: {e}")))?;
+        Ok(Timestamp(t.timestamp_micros()))
+    }
+}
+
+impl std::fmt::Display for Timestamp {
+    /// Spark's console form: `2024-01-01 12:00:00` (fraction only when present).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match chrono::DateTime::from_timestamp_micros(self.0) {
+            Some(t) => {
+                let frac = self.0.rem_euclid(1_000_000);
+                if frac == 0 {
+                    write!(f, "{}", t.format("%Y-%m-%d %H:%M:%S"))
+                } else {
+                    write!(f, "{}", t.format("%Y-%m-%d %H:%M:%S%.f").to_string().trim_end_matches('0'))
+                }
+            }
+            None => write!(f, "{}us", self.0),
+        }
+    }
+}
+
+/// A time window `[start, end)`: the value of a `window(...)` grouping key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Window {
+    /// Inclusive start.
+    pub start: Timestamp,
+    /// Exclusive end.
+    pub end: Timestamp,
+}
+
+/// The Arrow type weir uses for timestamps: microseconds, UTC.
+pub fn timestamp_type() -> ArrowType {
+    ArrowType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+/// The Arrow type of a window: `struct<start: timestamp, end: timestamp>`.
+pub fn window_type() -> ArrowType {
+    ArrowType::Struct(window_fields())
+}
+
+fn window_fields() -> Fields {
+    Fields::from(vec![
+        ArrowField::new("start", timestamp_type(), true),
+        ArrowField::new("end", timestamp_type(), true),
+    ])
+}
+
+/// The Arrow type of a plan type.
+pub fn arrow_type(t: DataType) -> ArrowType {
+    match t {
+        DataType::Timestamp => timestamp_type(),
+        DataType::String => ArrowType::Utf8,
+        DataType::Int32 => ArrowType::Int32,
+        DataType::Int64 => ArrowType::Int64,
+        DataType::Float64 => ArrowType::Float64,
+        DataType::Bool => ArrowType::Boolean,
+        DataType::Binary => ArrowType::Binary,
+        DataType::Window => window_type(),
+    }
+}
+
+/// The plan type of an Arrow type, when weir has one.
+pub fn plan_type(t: &ArrowType) -> Option<DataType> {
+    Some(match t {
+        ArrowType::Timestamp(_, _) => DataType::Timestamp,
+        ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View => DataType::String,
+        ArrowType::Int32 => DataType::Int32,
+        ArrowType::Int64 => DataType::Int64,
+        ArrowType::Float64 => DataType::Float64,
+        ArrowType::Boolean => DataType::Bool,
+        ArrowType::Binary | ArrowType::LargeBinary => DataType::Binary,
+        ArrowType::Struct(f) if f.len() == 2 && f[0].name() == "start" && f[1].name() == "end" => {
+            DataType::Window
+        }
+        _ => return None,
+    })
+}
+
+/// An Arrow schema from plan fields (all columns nullable, as Spark's are).
+pub fn arrow_schema(fields: &[Field]) -> SchemaRef {
+    Arc::new(Schema::new(
+        fields
+            .iter()
+            .map(|f| ArrowField::new(&f.name, arrow_type(f.dtype), true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// Plan fields from an Arrow schema; columns of types weir has no name for are left out.
+pub fn plan_fields(schema: &Schema) -> Vec<Field> {
+    schema
+        .fields()
+        .iter()
+        .filter_map(|f| plan_type(f.data_type()).map(|t| Field::new(f.name(), t)))
+        .collect()
+}
+
+/// A typed row struct: what `stream_query!` generates for input and output rows.
+pub trait Row: Sized {
+    /// The columns, in order.
+    fn fields() -> Vec<Field>;
+    /// Rows to one Arrow batch.
+    fn to_batch(rows: &[Self]) -> Result<RecordBatch>;
+    /// An Arrow batch to rows.
+    fn from_batch(batch: &RecordBatch) -> Result<Vec<Self>>;
+}
+
+/// A Rust value type that maps to one Arrow column type.
+pub trait ArrowValue: Sized {
+    /// The plan type of the column.
+    const TYPE: DataType;
+    /// Values to an Arrow array.
+    fn to_array(values: Vec<Self>) -> ArrayRef;
+    /// An Arrow array to values; nulls are an error unless `Self` is an `Option`.
+    fn from_array(array: &dyn Array) -> Result<Vec<Self>>;
+}
+
+/// `ArrowValue` for `Option<T>`, built on the non-null impl of `T`.
+pub trait NullableArrowValue: ArrowValue {
+    /// Values with nulls to an array.
+    fn to_array_opt(values: Vec<Option<Self>>) -> ArrayRef;
+    /// An array to values with nulls.
+    fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>>;
+}
+
+impl<T: NullableArrowValue> ArrowValue for Option<T> {
+    const TYPE: DataType = T::TYPE;
+    fn to_array(values: Vec<Self>) -> ArrayRef {
+        T::to_array_opt(values)
+    }
+    fn from_array(array: &dyn Array) -> Result<Vec<Self>> {
+        T::from_array_opt(array)
+    }
+}
+
+fn no_nulls<T>(v: Vec<Option<T>>, what: &str) -> Result<Vec<T>> {
+    v.into_iter()
+        .map(|x| x.ok_or_else(|| WeirError::Row(format!("null in a non-nullable {what} column (declare it as Option<{what}>)"))))
+        .collect()
+}
+
+fn wrong_type(array: &dyn Array, want: DataType) -> WeirError {
+    WeirError::Row(format!("expected a {want} column, found {}", array.data_type()))
+}
+
+macro_rules! prim_value {
+    ($t:ty, $dt:expr, $arr:ty, $pt:ty, $name:literal) => {
+        impl NullableArrowValue for $t {
+            fn to_array_opt(values: Vec<Option<Self>>) -> ArrayRef {
+                Arc::new(<$arr>::from(values))
+            }
+            fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>> {
+                let a = array.as_primitive_opt::<$pt>().ok_or_else(|| wrong_type(array, $dt))?;
+                Ok(a.iter().collect())
+            }
+        }
+        impl ArrowValue for $t {
+            const TYPE: DataType = $dt;
+            fn to_array(values: Vec<Self>) -> ArrayRef {
+                Arc::new(<$arr>::from(values))
+            }
+            fn from_array(array: &dyn Array) -> Result<Vec<Self>> {
+                no_nulls(Self::from_array_opt(array)?, $name)
+            }
+        }
+    };
+}
+
+prim_value!(i32, DataType::Int32, Int32Array, Int32Type, "i32");
+prim_value!(i64, DataType::Int64, Int64Array, Int64Type, "i64");
+prim_value!(f64, DataType::Float64, Float64Array, Float64Type, "f64");
+
+impl NullableArrowValue for bool {
+    fn to_array_opt(values: Vec<Option<Self>>) -> ArrayRef {
+        Arc::new(BooleanArray::from(values))
+    }
+    fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>> {
+        let a = array.as_boolean_opt().ok_or_else(|| wrong_type(array, DataType::Bool))?;
+        Ok(a.iter().collect())
+    }
+}
+impl ArrowValue for bool {
+    const TYPE: DataType = DataType::Bool;
+    fn to_array(values: Vec<Self>) -> ArrayRef {
+        Arc::new(BooleanArray::from(values))
+    }
+    fn from_array(array: &dyn Array) -> Result<Vec<Self>> {
+        no_nulls(Self::from_array_opt(array)?, "bool")
+    }
+}
+
+impl NullableArrowValue for String {
+    fn to_array_opt(values: Vec<Option<Self>>) -> ArrayRef {
+        Arc::new(StringArray::from(values))
+    }
+    fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>> {
+        let a = arrow::compute::cast(&arrow::array::make_array(array.to_data()), &ArrowType::Utf8)
+            .map_err(|_| wrong_type(array, DataType::String))?;
+        Ok(a.as_string::<i32>().iter().map(|s| s.map(str::to_string)).collect())
+    }
+}
+impl ArrowValue for String {
+    const TYPE: DataType = DataType::String;
+    fn to_array(values: Vec<Self>) -> ArrayRef {
+        Arc::new(StringArray::from(values))
+    }
+    fn from_array(array: &dyn Array) -> Result<Vec<Self>> {
+        no_nulls(Self::from_array_opt(array)?, "String")
+    }
+}
+
+impl NullableArrowValue for Vec<u8> {
+    fn to_array_opt(values: Vec<Option<Self>>) -> ArrayRef {
+        Arc::new(BinaryArray::from_iter(values))
+    }
+    fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>> {
+        let a = array.as_binary_opt::<i32>().ok_or_else(|| wrong_type(array, DataType::Binary))?;
+        Ok(a.iter().map(|s| s.map(<[u8]>::to_vec)).collect())
+    }
+}
+impl ArrowValue for Vec<u8> {
+    const TYPE: DataType = DataType::Binary;
+    fn to_array(values: Vec<Self>) -> ArrayRef {
+        Self::to_array_opt(values.into_iter().map(Some).collect())
+    }
+    fn from_array(array: &dyn Array) -> Result<Vec<Self>> {
+        no_nulls(Self::from_array_opt(array)?, "Vec<u8>")
+    }
+}
+
+impl NullableArrowValue for Timestamp {
+    fn to_array_opt(values: Vec<Option<Self>>) -> ArrayRef {
+        Arc::new(
+            TimestampMicrosecondArray::from(values.into_iter().map(|v| v.map(|t| t.0)).collect::<Vec<_>>())
+                .with_timezone("UTC"),
+        )
+    }
+    fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>> {
+        let a = arrow::compute::cast(&arrow::array::make_array(array.to_data()), &timestamp_type())
+            .map_err(|_| wrong_type(array, DataType::Timestamp))?;
+        Ok(a.as_primitive::<TimestampMicrosecondType>().iter().map(|v| v.map(Timestamp)).collect())
+    }
+}
+impl ArrowValue for Timestamp {
+    const TYPE: DataType = DataType::Timestamp;
+    fn to_array(values: Vec<Self>) -> ArrayRef {
+        Self::to_array_opt(values.into_iter().map(Some).collect())
+    }
+    fn from_array(array: &dyn Array) -> Result<Vec<Self>> {
+        no_nulls(Self::from_array_opt(array)?, "Timestamp")
+    }
+}
+
+impl NullableArrowValue for Window {
+    fn to_array_opt(values: Vec<Option<Self>>) -> ArrayRef {
+        let starts = Timestamp::to_array_opt(values.iter().map(|w| w.map(|w| w.start)).collect());
+        let ends = Timestamp::to_array_opt(values.iter().map(|w| w.map(|w| w.end)).collect());
+        let nulls = arrow::buffer::NullBuffer::from(values.iter().map(Option::is_some).collect::<Vec<_>>());
+        Arc::new(StructArray::new(window_fields(), vec![starts, ends], Some(nulls)))
+    }
+    fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>> {
+        let s = array.as_struct_opt().ok_or_else(|| wrong_type(array, DataType::Window))?;
+        if s.num_columns() != 2 {
+            return Err(wrong_type(array, DataType::Window));
+        }
+        let starts = Timestamp::from_array_opt(s.column(0).as_ref())?;
+        let ends = Timestamp::from_array_opt(s.column(1).as_ref())?;
+        Ok((0..s.len())
+            .map(|i| match (s.is_valid(i), starts[i], ends[i]) {
+                (true, Some(start), Some(end)) => Some(Window { start, end }),
+                _ => None,
+            })
+            .collect())
+    }
+}
+impl ArrowValue for Window {
+    const TYPE: DataType = DataType::Window;
+    fn to_array(values: Vec<Self>) -> ArrayRef {
+        Self::to_array_opt(values.into_iter().map(Some).collect())
+    }
+    fn from_array(array: &dyn Array) -> Result<Vec<Self>> {
+        no_nulls(Self::from_array_opt(array)?, "Window")
+    }
+}
+
+/// A batch from plan fields and one array per field.
+pub fn batch_from_arrays(fields: Vec<Field>, arrays: Vec<ArrayRef>) -> Result<RecordBatch> {
+    let schema = arrow_schema(&fields);
+    if arrays.is_empty() {
+        return Ok(RecordBatch::new_empty(schema));
+    }
+    Ok(RecordBatch::try_new(schema, arrays)?)
+}
+
+/// The column `name` of a batch, or an error naming the columns it has.
+pub fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a dyn Array> {
+    match batch.schema().index_of(name) {
+        Ok(i) => Ok(batch.column(i).as_ref()),
+        Err(_) => Err(WeirError::Row(format!(
+            "the batch has no column `{name}` (it has: {})",
+            batch.schema().fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_through_arrow() {
+        let ts = vec![Timestamp::parse("2024-01-01T12:00:00Z").unwrap(), Timestamp(1)];
+        let back = Timestamp::from_array(Timestamp::to_array(ts.clone()).as_ref()).unwrap();
+        assert_eq!(back, ts);
+        let w = vec![Window { start: ts[1], end: ts[0] }];
+        assert_eq!(Window::from_array(Window::to_array(w.clone()).as_ref()).unwrap(), w);
+        let o = vec![Some(1i64), None];
+        assert_eq!(<Option<i64>>::from_array(<Option<i64>>::to_array(o.clone()).as_ref()).unwrap(), o);
+        let err = i64::from_array(<Option<i64>>::to_array(o).as_ref()).unwrap_err();
+        assert!(err.to_string().contains("Option<i64>"), "{err}");
+    }
+
+    #[test]
+    fn timestamps_print_like_spark() {
+        assert_eq!(Timestamp::parse("2024-01-01T12:00:00Z").unwrap().to_string(), "2024-01-01 12:00:00");
+        assert_eq!(Timestamp(1_500_000).to_string(), "1970-01-01 00:00:01.5");
+    }
+}

@@ -1,0 +1,244 @@
+//! The session (like `SparkSession`): configuration, the registry of active
+//! queries, memory tables and listeners.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use weir_plan::WatermarkPolicy;
+
+use crate::dataset::DataStream;
+use crate::error::{Result, WeirError};
+use crate::progress::QueryListener;
+use crate::query::StreamingQuery;
+use crate::sink::MemoryTable;
+use crate::source::BoxSource;
+use crate::state::{MemoryStateProvider, StateStoreProvider};
+
+/// Memory tables by name (the memory sink registers into these).
+pub type MemoryTables = Arc<Mutex<HashMap<String, MemoryTable>>>;
+
+/// Session settings. Where Spark has a setting, the Spark key is given.
+#[derive(Clone)]
+pub struct SessionConfig {
+    /// `spark.sql.shuffle.partitions`: state partitions per stateful operator.
+    /// Spark's default is 200; weir's is 1 (one process, one partition is fastest).
+    pub shuffle_partitions: usize,
+    /// `spark.sql.streaming.noDataMicroBatches.enabled` (default true).
+    pub no_data_batches: bool,
+    /// `spark.sql.streaming.multipleWatermarkPolicy` (default min).
+    pub watermark_policy: WatermarkPolicy,
+    /// `spark.sql.streaming.minBatchesToRetain` (default 100).
+    pub min_batches_to_retain: u64,
+    /// `spark.sql.streaming.numRecentProgressUpdates` (default 100).
+    pub num_recent_progress_updates: usize,
+    /// `spark.sql.streaming.pollingDelay`: idle wait between checks for data (default 10 ms).
+    pub polling_delay: Duration,
+    /// `weir.checkpoint.fsync`: fsync checkpoint files (default true).
+    pub fsync_checkpoint: bool,
+    /// `spark.sql.streaming.stateStore.providerClass`: the state store.
+    pub state_store: Arc<dyn StateStoreProvider>,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            shuffle_partitions: 1,
+            no_data_batches: true,
+            watermark_policy: WatermarkPolicy::Min,
+            min_batches_to_retain: 100,
+            num_recent_progress_updates: 100,
+            polling_delay: Duration::from_millis(10),
+            fsync_checkpoint: true,
+            state_store: Arc::new(MemoryStateProvider),
+        }
+    }
+}
+
+impl std::fmt::Debug for SessionConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionConfig")
+            .field("shuffle_partitions", &self.shuffle_partitions)
+            .field("no_data_batches", &self.no_data_batches)
+            .field("watermark_policy", &self.watermark_policy)
+            .field("min_batches_to_retain", &self.min_batches_to_retain)
+            .field("fsync_checkpoint", &self.fsync_checkpoint)
+            .field("state_store", &self.state_store.name())
+            .finish()
+    }
+}
+
+impl SessionConfig {
+    /// Sets a setting by its Spark (or `weir.`) key.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let bad = || WeirError::Config(format!("invalid value `{value}` for `{key}`"));
+        let flag = || match value.to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(bad()),
+        };
+        match key {
+            "spark.sql.shuffle.partitions" => self.shuffle_partitions = value.parse().map_err(|_| bad())?,
+            "spark.sql.streaming.noDataMicroBatches.enabled" => self.no_data_batches = flag()?,
+            "spark.sql.streaming.multipleWatermarkPolicy" => {
+                self.watermark_policy = match value.to_ascii_lowercase().as_str() {
+                    "min" => WatermarkPolicy::Min,
+                    "max" => WatermarkPolicy::Max,
+                    _ => return Err(bad()),
+                }
+            }
+            "spark.sql.streaming.minBatchesToRetain" => self.min_batches_to_retain = value.parse().map_err(|_| bad())?,
+            "spark.sql.streaming.numRecentProgressUpdates" => self.num_recent_progress_updates = value.parse().map_err(|_| bad())?,
+            "spark.sql.streaming.pollingDelay" => {
+                self.polling_delay = Duration::from_millis(weir_plan::parse_duration_ms(value).map_err(|_| bad())? as u64)
+            }
+            "weir.checkpoint.fsync" => self.fsync_checkpoint = flag()?,
+            "spark.sql.streaming.stateStore.providerClass" => match value {
+                "memory" | "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider" => {
+                    self.state_store = Arc::new(MemoryStateProvider)
+                }
+                _ => return Err(WeirError::Config(format!("unknown state store provider `{value}` (available: memory)"))),
+            },
+            _ => return Err(WeirError::Config(format!("unknown setting `{key}`"))),
+        }
+        Ok(())
+    }
+}
+
+pub(crate) struct SessionInner {
+    pub(crate) conf: SessionConfig,
+    pub(crate) queries: Mutex<Vec<StreamingQuery>>,
+    pub(crate) memory_tables: MemoryTables,
+    pub(crate) listeners: Mutex<Vec<Arc<dyn QueryListener>>>,
+    pub(crate) terminated: (Mutex<u64>, Condvar),
+}
+
+/// The entry point: create streams, run and track queries.
+#[derive(Clone)]
+pub struct Session {
+    pub(crate) inner: Arc<SessionInner>,
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Session::new()
+    }
+}
+
+/// Builds a [`Session`].
+#[derive(Default)]
+pub struct SessionBuilder {
+    conf: SessionConfig,
+    error: Option<WeirError>,
+}
+
+impl SessionBuilder {
+    /// Sets a setting by its Spark key (e.g. `spark.sql.shuffle.partitions`).
+    pub fn config(mut self, key: &str, value: &str) -> Self {
+        if let Err(e) = self.conf.set(key, value) {
+            self.error.get_or_insert(e);
+        }
+        self
+    }
+
+    /// Sets the state store provider.
+    pub fn state_store(mut self, p: Arc<dyn StateStoreProvider>) -> Self {
+        self.conf.state_store = p;
+        self
+    }
+
+    /// The session, or the first invalid setting.
+    pub fn build(self) -> Result<Session> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(Session::with_config(self.conf)),
+        }
+    }
+}
+
+impl Session {
+    /// A session with default settings.
+    pub fn new() -> Session {
+        Session::with_config(SessionConfig::default())
+    }
+
+    /// A builder.
+    pub fn builder() -> SessionBuilder {
+        SessionBuilder::default()
+    }
+
+    /// A session with these settings.
+    pub fn with_config(conf: SessionConfig) -> Session {
+        Session {
+            inner: Arc::new(SessionInner {
+                conf,
+                queries: Mutex::new(Vec::new()),
+                memory_tables: Arc::default(),
+                listeners: Mutex::new(Vec::new()),
+                terminated: (Mutex::new(0), Condvar::new()),
+            }),
+        }
+    }
+
+    /// The settings.
+    pub fn conf(&self) -> &SessionConfig {
+        &self.inner.conf
+    }
+
+    /// A stream reading `source` (Spark's `readStream`).
+    pub fn read_stream(&self, source: impl Into<BoxSource>) -> DataStream {
+        DataStream::new(self.clone(), source.into())
+    }
+
+    /// The queries still running.
+    pub fn active(&self) -> Vec<StreamingQuery> {
+        self.inner.queries.lock().unwrap().iter().filter(|q| q.is_active()).cloned().collect()
+    }
+
+    /// The memory table a memory sink registered under `name`.
+    pub fn memory_table(&self, name: &str) -> Option<MemoryTable> {
+        self.inner.memory_tables.lock().unwrap().get(name).cloned()
+    }
+
+    /// Adds a listener for every query started after this call.
+    pub fn add_listener(&self, l: Arc<dyn QueryListener>) {
+        self.inner.listeners.lock().unwrap().push(l);
+    }
+
+    /// Waits until any query of the session ends (or `timeout` passes).
+    /// Returns the failed query's error if it failed; `Ok(false)` on timeout.
+    pub fn await_any_termination(&self, timeout: Option<Duration>) -> Result<bool> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let (lock, cv) = &self.inner.terminated;
+        let mut n = lock.lock().unwrap();
+        let start = *n;
+        while *n == start {
+            let ended = self.inner.queries.lock().unwrap().iter().find(|q| !q.is_active()).cloned();
+            if let Some(q) = ended {
+                return q.error_result().map(|_| true);
+            }
+            match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Ok(false);
+                    }
+                    n = cv.wait_timeout(n, d - now).unwrap().0;
+                }
+                None => n = cv.wait(n).unwrap(),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Forgets queries that have ended (so `await_any_termination` waits for new ones).
+    pub fn reset_terminated(&self) {
+        self.inner.queries.lock().unwrap().retain(|q| q.is_active());
+    }
+
+    pub(crate) fn notify_terminated(&self) {
+        let (lock, cv) = &self.inner.terminated;
+        *lock.lock().unwrap() += 1;
+        cv.notify_all();
+    }
+}

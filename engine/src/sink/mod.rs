@@ -1,0 +1,58 @@
+//! Sinks: where each micro-batch's result rows go. A sink must tolerate a
+//! batch id it has seen before (a re-run after a crash) without duplicating
+//! output where it can (memory, file and foreach_batch get the batch id).
+
+pub mod console;
+pub mod file;
+pub mod foreach_batch;
+pub mod memory;
+
+use std::path::PathBuf;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use weir_plan::OutputMode;
+
+use crate::error::Result;
+
+pub use crate::source::FileFormat;
+pub use console::ConsoleSink;
+pub use file::FileSink;
+pub use foreach_batch::ForeachBatchSink;
+pub use memory::{MemorySink, MemoryTable};
+
+/// What a sink gets when its query starts.
+#[derive(Debug, Clone)]
+pub struct SinkContext {
+    /// The query's name.
+    pub query_name: Option<String>,
+    /// The checkpoint directory.
+    pub checkpoint_dir: PathBuf,
+    /// The output mode.
+    pub output_mode: OutputMode,
+    /// The result schema.
+    pub schema: SchemaRef,
+    /// The session's memory tables (for the memory sink).
+    pub memory_tables: crate::session::MemoryTables,
+}
+
+/// A streaming sink.
+pub trait Sink: Send {
+    /// A short description for progress reports.
+    fn description(&self) -> String;
+    /// Called once when the query starts; reject unsupported modes here.
+    fn open(&mut self, _ctx: &SinkContext) -> Result<()> {
+        Ok(())
+    }
+    /// Writes batch `batch_id`'s rows.
+    fn add_batch(&mut self, batch_id: i64, batches: &[RecordBatch]) -> Result<()>;
+}
+
+/// A boxed sink, as the builder takes it.
+pub type BoxSink = Box<dyn Sink>;
+
+impl<S: Sink + 'static> From<S> for BoxSink {
+    fn from(s: S) -> BoxSink {
+        Box::new(s)
+    }
+}

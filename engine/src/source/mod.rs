@@ -1,0 +1,72 @@
+//! Sources: where micro-batches come from. A source reports how far its data
+//! goes ([`Source::latest_offset`]) and returns the rows of any logged range
+//! again on request ([`Source::get_batch`]), so a batch re-run after a crash
+//! sees exactly the same rows.
+
+pub mod file;
+pub mod memory;
+pub mod rate;
+pub mod socket;
+
+use std::path::PathBuf;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+
+use crate::error::Result;
+
+pub use file::{FileFormat, FileSource};
+pub use memory::MemoryStream;
+pub use rate::RateSource;
+pub use socket::SocketSource;
+
+/// A source position, as JSON (each source defines its shape; it is written
+/// to the offsets log verbatim).
+pub type Offset = serde_json::Value;
+
+/// What a source gets when its query starts.
+#[derive(Debug, Clone)]
+pub struct SourceContext {
+    /// A directory under the checkpoint for the source's own metadata.
+    pub metadata_dir: PathBuf,
+    /// Whether metadata writes are fsync'd.
+    pub sync: bool,
+}
+
+/// A streaming source.
+pub trait Source: Send {
+    /// The schema of the rows.
+    fn schema(&self) -> SchemaRef;
+    /// A short description for progress reports (Spark's `description`).
+    fn description(&self) -> String;
+    /// Called once when the query starts, before any other call.
+    fn open(&mut self, _ctx: &SourceContext) -> Result<()> {
+        Ok(())
+    }
+    /// The offset up to which data is available now, given that batches so
+    /// far ended at `start`, within the source's per-trigger limit. `None`:
+    /// no data has ever been available.
+    fn latest_offset(&mut self, start: Option<&Offset>) -> Result<Option<Offset>>;
+    /// The rows in `(start, end]`.
+    fn get_batch(&mut self, start: Option<&Offset>, end: &Offset) -> Result<Vec<RecordBatch>>;
+    /// Batches up to `end` are committed: data before it may be released.
+    fn commit(&mut self, _end: &Offset) -> Result<()> {
+        Ok(())
+    }
+    /// For the available-now trigger: fix the target at what is available now;
+    /// `latest_offset` must not go past it afterwards.
+    fn prepare_for_available_now(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// The query is stopping.
+    fn stop(&mut self) {}
+}
+
+/// A boxed source, as the builder takes it.
+pub type BoxSource = Box<dyn Source>;
+
+impl<S: Source + 'static> From<S> for BoxSource {
+    fn from(s: S) -> BoxSource {
+        Box::new(s)
+    }
+}

@@ -1,0 +1,170 @@
+//! The rate source (Spark's `rate` format): `rows_per_second` rows each
+//! second with columns `timestamp` and `value`, optionally ramping up over
+//! `ramp_up_time`. The offset is seconds since the stream was created; the
+//! creation time is kept in the checkpoint, so replayed batches are identical.
+
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, TimestampMicrosecondArray};
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use weir_plan::{DataType, Field};
+
+use super::{Offset, Source, SourceContext};
+use crate::checkpoint::write_atomic;
+use crate::error::{Result, WeirError};
+
+/// Spark's rate source.
+pub struct RateSource {
+    rows_per_second: u64,
+    ramp_up: String,
+    ramp_up_secs: i64,
+    num_partitions: u32,
+    creation_ms: Option<i64>,
+    error: Option<String>,
+}
+
+impl Default for RateSource {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RateSource {
+    /// One row per second, no ramp-up (Spark's defaults).
+    pub fn new() -> RateSource {
+        RateSource { rows_per_second: 1, ramp_up: "0 seconds".into(), ramp_up_secs: 0, num_partitions: 1, creation_ms: None, error: None }
+    }
+
+    /// Rows generated per second.
+    pub fn rows_per_second(mut self, n: u64) -> Self {
+        self.rows_per_second = n;
+        self
+    }
+
+    /// Time to reach full speed, e.g. `"5 seconds"` (Spark's `rampUpTime`).
+    pub fn ramp_up_time(mut self, d: &str) -> Self {
+        self.ramp_up = d.to_string();
+        match weir_plan::parse_duration_ms(d) {
+            Ok(ms) => self.ramp_up_secs = ms / 1000,
+            Err(e) => self.error = Some(format!("rampUpTime \"{d}\": {e}")),
+        }
+        self
+    }
+
+    /// Partitions (kept for Spark compatibility; rows are generated in one batch per trigger).
+    pub fn num_partitions(mut self, n: u32) -> Self {
+        self.num_partitions = n.max(1);
+        self
+    }
+
+    /// The source's schema: `timestamp`, `value`.
+    pub fn fields() -> Vec<Field> {
+        vec![Field::new("timestamp", DataType::Timestamp), Field::new("value", DataType::Int64)]
+    }
+
+    fn value_at_second(&self, secs: i64) -> i64 {
+        let rps = self.rows_per_second as i64;
+        let ramp = self.ramp_up_secs;
+        let delta = rps / (ramp + 1);
+        if secs <= ramp {
+            if secs % 2 == 1 {
+                (secs + 1) / 2 * delta * secs
+            } else {
+                secs / 2 * delta * (secs + 1)
+            }
+        } else {
+            self.value_at_second(ramp) + (secs - ramp) * rps
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl Source for RateSource {
+    fn schema(&self) -> SchemaRef {
+        crate::row::arrow_schema(&Self::fields())
+    }
+
+    fn description(&self) -> String {
+        format!("RateStreamV2[rowsPerSecond={}, rampUpTimeSeconds={}, numPartitions={}]", self.rows_per_second, self.ramp_up_secs, self.num_partitions)
+    }
+
+    fn open(&mut self, ctx: &SourceContext) -> Result<()> {
+        if let Some(e) = &self.error {
+            return Err(WeirError::Config(e.clone()));
+        }
+        if self.rows_per_second == 0 {
+            return Err(WeirError::Config("rowsPerSecond must be positive".into()));
+        }
+        let path = ctx.metadata_dir.join("0");
+        match std::fs::read_to_string(&path) {
+            Ok(t) => {
+                let v: serde_json::Value = serde_json::from_str(t.lines().last().unwrap_or("")).map_err(|e| {
+                    WeirError::checkpoint(&path, format!("damaged rate source metadata ({e})"))
+                })?;
+                self.creation_ms = v.get("creationTimeMs").and_then(|v| v.as_i64());
+            }
+            Err(_) => {
+                let ms = now_ms();
+                write_atomic(&path, format!("v1\n{{\"creationTimeMs\":{ms}}}").as_bytes(), ctx.sync)?;
+                self.creation_ms = Some(ms);
+            }
+        }
+        Ok(())
+    }
+
+    fn latest_offset(&mut self, _start: Option<&Offset>) -> Result<Option<Offset>> {
+        let created = self.creation_ms.unwrap_or_else(now_ms);
+        let secs = (now_ms() - created).max(0) / 1000;
+        Ok(Some(Offset::from(secs)))
+    }
+
+    fn get_batch(&mut self, start: Option<&Offset>, end: &Offset) -> Result<Vec<RecordBatch>> {
+        let s = start.and_then(|o| o.as_i64()).unwrap_or(0);
+        let e = end.as_i64().unwrap_or(0);
+        if e <= s {
+            return Ok(vec![]);
+        }
+        let (from, to) = (self.value_at_second(s), self.value_at_second(e));
+        let created = self.creation_ms.unwrap_or(0);
+        let local_start = created + s * 1000;
+        let ms_per_value = ((e - s) * 1000) as f64 / (to - from).max(1) as f64;
+        let values: Vec<i64> = (from..to).collect();
+        let ts: Vec<i64> = values.iter().map(|v| (local_start + ((v - from) as f64 * ms_per_value).round() as i64) * 1000).collect();
+        let batch = RecordBatch::try_new(
+            self.schema(),
+            vec![Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")), Arc::new(Int64Array::from(values))],
+        )?;
+        Ok(vec![batch])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generates_spark_values_and_timestamps() {
+        let mut r = RateSource::new().rows_per_second(5);
+        r.creation_ms = Some(1_000_000);
+        let b = r.get_batch(Some(&Offset::from(2)), &Offset::from(4)).unwrap();
+        let v = b[0].column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(v.values().to_vec(), (10..20).collect::<Vec<_>>());
+        let t = b[0].column(0).as_any().downcast_ref::<TimestampMicrosecondArray>().unwrap();
+        assert_eq!(t.value(0), 1_002_000_000);
+        assert_eq!(t.value(1), 1_002_200_000);
+    }
+
+    #[test]
+    fn ramps_up_like_spark() {
+        let r = RateSource::new().rows_per_second(10).ramp_up_time("4 seconds");
+        // speed grows by 10/5 = 2 rows per second each second
+        assert_eq!(r.value_at_second(1), 2);
+        assert_eq!(r.value_at_second(2), 6);
+        assert_eq!(r.value_at_second(4), 20);
+        assert_eq!(r.value_at_second(5), 30);
+    }
+}

@@ -1,0 +1,275 @@
+//! The in-memory state store: a hash map, with each committed version's
+//! changes written as `<version>.delta` and a full `<version>.snapshot`
+//! every [`SNAPSHOT_INTERVAL`] versions. Files carry a checksum; a damaged
+//! file is an error naming it, never silently empty state.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::checkpoint::write_atomic;
+use crate::error::{Result, WeirError};
+
+use super::StateStore;
+
+/// A full snapshot is written every this many versions.
+pub const SNAPSHOT_INTERVAL: u64 = 10;
+
+const MAGIC: &[u8; 8] = b"WEIRST01";
+
+/// In-memory state for one operator partition.
+pub struct MemoryStateStore {
+    dir: PathBuf,
+    map: HashMap<Vec<u8>, Vec<u8>>,
+    /// Keys touched this batch with their previous values (for abort and the delta).
+    undo: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    retain: u64,
+    sync: bool,
+    bytes: usize,
+}
+
+fn fnv(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in data {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+fn encode<'a>(entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>) -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    for (k, v) in entries {
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(k);
+        match v {
+            Some(v) => {
+                out.extend_from_slice(&(v.len() as i32).to_le_bytes());
+                out.extend_from_slice(v);
+            }
+            None => out.extend_from_slice(&(-1i32).to_le_bytes()),
+        }
+    }
+    let sum = fnv(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
+}
+
+type Entry = (Vec<u8>, Option<Vec<u8>>);
+
+fn decode(path: &Path, data: &[u8]) -> Result<Vec<Entry>> {
+    let bad = |why: &str| {
+        WeirError::checkpoint(path, format!("damaged state file ({why}); restore it from a backup or start with a new checkpoint location"))
+    };
+    if data.len() < 16 || &data[..8] != MAGIC {
+        return Err(bad("bad header"));
+    }
+    let (body, sum) = data.split_at(data.len() - 8);
+    if fnv(body).to_le_bytes() != sum {
+        return Err(bad("checksum mismatch"));
+    }
+    let mut out = Vec::new();
+    let mut i = 8;
+    let take = |i: &mut usize, n: usize| -> Result<&[u8]> {
+        let s = body.get(*i..*i + n).ok_or_else(|| bad("truncated"))?;
+        *i += n;
+        Ok(s)
+    };
+    while i < body.len() {
+        let kl = u32::from_le_bytes(take(&mut i, 4)?.try_into().unwrap()) as usize;
+        let k = take(&mut i, kl)?.to_vec();
+        let vl = i32::from_le_bytes(take(&mut i, 4)?.try_into().unwrap());
+        let v = if vl < 0 { None } else { Some(take(&mut i, vl as usize)?.to_vec()) };
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+impl MemoryStateStore {
+    /// Opens the store in `dir` at `version` (the latest snapshot at or below
+    /// it, then the deltas after).
+    pub fn open(dir: &Path, version: u64, retain: u64, sync: bool) -> Result<MemoryStateStore> {
+        let mut s = MemoryStateStore {
+            dir: dir.to_path_buf(),
+            map: HashMap::new(),
+            undo: HashMap::new(),
+            retain: retain.max(1),
+            sync,
+            bytes: 0,
+        };
+        if version == 0 {
+            return Ok(s);
+        }
+        let mut base = 0;
+        for v in (1..=version).rev() {
+            let p = dir.join(format!("{v}.snapshot"));
+            if p.exists() {
+                let data = fs::read(&p).map_err(|e| WeirError::io(&p, e))?;
+                for (k, v) in decode(&p, &data)? {
+                    if let Some(v) = v {
+                        s.map.insert(k, v);
+                    }
+                }
+                base = v;
+                break;
+            }
+        }
+        for v in base + 1..=version {
+            let p = dir.join(format!("{v}.delta"));
+            let data = match fs::read(&p) {
+                Ok(d) => d,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(WeirError::checkpoint(
+                        &p,
+                        format!("state version {v} is missing (needed to restore version {version}); the checkpoint is incomplete: restore it or start with a new checkpoint location"),
+                    ))
+                }
+                Err(e) => return Err(WeirError::io(&p, e)),
+            };
+            for (k, v) in decode(&p, &data)? {
+                match v {
+                    Some(v) => s.map.insert(k, v),
+                    None => s.map.remove(&k),
+                };
+            }
+        }
+        s.bytes = s.map.iter().map(|(k, v)| k.len() + v.len() + 48).sum();
+        Ok(s)
+    }
+
+    fn touch(&mut self, key: &[u8]) {
+        if !self.undo.contains_key(key) {
+            self.undo.insert(key.to_vec(), self.map.get(key).cloned());
+        }
+    }
+}
+
+impl StateStore for MemoryStateStore {
+    fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        self.map.get(key).map(Vec::as_slice)
+    }
+
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.touch(&key);
+        let (kl, vl) = (key.len(), value.len());
+        match self.map.insert(key, value) {
+            Some(old) => self.bytes = (self.bytes + vl).saturating_sub(old.len()),
+            None => self.bytes += kl + vl + 48,
+        }
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        self.touch(key);
+        if let Some(old) = self.map.remove(key) {
+            self.bytes = self.bytes.saturating_sub(key.len() + old.len() + 48);
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = (&[u8], &[u8])> + '_> {
+        Box::new(self.map.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn commit(&mut self, version: u64) -> Result<()> {
+        let delta = encode(self.undo.keys().map(|k| (k.as_slice(), self.map.get(k).map(Vec::as_slice))));
+        write_atomic(&self.dir.join(format!("{version}.delta")), &delta, self.sync)?;
+        if version % SNAPSHOT_INTERVAL == 0 {
+            let snap = encode(self.map.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))));
+            write_atomic(&self.dir.join(format!("{version}.snapshot")), &snap, self.sync)?;
+        }
+        self.undo.clear();
+        // Keep `retain` versions restorable: drop files below the newest
+        // snapshot that is at least `retain` versions old.
+        if version > self.retain {
+            let floor = version - self.retain;
+            let keep_snap = (floor / SNAPSHOT_INTERVAL) * SNAPSHOT_INTERVAL;
+            if keep_snap > 0 {
+                if let Ok(rd) = fs::read_dir(&self.dir) {
+                    for e in rd.flatten() {
+                        let name = e.file_name();
+                        let name = name.to_string_lossy();
+                        let v: Option<u64> = name.split('.').next().and_then(|n| n.parse().ok());
+                        if matches!(v, Some(v) if v < keep_snap) {
+                            let _ = fs::remove_file(e.path());
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self) {
+        for (k, old) in self.undo.drain() {
+            match old {
+                Some(v) => self.map.insert(k, v),
+                None => self.map.remove(&k),
+            };
+        }
+        self.bytes = self.map.iter().map(|(k, v)| k.len() + v.len() + 48).sum();
+    }
+
+    fn memory_used_bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_restore_and_abort_undoes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = MemoryStateStore::open(dir.path(), 0, 100, false).unwrap();
+        s.put(b"a".to_vec(), b"1".to_vec());
+        s.put(b"b".to_vec(), b"2".to_vec());
+        s.commit(1).unwrap();
+        s.remove(b"a");
+        s.put(b"c".to_vec(), b"3".to_vec());
+        s.commit(2).unwrap();
+        s.put(b"d".to_vec(), b"4".to_vec());
+        s.abort();
+        assert_eq!(s.len(), 2);
+        let v1 = MemoryStateStore::open(dir.path(), 1, 100, false).unwrap();
+        assert_eq!(v1.get(b"a"), Some(&b"1"[..]));
+        assert_eq!(v1.len(), 2);
+        let v2 = MemoryStateStore::open(dir.path(), 2, 100, false).unwrap();
+        assert_eq!(v2.get(b"a"), None);
+        assert_eq!(v2.get(b"c"), Some(&b"3"[..]));
+    }
+
+    #[test]
+    fn snapshots_and_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = MemoryStateStore::open(dir.path(), 0, 5, false).unwrap();
+        for v in 1..=25u64 {
+            s.put(v.to_le_bytes().to_vec(), vec![1]);
+            s.commit(v).unwrap();
+        }
+        let back = MemoryStateStore::open(dir.path(), 25, 5, false).unwrap();
+        assert_eq!(back.len(), 25);
+        assert!(!dir.path().join("1.delta").exists());
+        assert!(dir.path().join("20.snapshot").exists());
+    }
+
+    #[test]
+    fn damaged_state_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = MemoryStateStore::open(dir.path(), 0, 5, false).unwrap();
+        s.put(b"a".to_vec(), b"1".to_vec());
+        s.commit(1).unwrap();
+        let p = dir.path().join("1.delta");
+        let mut data = fs::read(&p).unwrap();
+        let n = data.len();
+        data[n - 10] ^= 0xff;
+        fs::write(&p, data).unwrap();
+        let err = MemoryStateStore::open(dir.path(), 1, 5, false).err().unwrap();
+        assert!(err.to_string().contains("checksum"), "{err}");
+        let err = MemoryStateStore::open(dir.path(), 2, 5, false).err().unwrap();
+        assert!(err.to_string().contains("missing"), "{err}");
+    }
+}
