@@ -1,1 +1,5 @@
-#[test] fn t(){}
+//! weir's integration tests: one binary (each test binary links the whole
+//! engine, so they share one).
+
+mod common;
+mod conformance;

@@ -269,7 +269,8 @@ mod tests {
         fs::write(&p, data).unwrap();
         let err = MemoryStateStore::open(dir.path(), 1, 5, false).err().unwrap();
         assert!(err.to_string().contains("checksum"), "{err}");
-        let err = MemoryStateStore::open(dir.path(), 2, 5, false).err().unwrap();
+        fs::remove_file(&p).unwrap();
+        let err = MemoryStateStore::open(dir.path(), 1, 5, false).err().unwrap();
         assert!(err.to_string().contains("missing"), "{err}");
     }
 }
