@@ -3,3 +3,5 @@
 
 mod common;
 mod conformance;
+mod recovery;
+mod sinks;

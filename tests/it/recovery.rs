@@ -1,0 +1,170 @@
+//! Restarts and crashes: a query stopped or killed mid-stream and started
+//! again on its checkpoint produces exactly the output of an uninterrupted run.
+
+use std::fs;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use weir::functions::{count_star, sum, window};
+use weir::plan::{DataType, Field, OutputMode};
+use weir::source::{FileFormat, FileSource};
+use weir::{Session, SessionConfig, StreamingQuery, WeirError};
+
+use crate::common::rows_json;
+
+type Collected = Arc<Mutex<Vec<(i64, Vec<String>)>>>;
+
+fn fields() -> Vec<Field> {
+    vec![Field::new("ts", DataType::Timestamp), Field::new("key", DataType::String), Field::new("value", DataType::Int64)]
+}
+
+const FILES: &[&str] = &[
+    r#"{"ts":"2024-01-01T12:02:00Z","key":"a","value":1}
+{"ts":"2024-01-01T12:07:00Z","key":"b","value":2}"#,
+    r#"{"ts":"2024-01-01T12:12:00Z","key":"a","value":4}
+{"ts":"2024-01-01T12:01:00Z","key":"b","value":5}"#,
+    r#"{"ts":"2024-01-01T12:26:00Z","key":"a","value":7}"#,
+    r#"{"ts":"2024-01-01T12:05:00Z","key":"a","value":8}
+{"ts":"2024-01-01T12:13:00Z","key":"b","value":9}"#,
+    r#"{"ts":"2024-01-01T12:45:00Z","key":"c","value":12}"#,
+    r#"{"ts":"2024-01-01T13:30:00Z","key":"c","value":13}"#,
+];
+
+fn write_file(dir: &Path, i: usize) {
+    fs::create_dir_all(dir).unwrap();
+    // Written aside and renamed in, as a producer should, so no half file is read.
+    let tmp = dir.join(format!(".f{i:02}.tmp"));
+    fs::write(&tmp, FILES[i]).unwrap();
+    fs::rename(&tmp, dir.join(format!("f{i:02}.json"))).unwrap();
+}
+
+fn session() -> Session {
+    Session::with_config(SessionConfig { fsync_checkpoint: true, ..SessionConfig::default() })
+}
+
+/// Windowed count+sum over the file source, append mode, one file per batch,
+/// collecting (batch id, sorted rows) through foreach_batch.
+fn start(input: &Path, chk: &Path, out: Collected) -> Result<StreamingQuery, WeirError> {
+    session()
+        .read_stream(FileSource::new(input, FileFormat::Json, fields()).max_files_per_trigger(1))
+        .with_watermark("ts", "10 minutes")
+        .group_by(vec![window("ts", "10 minutes"), weir::functions::col("key")])
+        .agg(vec![count_star("n"), sum("value", "total")])
+        .write_stream()
+        .output_mode(OutputMode::Append)
+        .checkpoint_location(chk.to_str().unwrap())
+        .foreach_batch(move |id, batches| {
+            let mut rows: Vec<String> = rows_json(batches).iter().map(|r| r.to_string()).collect();
+            rows.sort();
+            let mut o = out.lock().unwrap();
+            o.retain(|(b, _)| *b != id); // a re-run batch replaces what it wrote
+            o.push((id, rows));
+            Ok(())
+        })
+        .start()
+}
+
+/// Starts the query, feeds files `files` one at a time (each fully processed,
+/// with the no-data batches it makes due), then stops it.
+fn run_files(input: &Path, chk: &Path, out: &Collected, files: std::ops::Range<usize>) {
+    let q = start(input, chk, out.clone()).unwrap();
+    q.process_all_available().unwrap();
+    for i in files {
+        write_file(input, i);
+        q.process_all_available().unwrap();
+    }
+    q.stop().unwrap();
+    assert!(q.exception().is_none());
+}
+
+fn uninterrupted() -> Vec<(i64, Vec<String>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let out: Collected = Arc::default();
+    run_files(&dir.path().join("in"), &dir.path().join("chk"), &out, 0..FILES.len());
+    let v = out.lock().unwrap().clone();
+    v
+}
+
+#[test]
+fn stop_and_restart_equals_an_uninterrupted_run() {
+    let expected = uninterrupted();
+    assert!(expected.iter().any(|(_, rows)| !rows.is_empty()), "the reference run emitted nothing: {expected:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+    let out: Collected = Arc::default();
+    run_files(&input, &chk, &out, 0..3);
+    run_files(&input, &chk, &out, 3..FILES.len());
+    assert_eq!(*out.lock().unwrap(), expected);
+}
+
+#[test]
+fn a_crash_after_the_state_commit_reruns_the_batch_exactly() {
+    let expected = uninterrupted();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+    let out: Collected = Arc::default();
+    run_files(&input, &chk, &out, 0..FILES.len());
+    // Simulate a kill between the state commit and the commit log: the last
+    // batch's offsets and state are on disk, its commits/ entry is not.
+    let last = expected.last().unwrap().0;
+    fs::remove_file(chk.join("commits").join(last.to_string())).unwrap();
+    let before = out.lock().unwrap().clone();
+    run_files(&input, &chk, &out, 0..0);
+    assert_eq!(*out.lock().unwrap(), expected);
+    assert_eq!(before, expected);
+}
+
+#[test]
+fn a_crash_right_after_the_offsets_log_reruns_with_the_logged_offsets() {
+    let expected = uninterrupted();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+    let out: Collected = Arc::default();
+    run_files(&input, &chk, &out, 0..FILES.len());
+    // Kill right after offsets/N: no sink output, no state version, no commit.
+    let last = expected.last().unwrap().0;
+    fs::remove_file(chk.join("commits").join(last.to_string())).unwrap();
+    let state = chk.join("state/0/0");
+    let _ = fs::remove_file(state.join(format!("{}.delta", last + 1)));
+    let _ = fs::remove_file(state.join(format!("{}.snapshot", last + 1)));
+    out.lock().unwrap().retain(|(b, _)| *b != last);
+    run_files(&input, &chk, &out, 0..0);
+    assert_eq!(*out.lock().unwrap(), expected);
+}
+
+#[test]
+fn a_changed_query_on_an_old_checkpoint_is_refused_with_what_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+    let out: Collected = Arc::default();
+    run_files(&input, &chk, &out, 0..1);
+    let err = session()
+        .read_stream(FileSource::new(&input, FileFormat::Json, fields()))
+        .with_watermark("ts", "10 minutes")
+        .group_by(vec![window("ts", "5 minutes")])
+        .agg(vec![count_star("n")])
+        .write_stream()
+        .checkpoint_location(chk.to_str().unwrap())
+        .foreach_batch(|_, _| Ok(()))
+        .start()
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("different query"), "{msg}");
+    assert!(msg.contains("aggregate"), "names the changed operation: {msg}");
+}
+
+#[test]
+fn a_damaged_checkpoint_is_a_clear_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+    let out: Collected = Arc::default();
+    run_files(&input, &chk, &out, 0..2);
+    let last = fs::read_dir(chk.join("offsets")).unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse::<i64>().ok()).max().unwrap();
+    fs::write(chk.join("offsets").join(last.to_string()), "garbage").unwrap();
+    let err = start(&input, &chk, out.clone()).unwrap_err().to_string();
+    assert!(err.contains(&format!("offsets/{last}")), "{err}");
+    assert!(err.contains("damaged") || err.contains("not a weir"), "{err}");
+    fs::write(chk.join("metadata"), "{not json").unwrap();
+    let err = start(&input, &chk, out).unwrap_err().to_string();
+    assert!(err.contains("metadata") && err.contains("damaged"), "{err}");
+}
