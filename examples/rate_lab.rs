@@ -26,7 +26,10 @@ fn seconds() -> u64 {
             }
         }
     }
-    std::env::var("WEIR_LAB_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60)
+    std::env::var("WEIR_LAB_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60)
 }
 
 fn main() -> weir::Result<()> {

@@ -27,10 +27,20 @@ impl DataStream {
         let fields = crate::row::plan_fields(&source.schema());
         let name = "stream".to_string();
         let mut plan = StreamPlan::single(name.clone(), fields, vec![], OutputMode::Append);
-        plan.sources.insert(name.clone(), SourceDecl { schema: crate::row::plan_fields(&source.schema()) });
+        plan.sources.insert(
+            name.clone(),
+            SourceDecl {
+                schema: crate::row::plan_fields(&source.schema()),
+            },
+        );
         let mut sources = BTreeMap::new();
         sources.insert(name, source);
-        DataStream { session, plan, sources, statics: BTreeMap::new() }
+        DataStream {
+            session,
+            plan,
+            sources,
+            statics: BTreeMap::new(),
+        }
     }
 
     /// A stream from a whole plan (e.g. a conformance scenario's): one source
@@ -46,7 +56,12 @@ impl DataStream {
                 return Err(WeirError::Config(format!("no source given for `{name}`")));
             }
         }
-        Ok(DataStream { session: session.clone(), plan, sources, statics })
+        Ok(DataStream {
+            session: session.clone(),
+            plan,
+            sources,
+            statics,
+        })
     }
 
     fn push(mut self, op: Op) -> Self {
@@ -54,30 +69,48 @@ impl DataStream {
         if let Some(n) = self.plan.nodes.iter_mut().find(|n| n.id == id) {
             n.ops.push(op);
         } else {
-            self.plan.nodes.push(Node { id, input: self.plan.sources.keys().next().cloned().unwrap_or_default(), ops: vec![op] });
+            self.plan.nodes.push(Node {
+                id,
+                input: self.plan.sources.keys().next().cloned().unwrap_or_default(),
+                ops: vec![op],
+            });
         }
         self
     }
 
     /// Keeps rows where the SQL `predicate` holds (`value % 2 = 1`).
     pub fn filter(self, predicate: &str) -> Self {
-        self.push(Op::Filter { predicate: predicate.into() })
+        self.push(Op::Filter {
+            predicate: predicate.into(),
+        })
     }
 
     /// Projects to `(sql expression, alias)` pairs.
     pub fn select(self, items: Vec<(&str, &str)>) -> Self {
-        let columns = items.into_iter().map(|(e, a)| SelectItem { expr: e.into(), alias: a.into() }).collect();
+        let columns = items
+            .into_iter()
+            .map(|(e, a)| SelectItem {
+                expr: e.into(),
+                alias: a.into(),
+            })
+            .collect();
         self.push(Op::Select { columns })
     }
 
     /// Adds or replaces column `name` with a SQL expression.
     pub fn with_column(self, name: &str, expr: &str) -> Self {
-        self.push(Op::WithColumn { name: name.into(), expr: expr.into() })
+        self.push(Op::WithColumn {
+            name: name.into(),
+            expr: expr.into(),
+        })
     }
 
     /// Declares `column` as event time, late by at most `delay` (`"10 minutes"`).
     pub fn with_watermark(self, column: &str, delay: &str) -> Self {
-        self.push(Op::Watermark { column: column.into(), delay: delay.into() })
+        self.push(Op::Watermark {
+            column: column.into(),
+            delay: delay.into(),
+        })
     }
 
     /// Groups by keys ([`crate::functions::window`], [`crate::functions::col`]).
@@ -87,17 +120,29 @@ impl DataStream {
 
     /// Drops rows whose `columns` were seen before (Spark's `dropDuplicates`).
     pub fn drop_duplicates(self, columns: &[&str]) -> Self {
-        self.push(Op::Dedup { columns: columns.iter().map(|c| c.to_string()).collect(), within_watermark: false })
+        self.push(Op::Dedup {
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            within_watermark: false,
+        })
     }
 
     /// Spark's `dropDuplicatesWithinWatermark`.
     pub fn drop_duplicates_within_watermark(self, columns: &[&str]) -> Self {
-        self.push(Op::Dedup { columns: columns.iter().map(|c| c.to_string()).collect(), within_watermark: true })
+        self.push(Op::Dedup {
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            within_watermark: true,
+        })
     }
 
     /// Sorts (only valid on an aggregation in complete mode, as in Spark).
     pub fn order_by(self, by: Vec<(&str, bool)>) -> Self {
-        let by = by.into_iter().map(|(c, desc)| weir_plan::SortKey { column: c.into(), desc }).collect();
+        let by = by
+            .into_iter()
+            .map(|(c, desc)| weir_plan::SortKey {
+                column: c.into(),
+                desc,
+            })
+            .collect();
         self.push(Op::Sort { by })
     }
 
@@ -113,7 +158,14 @@ impl DataStream {
 
     /// How to write the stream out (Spark's `writeStream`).
     pub fn write_stream(self) -> StreamWriter {
-        StreamWriter { stream: self, mode: OutputMode::Append, trigger: Trigger::Default, name: None, checkpoint: None, sink: None }
+        StreamWriter {
+            stream: self,
+            mode: OutputMode::Append,
+            trigger: Trigger::Default,
+            name: None,
+            checkpoint: None,
+            sink: None,
+        }
     }
 }
 
@@ -126,7 +178,10 @@ pub struct GroupedStream {
 impl GroupedStream {
     /// Aggregates each group ([`crate::functions::count_star`], `sum`, ...).
     pub fn agg(self, aggs: Vec<AggSpec>) -> DataStream {
-        self.stream.push(Op::Aggregate { keys: self.keys, aggs })
+        self.stream.push(Op::Aggregate {
+            keys: self.keys,
+            aggs,
+        })
     }
 
     /// `count(*) AS count`, Spark's `groupBy(...).count()`.

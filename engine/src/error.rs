@@ -77,11 +77,17 @@ pub type Result<T, E = WeirError> = std::result::Result<T, E>;
 impl WeirError {
     /// An I/O error at `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> WeirError {
-        WeirError::Io { path: path.into(), source }
+        WeirError::Io {
+            path: path.into(),
+            source,
+        }
     }
 
     /// A checkpoint error at `path`.
     pub fn checkpoint(path: impl Into<PathBuf>, message: impl Into<String>) -> WeirError {
-        WeirError::Checkpoint { path: path.into(), message: message.into() }
+        WeirError::Checkpoint {
+            path: path.into(),
+            message: message.into(),
+        }
     }
 }

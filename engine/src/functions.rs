@@ -14,7 +14,12 @@ use weir_plan::{AggFn, AggSpec, GroupKey, WindowSpec};
 /// A tumbling window of `size` over timestamp column `column`, named `window`.
 pub fn window(column: &str, size: &str) -> GroupKey {
     GroupKey::Window {
-        window: WindowSpec { column: Some(column.into()), expr: None, size: size.into(), slide: None },
+        window: WindowSpec {
+            column: Some(column.into()),
+            expr: None,
+            size: size.into(),
+            slide: None,
+        },
         alias: "window".into(),
     }
 }
@@ -22,7 +27,12 @@ pub fn window(column: &str, size: &str) -> GroupKey {
 /// A sliding window of `size` every `slide` over `column`, named `window`.
 pub fn sliding_window(column: &str, size: &str, slide: &str) -> GroupKey {
     GroupKey::Window {
-        window: WindowSpec { column: Some(column.into()), expr: None, size: size.into(), slide: Some(slide.into()) },
+        window: WindowSpec {
+            column: Some(column.into()),
+            expr: None,
+            size: size.into(),
+            slide: Some(slide.into()),
+        },
         alias: "window".into(),
     }
 }
@@ -30,7 +40,12 @@ pub fn sliding_window(column: &str, size: &str, slide: &str) -> GroupKey {
 /// A window over `window_time(<window column>)` of an earlier aggregation (chained windows).
 pub fn window_of_window(window_column: &str, size: &str) -> GroupKey {
     GroupKey::Window {
-        window: WindowSpec { column: None, expr: Some(format!("window_time({window_column})")), size: size.into(), slide: None },
+        window: WindowSpec {
+            column: None,
+            expr: Some(format!("window_time({window_column})")),
+            size: size.into(),
+            slide: None,
+        },
         alias: "window".into(),
     }
 }
@@ -38,18 +53,27 @@ pub fn window_of_window(window_column: &str, size: &str) -> GroupKey {
 /// Renames a window key (`window(...).alias(name)`).
 pub fn named(key: GroupKey, name: &str) -> GroupKey {
     match key {
-        GroupKey::Window { window, .. } => GroupKey::Window { window, alias: name.into() },
+        GroupKey::Window { window, .. } => GroupKey::Window {
+            window,
+            alias: name.into(),
+        },
         other => other,
     }
 }
 
 /// A grouping column.
 pub fn col(name: &str) -> GroupKey {
-    GroupKey::Column { column: name.into() }
+    GroupKey::Column {
+        column: name.into(),
+    }
 }
 
 fn agg(func: AggFn, column: &str, alias: &str) -> AggSpec {
-    AggSpec { func, column: column.into(), alias: alias.into() }
+    AggSpec {
+        func,
+        column: column.into(),
+        alias: alias.into(),
+    }
 }
 
 /// `count(*) AS alias`.

@@ -48,7 +48,13 @@ impl std::fmt::Display for Timestamp {
                 if frac == 0 {
                     write!(f, "{}", t.format("%Y-%m-%d %H:%M:%S"))
                 } else {
-                    write!(f, "{}", t.format("%Y-%m-%d %H:%M:%S%.f").to_string().trim_end_matches('0'))
+                    write!(
+                        f,
+                        "{}",
+                        t.format("%Y-%m-%d %H:%M:%S%.f")
+                            .to_string()
+                            .trim_end_matches('0')
+                    )
                 }
             }
             None => write!(f, "{}us", self.0),
@@ -172,12 +178,21 @@ impl<T: NullableArrowValue> ArrowValue for Option<T> {
 
 fn no_nulls<T>(v: Vec<Option<T>>, what: &str) -> Result<Vec<T>> {
     v.into_iter()
-        .map(|x| x.ok_or_else(|| WeirError::Row(format!("null in a non-nullable {what} column (declare it as Option<{what}>)"))))
+        .map(|x| {
+            x.ok_or_else(|| {
+                WeirError::Row(format!(
+                    "null in a non-nullable {what} column (declare it as Option<{what}>)"
+                ))
+            })
+        })
         .collect()
 }
 
 fn wrong_type(array: &dyn Array, want: DataType) -> WeirError {
-    WeirError::Row(format!("expected a {want} column, found {}", array.data_type()))
+    WeirError::Row(format!(
+        "expected a {want} column, found {}",
+        array.data_type()
+    ))
 }
 
 macro_rules! prim_value {
@@ -187,7 +202,9 @@ macro_rules! prim_value {
                 Arc::new(<$arr>::from(values))
             }
             fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>> {
-                let a = array.as_primitive_opt::<$pt>().ok_or_else(|| wrong_type(array, $dt))?;
+                let a = array
+                    .as_primitive_opt::<$pt>()
+                    .ok_or_else(|| wrong_type(array, $dt))?;
                 Ok(a.iter().collect())
             }
         }
@@ -212,7 +229,9 @@ impl NullableArrowValue for bool {
         Arc::new(BooleanArray::from(values))
     }
     fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>> {
-        let a = array.as_boolean_opt().ok_or_else(|| wrong_type(array, DataType::Bool))?;
+        let a = array
+            .as_boolean_opt()
+            .ok_or_else(|| wrong_type(array, DataType::Bool))?;
         Ok(a.iter().collect())
     }
 }
@@ -233,7 +252,10 @@ impl NullableArrowValue for String {
     fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>> {
         let a = arrow::compute::cast(&arrow::array::make_array(array.to_data()), &ArrowType::Utf8)
             .map_err(|_| wrong_type(array, DataType::String))?;
-        Ok(a.as_string::<i32>().iter().map(|s| s.map(str::to_string)).collect())
+        Ok(a.as_string::<i32>()
+            .iter()
+            .map(|s| s.map(str::to_string))
+            .collect())
     }
 }
 impl ArrowValue for String {
@@ -251,7 +273,9 @@ impl NullableArrowValue for Vec<u8> {
         Arc::new(BinaryArray::from_iter(values))
     }
     fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>> {
-        let a = array.as_binary_opt::<i32>().ok_or_else(|| wrong_type(array, DataType::Binary))?;
+        let a = array
+            .as_binary_opt::<i32>()
+            .ok_or_else(|| wrong_type(array, DataType::Binary))?;
         Ok(a.iter().map(|s| s.map(<[u8]>::to_vec)).collect())
     }
 }
@@ -268,14 +292,25 @@ impl ArrowValue for Vec<u8> {
 impl NullableArrowValue for Timestamp {
     fn to_array_opt(values: Vec<Option<Self>>) -> ArrayRef {
         Arc::new(
-            TimestampMicrosecondArray::from(values.into_iter().map(|v| v.map(|t| t.0)).collect::<Vec<_>>())
-                .with_timezone("UTC"),
+            TimestampMicrosecondArray::from(
+                values
+                    .into_iter()
+                    .map(|v| v.map(|t| t.0))
+                    .collect::<Vec<_>>(),
+            )
+            .with_timezone("UTC"),
         )
     }
     fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>> {
-        let a = arrow::compute::cast(&arrow::array::make_array(array.to_data()), &timestamp_type())
-            .map_err(|_| wrong_type(array, DataType::Timestamp))?;
-        Ok(a.as_primitive::<TimestampMicrosecondType>().iter().map(|v| v.map(Timestamp)).collect())
+        let a = arrow::compute::cast(
+            &arrow::array::make_array(array.to_data()),
+            &timestamp_type(),
+        )
+        .map_err(|_| wrong_type(array, DataType::Timestamp))?;
+        Ok(a.as_primitive::<TimestampMicrosecondType>()
+            .iter()
+            .map(|v| v.map(Timestamp))
+            .collect())
     }
 }
 impl ArrowValue for Timestamp {
@@ -292,11 +327,18 @@ impl NullableArrowValue for Window {
     fn to_array_opt(values: Vec<Option<Self>>) -> ArrayRef {
         let starts = Timestamp::to_array_opt(values.iter().map(|w| w.map(|w| w.start)).collect());
         let ends = Timestamp::to_array_opt(values.iter().map(|w| w.map(|w| w.end)).collect());
-        let nulls = arrow::buffer::NullBuffer::from(values.iter().map(Option::is_some).collect::<Vec<_>>());
-        Arc::new(StructArray::new(window_fields(), vec![starts, ends], Some(nulls)))
+        let nulls =
+            arrow::buffer::NullBuffer::from(values.iter().map(Option::is_some).collect::<Vec<_>>());
+        Arc::new(StructArray::new(
+            window_fields(),
+            vec![starts, ends],
+            Some(nulls),
+        ))
     }
     fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>> {
-        let s = array.as_struct_opt().ok_or_else(|| wrong_type(array, DataType::Window))?;
+        let s = array
+            .as_struct_opt()
+            .ok_or_else(|| wrong_type(array, DataType::Window))?;
         if s.num_columns() != 2 {
             return Err(wrong_type(array, DataType::Window));
         }
@@ -335,7 +377,13 @@ pub fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a dyn Array> {
         Ok(i) => Ok(batch.column(i).as_ref()),
         Err(_) => Err(WeirError::Row(format!(
             "the batch has no column `{name}` (it has: {})",
-            batch.schema().fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ")
+            batch
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ))),
     }
 }
@@ -346,20 +394,37 @@ mod tests {
 
     #[test]
     fn values_round_trip_through_arrow() {
-        let ts = vec![Timestamp::parse("2024-01-01T12:00:00Z").unwrap(), Timestamp(1)];
+        let ts = vec![
+            Timestamp::parse("2024-01-01T12:00:00Z").unwrap(),
+            Timestamp(1),
+        ];
         let back = Timestamp::from_array(Timestamp::to_array(ts.clone()).as_ref()).unwrap();
         assert_eq!(back, ts);
-        let w = vec![Window { start: ts[1], end: ts[0] }];
-        assert_eq!(Window::from_array(Window::to_array(w.clone()).as_ref()).unwrap(), w);
+        let w = vec![Window {
+            start: ts[1],
+            end: ts[0],
+        }];
+        assert_eq!(
+            Window::from_array(Window::to_array(w.clone()).as_ref()).unwrap(),
+            w
+        );
         let o = vec![Some(1i64), None];
-        assert_eq!(<Option<i64>>::from_array(<Option<i64>>::to_array(o.clone()).as_ref()).unwrap(), o);
+        assert_eq!(
+            <Option<i64>>::from_array(<Option<i64>>::to_array(o.clone()).as_ref()).unwrap(),
+            o
+        );
         let err = i64::from_array(<Option<i64>>::to_array(o).as_ref()).unwrap_err();
         assert!(err.to_string().contains("Option<i64>"), "{err}");
     }
 
     #[test]
     fn timestamps_print_like_spark() {
-        assert_eq!(Timestamp::parse("2024-01-01T12:00:00Z").unwrap().to_string(), "2024-01-01 12:00:00");
+        assert_eq!(
+            Timestamp::parse("2024-01-01T12:00:00Z")
+                .unwrap()
+                .to_string(),
+            "2024-01-01 12:00:00"
+        );
         assert_eq!(Timestamp(1_500_000).to_string(), "1970-01-01 00:00:01.5");
     }
 }

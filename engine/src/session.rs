@@ -78,7 +78,9 @@ impl SessionConfig {
             _ => Err(bad()),
         };
         match key {
-            "spark.sql.shuffle.partitions" => self.shuffle_partitions = value.parse().map_err(|_| bad())?,
+            "spark.sql.shuffle.partitions" => {
+                self.shuffle_partitions = value.parse().map_err(|_| bad())?
+            }
             "spark.sql.streaming.noDataMicroBatches.enabled" => self.no_data_batches = flag()?,
             "spark.sql.streaming.multipleWatermarkPolicy" => {
                 self.watermark_policy = match value.to_ascii_lowercase().as_str() {
@@ -87,17 +89,28 @@ impl SessionConfig {
                     _ => return Err(bad()),
                 }
             }
-            "spark.sql.streaming.minBatchesToRetain" => self.min_batches_to_retain = value.parse().map_err(|_| bad())?,
-            "spark.sql.streaming.numRecentProgressUpdates" => self.num_recent_progress_updates = value.parse().map_err(|_| bad())?,
+            "spark.sql.streaming.minBatchesToRetain" => {
+                self.min_batches_to_retain = value.parse().map_err(|_| bad())?
+            }
+            "spark.sql.streaming.numRecentProgressUpdates" => {
+                self.num_recent_progress_updates = value.parse().map_err(|_| bad())?
+            }
             "spark.sql.streaming.pollingDelay" => {
-                self.polling_delay = Duration::from_millis(weir_plan::parse_duration_ms(value).map_err(|_| bad())? as u64)
+                self.polling_delay = Duration::from_millis(
+                    weir_plan::parse_duration_ms(value).map_err(|_| bad())? as u64,
+                )
             }
             "weir.checkpoint.fsync" => self.fsync_checkpoint = flag()?,
             "spark.sql.streaming.stateStore.providerClass" => match value {
-                "memory" | "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider" => {
+                "memory"
+                | "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider" => {
                     self.state_store = Arc::new(MemoryStateProvider)
                 }
-                _ => return Err(WeirError::Config(format!("unknown state store provider `{value}` (available: memory)"))),
+                _ => {
+                    return Err(WeirError::Config(format!(
+                        "unknown state store provider `{value}` (available: memory)"
+                    )))
+                }
             },
             _ => return Err(WeirError::Config(format!("unknown setting `{key}`"))),
         }
@@ -192,7 +205,14 @@ impl Session {
 
     /// The queries still running.
     pub fn active(&self) -> Vec<StreamingQuery> {
-        self.inner.queries.lock().unwrap().iter().filter(|q| q.is_active()).cloned().collect()
+        self.inner
+            .queries
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|q| q.is_active())
+            .cloned()
+            .collect()
     }
 
     /// The memory table a memory sink registered under `name`.
@@ -213,7 +233,14 @@ impl Session {
         let mut n = lock.lock().unwrap();
         let start = *n;
         while *n == start {
-            let ended = self.inner.queries.lock().unwrap().iter().find(|q| !q.is_active()).cloned();
+            let ended = self
+                .inner
+                .queries
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|q| !q.is_active())
+                .cloned();
             if let Some(q) = ended {
                 return q.error_result().map(|_| true);
             }

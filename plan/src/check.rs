@@ -113,7 +113,12 @@ pub struct Violation {
 impl Violation {
     /// A violation.
     pub fn new(rule: Rule, at: Location, message: String, help: Option<String>) -> Violation {
-        Violation { rule, at, message, help }
+        Violation {
+            rule,
+            at,
+            message,
+            help,
+        }
     }
 }
 
@@ -170,7 +175,12 @@ impl Ctx<'_> {
 
     /// Every op that ends up in the result: (node index, op index, op).
     fn result_ops(&self) -> Vec<(usize, usize, &Op)> {
-        let Some(ri) = self.plan.nodes.iter().position(|n| n.id == self.plan.result) else {
+        let Some(ri) = self
+            .plan
+            .nodes
+            .iter()
+            .position(|n| n.id == self.plan.result)
+        else {
             return vec![];
         };
         let mut nodes = self.upstream(ri);
@@ -223,7 +233,9 @@ fn append_aggregation_needs_watermark(cx: &Ctx, out: &mut Vec<Violation>) {
         return;
     }
     for (ni, oi, op) in cx.result_ops() {
-        let Op::Aggregate { keys, .. } = op else { continue };
+        let Op::Aggregate { keys, .. } = op else {
+            continue;
+        };
         let input = cx.input_of(ni, oi);
         if !input.streaming {
             continue;
@@ -276,7 +288,9 @@ fn complete_needs_aggregation(cx: &Ctx, out: &mut Vec<Violation>) {
 /// DataFrames/Datasets. Consider using approx_count_distinct() instead.`
 fn no_distinct_aggregation(cx: &Ctx, out: &mut Vec<Violation>) {
     for (ni, oi, op) in cx.result_ops() {
-        let Op::Aggregate { aggs, .. } = op else { continue };
+        let Op::Aggregate { aggs, .. } = op else {
+            continue;
+        };
         for (i, a) in aggs.iter().enumerate() {
             if a.func == AggFn::CountDistinct && cx.input_of(ni, oi).streaming {
                 out.push(Violation::new(
@@ -299,7 +313,8 @@ fn no_stateful_after_aggregation_in_update_or_complete(cx: &Ctx, out: &mut Vec<V
     }
     let mut seen_agg = false;
     for (ni, oi, op) in cx.result_ops() {
-        let stateful = op.is_stateful() || matches!(op, Op::Join { right, .. } if cx.is_streaming(right));
+        let stateful =
+            op.is_stateful() || matches!(op, Op::Join { right, .. } if cx.is_streaming(right));
         if stateful && seen_agg {
             out.push(Violation::new(
                 Rule::ChainedStatefulAfterAggregation,
@@ -344,9 +359,16 @@ fn no_limit_in_update(cx: &Ctx, out: &mut Vec<Violation>) {
         if matches!(op, Op::Limit { .. }) && cx.input_of(ni, oi).streaming {
             out.push(Violation::new(
                 Rule::LimitInUpdateMode,
-                Location::Op { node: ni, op: oi, part: Part::Whole },
-                "Limits are not supported on streaming DataFrames/Datasets in Update output mode".into(),
-                Some("use output_mode: complete or append with a limit, or limit in the sink".into()),
+                Location::Op {
+                    node: ni,
+                    op: oi,
+                    part: Part::Whole,
+                },
+                "Limits are not supported on streaming DataFrames/Datasets in Update output mode"
+                    .into(),
+                Some(
+                    "use output_mode: complete or append with a limit, or limit in the sink".into(),
+                ),
             ));
         }
     }
@@ -366,7 +388,9 @@ fn no_non_time_window_functions(cx: &Ctx, out: &mut Vec<Violation>) {
             _ => vec![],
         };
         for (name, expr, part) in exprs {
-            let Some((call, spec)) = sql::window_function(&expr) else { continue };
+            let Some((call, spec)) = sql::window_function(&expr) else {
+                continue;
+            };
             if !cx.input_of(ni, oi).streaming {
                 continue;
             }
@@ -384,7 +408,11 @@ fn no_non_time_window_functions(cx: &Ctx, out: &mut Vec<Violation>) {
 /// DataFrames/DataSets without watermark`.
 fn dedup_within_watermark_needs_watermark(cx: &Ctx, out: &mut Vec<Violation>) {
     for (ni, oi, op) in cx.result_ops() {
-        if let Op::Dedup { within_watermark: true, .. } = op {
+        if let Op::Dedup {
+            within_watermark: true,
+            ..
+        } = op
+        {
             let input = cx.input_of(ni, oi);
             if input.streaming && !input.has_watermark {
                 out.push(Violation::new(
@@ -426,10 +454,24 @@ fn stream_stream_join_append_only(cx: &Ctx, out: &mut Vec<Violation>) {
 /// (stream-static).
 fn outer_joins_need_watermark_or_static_side(cx: &Ctx, out: &mut Vec<Violation>) {
     for (ni, oi, op) in cx.result_ops() {
-        let Op::Join { right, how, on, using } = op else { continue };
+        let Op::Join {
+            right,
+            how,
+            on,
+            using,
+        } = op
+        else {
+            continue;
+        };
         let left = cx.input_of(ni, oi);
-        let Some(rs) = cx.schemas.get(right) else { continue };
-        let at = Location::Op { node: ni, op: oi, part: Part::Whole };
+        let Some(rs) = cx.schemas.get(right) else {
+            continue;
+        };
+        let at = Location::Op {
+            node: ni,
+            op: oi,
+            part: Part::Whole,
+        };
         let (ls, rstream) = (left.streaming, rs.streaming);
         let name = how.spark_name();
         // Stream-static: the streaming side must be the preserved one.
@@ -440,7 +482,11 @@ fn outer_joins_need_watermark_or_static_side(cx: &Ctx, out: &mut Vec<Violation>)
             JoinType::Inner => false,
         };
         if bad_static {
-            let (s, t) = if rstream { ("right", "left") } else { ("left", "right") };
+            let (s, t) = if rstream {
+                ("right", "left")
+            } else {
+                ("left", "right")
+            };
             out.push(Violation::new(
                 Rule::StreamStaticOuterJoin,
                 at,
@@ -461,9 +507,11 @@ fn outer_joins_need_watermark_or_static_side(cx: &Ctx, out: &mut Vec<Violation>)
         };
         let wm_in_keys = conj.iter().any(|c| {
             sql::comparison_op(c).as_deref() == Some("=")
-                && sql::referenced_columns(c)
-                    .iter()
-                    .any(|col| left.column(col).or_else(|| rs.column(col)).is_some_and(|c| c.watermark))
+                && sql::referenced_columns(c).iter().any(|col| {
+                    left.column(col)
+                        .or_else(|| rs.column(col))
+                        .is_some_and(|c| c.watermark)
+                })
         });
         let nullable: Vec<&NodeSchema> = match how {
             JoinType::LeftOuter | JoinType::LeftSemi | JoinType::LeftAnti => vec![rs],
@@ -472,10 +520,12 @@ fn outer_joins_need_watermark_or_static_side(cx: &Ctx, out: &mut Vec<Violation>)
         };
         let ranged = |side: &NodeSchema| {
             conj.iter().any(|c| {
-                matches!(sql::comparison_op(c).as_deref(), Some("<" | "<=" | ">" | ">=" | "between"))
-                    && sql::referenced_columns(c)
-                        .iter()
-                        .any(|col| side.column(col).is_some_and(|c| c.watermark))
+                matches!(
+                    sql::comparison_op(c).as_deref(),
+                    Some("<" | "<=" | ">" | ">=" | "between")
+                ) && sql::referenced_columns(c)
+                    .iter()
+                    .any(|col| side.column(col).is_some_and(|c| c.watermark))
             })
         };
         if !wm_in_keys && !nullable.iter().all(|s| ranged(s)) {
@@ -510,14 +560,26 @@ mod tests {
     fn window_count(wm: bool, mode: OutputMode) -> StreamPlan {
         let mut ops = vec![];
         if wm {
-            ops.push(Op::Watermark { column: "ts".into(), delay: "10 minutes".into() });
+            ops.push(Op::Watermark {
+                column: "ts".into(),
+                delay: "10 minutes".into(),
+            });
         }
         ops.push(Op::Aggregate {
             keys: vec![GroupKey::Window {
-                window: WindowSpec { column: Some("ts".into()), expr: None, size: "10 minutes".into(), slide: None },
+                window: WindowSpec {
+                    column: Some("ts".into()),
+                    expr: None,
+                    size: "10 minutes".into(),
+                    slide: None,
+                },
                 alias: "window".into(),
             }],
-            aggs: vec![AggSpec { func: AggFn::Count, column: "*".into(), alias: "n".into() }],
+            aggs: vec![AggSpec {
+                func: AggFn::Count,
+                column: "*".into(),
+                alias: "n".into(),
+            }],
         });
         StreamPlan::single("events", events(), ops, mode)
     }
@@ -528,7 +590,10 @@ mod tests {
 
     #[test]
     fn append_aggregation_needs_a_watermark() {
-        assert_eq!(rules(&window_count(false, OutputMode::Append)), vec![Rule::AppendAggregationWithoutWatermark]);
+        assert_eq!(
+            rules(&window_count(false, OutputMode::Append)),
+            vec![Rule::AppendAggregationWithoutWatermark]
+        );
         assert!(rules(&window_count(true, OutputMode::Append)).is_empty());
         assert!(rules(&window_count(false, OutputMode::Update)).is_empty());
     }
@@ -539,8 +604,16 @@ mod tests {
             "events",
             events(),
             vec![
-                Op::Watermark { column: "ts".into(), delay: "1 minute".into() },
-                Op::Aggregate { keys: vec![GroupKey::Column { column: "key".into() }], aggs: vec![] },
+                Op::Watermark {
+                    column: "ts".into(),
+                    delay: "1 minute".into(),
+                },
+                Op::Aggregate {
+                    keys: vec![GroupKey::Column {
+                        column: "key".into(),
+                    }],
+                    aggs: vec![],
+                },
             ],
             OutputMode::Append,
         );
@@ -562,16 +635,37 @@ mod tests {
             "events",
             events(),
             vec![Op::Aggregate {
-                keys: vec![GroupKey::Column { column: "key".into() }],
-                aggs: vec![AggSpec { func: AggFn::CountDistinct, column: "value".into(), alias: "d".into() }],
+                keys: vec![GroupKey::Column {
+                    column: "key".into(),
+                }],
+                aggs: vec![AggSpec {
+                    func: AggFn::CountDistinct,
+                    column: "value".into(),
+                    alias: "d".into(),
+                }],
             }],
             OutputMode::Complete,
         );
         assert_eq!(rules(&p), vec![Rule::DistinctAggregation]);
-        let p = StreamPlan::single("events", events(), vec![Op::Sort { by: vec![SortKey { column: "ts".into(), desc: false }] }], OutputMode::Append);
+        let p = StreamPlan::single(
+            "events",
+            events(),
+            vec![Op::Sort {
+                by: vec![SortKey {
+                    column: "ts".into(),
+                    desc: false,
+                }],
+            }],
+            OutputMode::Append,
+        );
         assert_eq!(rules(&p), vec![Rule::SortWithoutCompleteAggregation]);
         let mut p = window_count(false, OutputMode::Complete);
-        p.nodes[0].ops.push(Op::Sort { by: vec![SortKey { column: "n".into(), desc: true }] });
+        p.nodes[0].ops.push(Op::Sort {
+            by: vec![SortKey {
+                column: "n".into(),
+                desc: true,
+            }],
+        });
         assert!(rules(&p).is_empty());
         let mut p = window_count(false, OutputMode::Update);
         p.nodes[0].ops.push(Op::Limit { n: 3 });
@@ -579,7 +673,10 @@ mod tests {
         let p = StreamPlan::single(
             "events",
             events(),
-            vec![Op::WithColumn { name: "rn".into(), expr: "row_number() OVER (PARTITION BY key ORDER BY ts)".into() }],
+            vec![Op::WithColumn {
+                name: "rn".into(),
+                expr: "row_number() OVER (PARTITION BY key ORDER BY ts)".into(),
+            }],
             OutputMode::Append,
         );
         let v = check(&p);
@@ -590,13 +687,28 @@ mod tests {
     #[test]
     fn chained_aggregation_only_in_append() {
         let mut p = window_count(true, OutputMode::Update);
-        p.nodes[0].ops.push(Op::Aggregate { keys: vec![], aggs: vec![AggSpec { func: AggFn::Sum, column: "n".into(), alias: "t".into() }] });
+        p.nodes[0].ops.push(Op::Aggregate {
+            keys: vec![],
+            aggs: vec![AggSpec {
+                func: AggFn::Sum,
+                column: "n".into(),
+                alias: "t".into(),
+            }],
+        });
         assert_eq!(rules(&p), vec![Rule::ChainedStatefulAfterAggregation]);
     }
 
     #[test]
     fn dedup_within_watermark_needs_one() {
-        let p = StreamPlan::single("events", events(), vec![Op::Dedup { columns: vec!["key".into()], within_watermark: true }], OutputMode::Append);
+        let p = StreamPlan::single(
+            "events",
+            events(),
+            vec![Op::Dedup {
+                columns: vec!["key".into()],
+                within_watermark: true,
+            }],
+            OutputMode::Append,
+        );
         assert_eq!(rules(&p), vec![Rule::DedupWithinWatermarkWithoutWatermark]);
     }
 }

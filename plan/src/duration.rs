@@ -61,7 +61,10 @@ pub fn parse_duration_ms(s: &str) -> Result<i64, DurationError> {
             _ => words.push(w.to_string()),
         }
     }
-    if words.first().is_some_and(|w| w.eq_ignore_ascii_case("interval")) {
+    if words
+        .first()
+        .is_some_and(|w| w.eq_ignore_ascii_case("interval"))
+    {
         words.remove(0);
     }
     if words.is_empty() {
@@ -73,7 +76,9 @@ pub fn parse_duration_ms(s: &str) -> Result<i64, DurationError> {
         let n: f64 = num
             .parse()
             .map_err(|_| DurationError::NotANumber(num.clone()))?;
-        let unit = it.next().ok_or_else(|| DurationError::MissingUnit(num.clone()))?;
+        let unit = it
+            .next()
+            .ok_or_else(|| DurationError::MissingUnit(num.clone()))?;
         let ms = unit_ms(&unit).ok_or(DurationError::UnknownUnit(unit))?;
         total += (n * ms as f64).round() as i64;
     }

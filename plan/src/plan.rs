@@ -452,7 +452,10 @@ impl StreamPlan {
                 desc.push_str(&format!("{op:?};"));
             }
         }
-        desc.push_str(&format!("result {} mode {:?}", self.result, self.output_mode));
+        desc.push_str(&format!(
+            "result {} mode {:?}",
+            self.result, self.output_mode
+        ));
         let mut h: u64 = 0xcbf29ce484222325;
         for b in desc.bytes() {
             h ^= b as u64;

@@ -74,10 +74,16 @@ pub fn resolve(plan: &StreamPlan) -> (BTreeMap<String, NodeSchema>, Vec<Violatio
                 errs.push(Violation::new(
                     Rule::UnknownInput,
                     Location::node(ni),
-                    format!("node `{}` reads `{}`, which is not a source, static table or earlier node", node.id, node.input),
+                    format!(
+                        "node `{}` reads `{}`, which is not a source, static table or earlier node",
+                        node.id, node.input
+                    ),
                     None,
                 ));
-                NodeSchema { streaming: true, ..Default::default() }
+                NodeSchema {
+                    streaming: true,
+                    ..Default::default()
+                }
             }
         };
         for (oi, op) in node.ops.iter().enumerate() {
@@ -99,7 +105,12 @@ pub fn resolve(plan: &StreamPlan) -> (BTreeMap<String, NodeSchema>, Vec<Violatio
 fn did_you_mean(name: &str, cols: &[Column]) -> Option<String> {
     let best = cols
         .iter()
-        .map(|c| (edit_distance(&name.to_ascii_lowercase(), &c.name.to_ascii_lowercase()), &c.name))
+        .map(|c| {
+            (
+                edit_distance(&name.to_ascii_lowercase(), &c.name.to_ascii_lowercase()),
+                &c.name,
+            )
+        })
         .min_by_key(|(d, _)| *d)?;
     let limit = (name.len().max(best.1.len()) / 3).max(2);
     (best.0 <= limit).then(|| format!("did you mean `{}`?", best.1))
@@ -151,7 +162,11 @@ fn apply_op(
     op: &Op,
     errs: &mut Vec<Violation>,
 ) {
-    let at = |part: Part| Location::Op { node: ni, op: oi, part };
+    let at = |part: Part| Location::Op {
+        node: ni,
+        op: oi,
+        part,
+    };
     match op {
         Op::Filter { predicate } => check_sql_columns(predicate, cur, at(Part::Whole), errs),
         Op::Select { columns } => {
@@ -190,7 +205,8 @@ fn apply_op(
             match cur.columns.iter_mut().find(|c| c.name == *column) {
                 None => errs.push(unknown_column(column, cur, at(Part::Column(0)))),
                 Some(c) => {
-                    if matches!(c.dtype, Some(t) if t != DataType::Timestamp && t != DataType::Window) {
+                    if matches!(c.dtype, Some(t) if t != DataType::Timestamp && t != DataType::Window)
+                    {
                         errs.push(Violation::new(
                             Rule::TypeMismatch,
                             at(Part::Column(0)),
@@ -214,18 +230,27 @@ fn apply_op(
                         Some(c) => out.push(c.clone()),
                         None => {
                             errs.push(unknown_column(column, cur, at(Part::Key(i))));
-                            out.push(Column { name: column.clone(), dtype: None, watermark: false });
+                            out.push(Column {
+                                name: column.clone(),
+                                dtype: None,
+                                watermark: false,
+                            });
                         }
                     },
                     GroupKey::Window { window, alias } => {
-                        for (what, d, part) in [("size", Some(&window.size), Part::KeySize(i)), ("slide", window.slide.as_ref(), Part::KeySlide(i))] {
+                        for (what, d, part) in [
+                            ("size", Some(&window.size), Part::KeySize(i)),
+                            ("slide", window.slide.as_ref(), Part::KeySlide(i)),
+                        ] {
                             if let Some(d) = d {
                                 if let Err(e) = parse_positive_duration_ms(d) {
                                     errs.push(Violation::new(
                                         Rule::BadDuration,
                                         at(part),
                                         format!("invalid window {what} \"{d}\": {e}"),
-                                        Some("write a positive duration like \"10 minutes\"".into()),
+                                        Some(
+                                            "write a positive duration like \"10 minutes\"".into(),
+                                        ),
                                     ));
                                 }
                             }
@@ -248,7 +273,8 @@ fn apply_op(
                             None => errs.push(Violation::new(
                                 Rule::UnknownColumn,
                                 at(Part::Key(i)),
-                                "a window needs a time column or window_time(<window column>)".into(),
+                                "a window needs a time column or window_time(<window column>)"
+                                    .into(),
                                 None,
                             )),
                             Some(tc) => match cur.column(&tc) {
@@ -274,7 +300,11 @@ fn apply_op(
                                 }
                             },
                         }
-                        out.push(Column { name: alias.clone(), dtype: Some(DataType::Window), watermark: wm });
+                        out.push(Column {
+                            name: alias.clone(),
+                            dtype: Some(DataType::Window),
+                            watermark: wm,
+                        });
                     }
                 }
             }
@@ -311,8 +341,12 @@ fn apply_op(
                             input.map(|t| t.name()).unwrap_or("?")
                         ),
                         Some(match a.func {
-                            AggFn::Sum | AggFn::Avg => "sum and avg take int32, int64 or float64 columns".into(),
-                            _ => "min and max take numbers, strings, booleans and timestamps".into(),
+                            AggFn::Sum | AggFn::Avg => {
+                                "sum and avg take int32, int64 or float64 columns".into()
+                            }
+                            _ => {
+                                "min and max take numbers, strings, booleans and timestamps".into()
+                            }
                         }),
                     ));
                 }
@@ -324,7 +358,11 @@ fn apply_op(
                         Some("give each aggregate its own name".into()),
                     ));
                 }
-                out.push(Column { name: a.alias.clone(), dtype: rt, watermark: false });
+                out.push(Column {
+                    name: a.alias.clone(),
+                    dtype: rt,
+                    watermark: false,
+                });
             }
             cur.columns = out;
             if cur.streaming {
@@ -338,7 +376,9 @@ fn apply_op(
                 }
             }
         }
-        Op::Join { right, using, on, .. } => {
+        Op::Join {
+            right, using, on, ..
+        } => {
             let Some(r) = schemas.get(right) else {
                 errs.push(Violation::new(
                     Rule::UnknownInput,
@@ -359,7 +399,12 @@ fn apply_op(
                         errs.push(unknown_column(k, r, at(Part::Column(i))));
                     }
                 }
-                cols.extend(r.columns.iter().filter(|c| !keys.contains(&c.name)).cloned());
+                cols.extend(
+                    r.columns
+                        .iter()
+                        .filter(|c| !keys.contains(&c.name))
+                        .cloned(),
+                );
             } else {
                 cols.extend(r.columns.iter().cloned());
             }
@@ -391,10 +436,17 @@ fn derived(cur: &NodeSchema, expr: &str, name: &str) -> Column {
     let toks = sql::tokenize(expr);
     if let [sql::Token::Ident(src)] = toks.as_slice() {
         if let Some(c) = cur.column(src) {
-            return Column { name: name.to_string(), ..c.clone() };
+            return Column {
+                name: name.to_string(),
+                ..c.clone()
+            };
         }
     }
-    Column { name: name.to_string(), dtype: None, watermark: false }
+    Column {
+        name: name.to_string(),
+        dtype: None,
+        watermark: false,
+    }
 }
 
 #[cfg(test)]
@@ -415,13 +467,19 @@ mod tests {
         let p = StreamPlan::single(
             "events",
             events(),
-            vec![Op::Filter { predicate: "vaule > 1".into() }],
+            vec![Op::Filter {
+                predicate: "vaule > 1".into(),
+            }],
             OutputMode::Append,
         );
         let (_, errs) = resolve(&p);
         assert_eq!(errs.len(), 1);
         assert_eq!(errs[0].message, "unknown column `vaule`");
-        assert!(errs[0].help.as_deref().unwrap().starts_with("did you mean `value`?"));
+        assert!(errs[0]
+            .help
+            .as_deref()
+            .unwrap()
+            .starts_with("did you mean `value`?"));
     }
 
     #[test]
@@ -430,18 +488,36 @@ mod tests {
             "events",
             events(),
             vec![
-                Op::Watermark { column: "ts".into(), delay: "10 minutes".into() },
+                Op::Watermark {
+                    column: "ts".into(),
+                    delay: "10 minutes".into(),
+                },
                 Op::Aggregate {
                     keys: vec![
                         GroupKey::Window {
-                            window: WindowSpec { column: Some("ts".into()), expr: None, size: "10 minutes".into(), slide: None },
+                            window: WindowSpec {
+                                column: Some("ts".into()),
+                                expr: None,
+                                size: "10 minutes".into(),
+                                slide: None,
+                            },
                             alias: "window".into(),
                         },
-                        GroupKey::Column { column: "key".into() },
+                        GroupKey::Column {
+                            column: "key".into(),
+                        },
                     ],
                     aggs: vec![
-                        AggSpec { func: AggFn::Sum, column: "value".into(), alias: "s".into() },
-                        AggSpec { func: AggFn::Avg, column: "value".into(), alias: "a".into() },
+                        AggSpec {
+                            func: AggFn::Sum,
+                            column: "value".into(),
+                            alias: "s".into(),
+                        },
+                        AggSpec {
+                            func: AggFn::Avg,
+                            column: "value".into(),
+                            alias: "a".into(),
+                        },
                     ],
                 },
             ],
@@ -462,13 +538,25 @@ mod tests {
             "events",
             events(),
             vec![
-                Op::Watermark { column: "key".into(), delay: "10 minutes".into() },
+                Op::Watermark {
+                    column: "key".into(),
+                    delay: "10 minutes".into(),
+                },
                 Op::Aggregate {
                     keys: vec![GroupKey::Window {
-                        window: WindowSpec { column: Some("key".into()), expr: None, size: "10 minutes".into(), slide: Some("20 minutes".into()) },
+                        window: WindowSpec {
+                            column: Some("key".into()),
+                            expr: None,
+                            size: "10 minutes".into(),
+                            slide: Some("20 minutes".into()),
+                        },
                         alias: "window".into(),
                     }],
-                    aggs: vec![AggSpec { func: AggFn::Sum, column: "key".into(), alias: "s".into() }],
+                    aggs: vec![AggSpec {
+                        func: AggFn::Sum,
+                        column: "key".into(),
+                        alias: "s".into(),
+                    }],
                 },
             ],
             OutputMode::Update,
@@ -477,7 +565,12 @@ mod tests {
         let rules: Vec<Rule> = errs.iter().map(|e| e.rule).collect();
         assert_eq!(
             rules,
-            vec![Rule::TypeMismatch, Rule::WindowSlideLargerThanSize, Rule::TypeMismatch, Rule::TypeMismatch]
+            vec![
+                Rule::TypeMismatch,
+                Rule::WindowSlideLargerThanSize,
+                Rule::TypeMismatch,
+                Rule::TypeMismatch
+            ]
         );
     }
 }

@@ -74,10 +74,47 @@ pub fn tokenize(sql: &str) -> Vec<Token> {
 }
 
 const KEYWORDS: &[&str] = &[
-    "and", "or", "not", "is", "null", "true", "false", "interval", "cast", "as", "like", "ilike",
-    "in", "between", "case", "when", "then", "else", "end", "distinct", "over", "partition", "by",
-    "order", "asc", "desc", "nulls", "first", "last", "rows", "range", "unbounded", "preceding",
-    "following", "current", "row", "date", "timestamp", "escape", "similar", "to",
+    "and",
+    "or",
+    "not",
+    "is",
+    "null",
+    "true",
+    "false",
+    "interval",
+    "cast",
+    "as",
+    "like",
+    "ilike",
+    "in",
+    "between",
+    "case",
+    "when",
+    "then",
+    "else",
+    "end",
+    "distinct",
+    "over",
+    "partition",
+    "by",
+    "order",
+    "asc",
+    "desc",
+    "nulls",
+    "first",
+    "last",
+    "rows",
+    "range",
+    "unbounded",
+    "preceding",
+    "following",
+    "current",
+    "row",
+    "date",
+    "timestamp",
+    "escape",
+    "similar",
+    "to",
 ];
 
 /// The column names an expression references, in order of first use.
@@ -133,7 +170,8 @@ fn find_word(haystack: &str, word: &str) -> Option<usize> {
         let at = from + p;
         let before = at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_');
         let end = at + word.len();
-        let after = end >= bytes.len() || !(bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_');
+        let after =
+            end >= bytes.len() || !(bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_');
         if before && after {
             return Some(at);
         }

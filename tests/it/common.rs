@@ -13,7 +13,9 @@ pub fn cell_json(a: &dyn Array, i: usize) -> serde_json::Value {
     }
     match a.data_type() {
         DataType::Timestamp(TimeUnit::Microsecond, _) => {
-            let us = a.as_primitive::<weir::arrow::datatypes::TimestampMicrosecondType>().value(i);
+            let us = a
+                .as_primitive::<weir::arrow::datatypes::TimestampMicrosecondType>()
+                .value(i);
             Value::String(iso(us))
         }
         DataType::Struct(fields) => {
@@ -24,9 +26,18 @@ pub fn cell_json(a: &dyn Array, i: usize) -> serde_json::Value {
             }
             Value::Object(m)
         }
-        DataType::Int64 => Value::from(a.as_primitive::<weir::arrow::datatypes::Int64Type>().value(i)),
-        DataType::Int32 => Value::from(a.as_primitive::<weir::arrow::datatypes::Int32Type>().value(i)),
-        DataType::Float64 => Value::from(a.as_primitive::<weir::arrow::datatypes::Float64Type>().value(i)),
+        DataType::Int64 => Value::from(
+            a.as_primitive::<weir::arrow::datatypes::Int64Type>()
+                .value(i),
+        ),
+        DataType::Int32 => Value::from(
+            a.as_primitive::<weir::arrow::datatypes::Int32Type>()
+                .value(i),
+        ),
+        DataType::Float64 => Value::from(
+            a.as_primitive::<weir::arrow::datatypes::Float64Type>()
+                .value(i),
+        ),
         DataType::Boolean => Value::from(a.as_boolean().value(i)),
         DataType::Utf8 => Value::from(a.as_string::<i32>().value(i)),
         other => Value::String(format!("<{other}>")),
@@ -60,5 +71,7 @@ pub fn rows_json(batches: &[RecordBatch]) -> Vec<serde_json::Value> {
 
 /// Parses an ISO-8601 instant to epoch milliseconds.
 pub fn iso_ms(s: &str) -> i64 {
-    chrono::DateTime::parse_from_rfc3339(s).unwrap().timestamp_millis()
+    chrono::DateTime::parse_from_rfc3339(s)
+        .unwrap()
+        .timestamp_millis()
 }

@@ -30,7 +30,12 @@ fn scenario_dir() -> PathBuf {
 fn scenarios() -> Vec<(String, Value)> {
     let dir = scenario_dir();
     let mut out = Vec::new();
-    let rd = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("conformance dir {}: {e} (set WEIR_CONFORMANCE_DIR)", dir.display()));
+    let rd = std::fs::read_dir(&dir).unwrap_or_else(|e| {
+        panic!(
+            "conformance dir {}: {e} (set WEIR_CONFORMANCE_DIR)",
+            dir.display()
+        )
+    });
     for e in rd.flatten() {
         let p = e.path();
         if p.extension().is_some_and(|x| x == "json") {
@@ -44,7 +49,10 @@ fn scenarios() -> Vec<(String, Value)> {
 }
 
 fn normalize_msg(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
 }
 
 /// Spark's message, up to the part that names Spark's internal plan.
@@ -71,25 +79,48 @@ impl Run {
             ..SessionConfig::default()
         };
         let session = Session::with_config(conf);
-        let streams = plan.sources.iter().map(|(n, s)| (n.clone(), MemoryStream::new(&s.schema))).collect();
+        let streams = plan
+            .sources
+            .iter()
+            .map(|(n, s)| (n.clone(), MemoryStream::new(&s.schema)))
+            .collect();
         let statics = plan
             .statics
             .iter()
             .map(|(n, s)| {
                 let st = MemoryStream::new(&s.schema);
-                let rows: Vec<Value> = s.rows.iter().map(|r| serde_json::to_value(r).unwrap()).collect();
+                let rows: Vec<Value> = s
+                    .rows
+                    .iter()
+                    .map(|r| serde_json::to_value(r).unwrap())
+                    .collect();
                 st.add_json(&rows).unwrap();
                 let mut src: BoxSource = Box::new(st);
                 let b = src.get_batch(None, &Value::from(0)).unwrap();
                 (n.clone(), b)
             })
             .collect();
-        Run { session, plan, streams, statics, checkpoint }
+        Run {
+            session,
+            plan,
+            streams,
+            statics,
+            checkpoint,
+        }
     }
 
     fn start(&self) -> Result<(StreamingQuery, weir::sink::MemoryTable), WeirError> {
-        let sources: BTreeMap<String, BoxSource> = self.streams.iter().map(|(n, s)| (n.clone(), Box::new(s.clone()) as BoxSource)).collect();
-        let ds = DataStream::from_plan(&self.session, self.plan.clone(), sources, self.statics.clone())?;
+        let sources: BTreeMap<String, BoxSource> = self
+            .streams
+            .iter()
+            .map(|(n, s)| (n.clone(), Box::new(s.clone()) as BoxSource))
+            .collect();
+        let ds = DataStream::from_plan(
+            &self.session,
+            self.plan.clone(),
+            sources,
+            self.statics.clone(),
+        )?;
         let sink = MemorySink::new("conformance");
         let table = sink.table();
         let q = ds
@@ -114,7 +145,11 @@ fn same_value(a: &Value, b: &Value) -> bool {
             let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
             (x - y).abs() <= 1e-9 * x.abs().max(1.0)
         }
-        (Value::Object(x), Value::Object(y)) => x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same_value(v, w))),
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_value(v, w)))
+        }
         _ => a == b,
     }
 }
@@ -136,7 +171,12 @@ fn same_rows(got: &[Value], want: &[Value]) -> bool {
 }
 
 /// Compares one batch; returns the differences.
-fn compare_batch(want: &Value, batch_id: i64, rows: &[Value], progress: Option<&weir::StreamingQueryProgress>) -> Vec<String> {
+fn compare_batch(
+    want: &Value,
+    batch_id: i64,
+    rows: &[Value],
+    progress: Option<&weir::StreamingQueryProgress>,
+) -> Vec<String> {
     let mut diffs = Vec::new();
     let want_id = want["batch_id"].as_i64().unwrap();
     if want_id != batch_id {
@@ -144,7 +184,11 @@ fn compare_batch(want: &Value, batch_id: i64, rows: &[Value], progress: Option<&
     }
     let want_rows = want["output"].as_array().cloned().unwrap_or_default();
     if !same_rows(rows, &want_rows) {
-        diffs.push(format!("batch {want_id} output\n      weir:  {:?}\n      spark: {:?}", sorted(rows.to_vec()), sorted(want_rows)));
+        diffs.push(format!(
+            "batch {want_id} output\n      weir:  {:?}\n      spark: {:?}",
+            sorted(rows.to_vec()),
+            sorted(want_rows)
+        ));
     }
     let Some(p) = progress else {
         diffs.push(format!("batch {want_id}: no progress reported"));
@@ -153,28 +197,55 @@ fn compare_batch(want: &Value, batch_id: i64, rows: &[Value], progress: Option<&
     let got_wm = p.event_time.get("watermark").map(|s| iso_ms(s));
     let want_wm = want["watermark"].as_str().map(iso_ms);
     if got_wm != want_wm {
-        diffs.push(format!("batch {want_id} watermark {:?}, Spark {:?}", p.event_time.get("watermark"), want["watermark"]));
+        diffs.push(format!(
+            "batch {want_id} watermark {:?}, Spark {:?}",
+            p.event_time.get("watermark"),
+            want["watermark"]
+        ));
     }
     if p.num_input_rows != want["num_input_rows"].as_i64().unwrap_or(0) {
-        diffs.push(format!("batch {want_id} numInputRows {}, Spark {}", p.num_input_rows, want["num_input_rows"]));
+        diffs.push(format!(
+            "batch {want_id} numInputRows {}, Spark {}",
+            p.num_input_rows, want["num_input_rows"]
+        ));
     }
     for k in ["min", "max", "avg"] {
         let g = p.event_time.get(k).map(|s| iso_ms(s));
-        let w = want["event_time_stats"].get(k).and_then(|v| v.as_str()).map(iso_ms);
+        let w = want["event_time_stats"]
+            .get(k)
+            .and_then(|v| v.as_str())
+            .map(iso_ms);
         if g != w {
             diffs.push(format!("batch {want_id} eventTime.{k} {g:?}, Spark {w:?}"));
         }
     }
-    let want_ops = want["state_operators"].as_array().cloned().unwrap_or_default();
+    let want_ops = want["state_operators"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     if want_ops.len() != p.state_operators.len() {
-        diffs.push(format!("batch {want_id}: {} state operators, Spark {}", p.state_operators.len(), want_ops.len()));
+        diffs.push(format!(
+            "batch {want_id}: {} state operators, Spark {}",
+            p.state_operators.len(),
+            want_ops.len()
+        ));
     } else {
         for (g, w) in p.state_operators.iter().zip(&want_ops) {
-            let got = [g.num_rows_total, g.num_rows_updated, g.num_rows_removed, g.num_rows_dropped_by_watermark];
-            let exp: Vec<i64> = ["numRowsTotal", "numRowsUpdated", "numRowsRemoved", "numRowsDroppedByWatermark"]
-                .iter()
-                .map(|k| w[k].as_i64().unwrap_or(-1))
-                .collect();
+            let got = [
+                g.num_rows_total,
+                g.num_rows_updated,
+                g.num_rows_removed,
+                g.num_rows_dropped_by_watermark,
+            ];
+            let exp: Vec<i64> = [
+                "numRowsTotal",
+                "numRowsUpdated",
+                "numRowsRemoved",
+                "numRowsDroppedByWatermark",
+            ]
+            .iter()
+            .map(|k| w[k].as_i64().unwrap_or(-1))
+            .collect();
             if got.to_vec() != exp {
                 diffs.push(format!("batch {want_id} state [total, updated, removed, dropped] {got:?}, Spark {exp:?}"));
             }
@@ -185,7 +256,8 @@ fn compare_batch(want: &Value, batch_id: i64, rows: &[Value], progress: Option<&
 
 /// Runs one scenario; Ok(()) when weir matches Spark batch for batch.
 fn run_scenario(name: &str, sc: &Value) -> Result<(), String> {
-    let plan: StreamPlan = serde_json::from_value(sc["plan"].clone()).map_err(|e| format!("plan: {e}"))?;
+    let plan: StreamPlan =
+        serde_json::from_value(sc["plan"].clone()).map_err(|e| format!("plan: {e}"))?;
     let chk = tempfile::tempdir().unwrap();
     let run = Run::new(plan, chk.path().join("chk"));
     if let Some(msg) = sc.get("rejected").and_then(|m| m.as_str()) {
@@ -196,10 +268,15 @@ fn run_scenario(name: &str, sc: &Value) -> Result<(), String> {
             }
             Err(WeirError::Invalid(v)) => {
                 let want = spark_core(msg);
-                if v.iter().any(|v| normalize_msg(&v.message).starts_with(&want)) {
+                if v.iter()
+                    .any(|v| normalize_msg(&v.message).starts_with(&want))
+                {
                     Ok(())
                 } else {
-                    Err(format!("rejected with {:?}, Spark says {msg}", v.iter().map(|v| &v.message).collect::<Vec<_>>()))
+                    Err(format!(
+                        "rejected with {:?}, Spark says {msg}",
+                        v.iter().map(|v| &v.message).collect::<Vec<_>>()
+                    ))
                 }
             }
             Err(e) => Err(format!("failed with {e}, Spark rejects it with: {msg}")),
@@ -225,20 +302,27 @@ fn run_scenario(name: &str, sc: &Value) -> Result<(), String> {
         for s in run.streams.values() {
             s.add_json(&input).map_err(|e| format!("input: {e}"))?;
         }
-        q.process_all_available().map_err(|e| format!("batch {}: {e}", b["batch_id"]))?;
+        q.process_all_available()
+            .map_err(|e| format!("batch {}: {e}", b["batch_id"]))?;
         let mut want = vec![b];
         let mut j = i + 1;
         while j < batches.len() && batches[j]["kind"] == "no_data" {
             want.push(&batches[j]);
             j += 1;
         }
-        let got: Vec<(i64, Vec<RecordBatch>)> = table.batches().into_iter().filter(|(id, _)| *id > seen).collect();
+        let got: Vec<(i64, Vec<RecordBatch>)> = table
+            .batches()
+            .into_iter()
+            .filter(|(id, _)| *id > seen)
+            .collect();
         if got.len() != want.len() {
             diffs.push(format!(
                 "after input {}: weir ran batches {:?}, Spark ran {:?}",
                 b["input_index"],
                 got.iter().map(|g| g.0).collect::<Vec<_>>(),
-                want.iter().map(|w| w["batch_id"].as_i64().unwrap()).collect::<Vec<_>>()
+                want.iter()
+                    .map(|w| w["batch_id"].as_i64().unwrap())
+                    .collect::<Vec<_>>()
             ));
         }
         let progress = q.recent_progress();
@@ -277,19 +361,27 @@ fn conformance_with_spark_3_5_1() {
             (Ok(()), false) => e.0 += 1,
             (Err(msg), true) if msg.contains("not implemented yet") => {}
             (Ok(()), true) => failures.push(format!("{name}: passes now; remove it from NOT_YET")),
-            (Err(msg), true) => failures.push(format!("{name}: expected a clear not-implemented error, got:\n    {msg}")),
+            (Err(msg), true) => failures.push(format!(
+                "{name}: expected a clear not-implemented error, got:\n    {msg}"
+            )),
             (Err(msg), false) => failures.push(format!("{name}:\n    {msg}")),
         }
     }
     eprintln!("conformance (passed/total by family): {by_family:?}");
-    assert!(failures.is_empty(), "{} scenario(s) differ from Spark:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} scenario(s) differ from Spark:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
 fn watermark_policy_names_match_spark() {
     let p: StreamPlan = serde_json::from_value(serde_json::json!({
         "sources": {"s": {"schema": []}}, "nodes": [], "result": "r", "output_mode": "append",
-        "conf": {"watermark_policy": "max"}})).unwrap();
+        "conf": {"watermark_policy": "max"}}))
+    .unwrap();
     assert_eq!(p.conf.watermark_policy, WatermarkPolicy::Max);
     assert!(p.conf.no_data_batches);
 }

@@ -15,7 +15,11 @@ use crate::common::rows_json;
 type Collected = Arc<Mutex<Vec<(i64, Vec<String>)>>>;
 
 fn fields() -> Vec<Field> {
-    vec![Field::new("ts", DataType::Timestamp), Field::new("key", DataType::String), Field::new("value", DataType::Int64)]
+    vec![
+        Field::new("ts", DataType::Timestamp),
+        Field::new("key", DataType::String),
+        Field::new("value", DataType::Int64),
+    ]
 }
 
 const FILES: &[&str] = &[
@@ -39,7 +43,10 @@ fn write_file(dir: &Path, i: usize) {
 }
 
 fn session() -> Session {
-    Session::with_config(SessionConfig { fsync_checkpoint: true, ..SessionConfig::default() })
+    Session::with_config(SessionConfig {
+        fsync_checkpoint: true,
+        ..SessionConfig::default()
+    })
 }
 
 /// Windowed count+sum over the file source, append mode, one file per batch,
@@ -48,7 +55,10 @@ fn start(input: &Path, chk: &Path, out: Collected) -> Result<StreamingQuery, Wei
     session()
         .read_stream(FileSource::new(input, FileFormat::Json, fields()).max_files_per_trigger(1))
         .with_watermark("ts", "10 minutes")
-        .group_by(vec![window("ts", "10 minutes"), weir::functions::col("key")])
+        .group_by(vec![
+            window("ts", "10 minutes"),
+            weir::functions::col("key"),
+        ])
         .agg(vec![count_star("n"), sum("value", "total")])
         .write_stream()
         .output_mode(OutputMode::Append)
@@ -80,7 +90,12 @@ fn run_files(input: &Path, chk: &Path, out: &Collected, files: std::ops::Range<u
 fn uninterrupted() -> Vec<(i64, Vec<String>)> {
     let dir = tempfile::tempdir().unwrap();
     let out: Collected = Arc::default();
-    run_files(&dir.path().join("in"), &dir.path().join("chk"), &out, 0..FILES.len());
+    run_files(
+        &dir.path().join("in"),
+        &dir.path().join("chk"),
+        &out,
+        0..FILES.len(),
+    );
     let v = out.lock().unwrap().clone();
     v
 }
@@ -88,7 +103,10 @@ fn uninterrupted() -> Vec<(i64, Vec<String>)> {
 #[test]
 fn stop_and_restart_equals_an_uninterrupted_run() {
     let expected = uninterrupted();
-    assert!(expected.iter().any(|(_, rows)| !rows.is_empty()), "the reference run emitted nothing: {expected:?}");
+    assert!(
+        expected.iter().any(|(_, rows)| !rows.is_empty()),
+        "the reference run emitted nothing: {expected:?}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
     let out: Collected = Arc::default();
@@ -150,7 +168,10 @@ fn a_changed_query_on_an_old_checkpoint_is_refused_with_what_changed() {
         .unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("different query"), "{msg}");
-    assert!(msg.contains("aggregate"), "names the changed operation: {msg}");
+    assert!(
+        msg.contains("aggregate"),
+        "names the changed operation: {msg}"
+    );
 }
 
 #[test]
@@ -159,11 +180,19 @@ fn a_damaged_checkpoint_is_a_clear_error_not_a_panic() {
     let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
     let out: Collected = Arc::default();
     run_files(&input, &chk, &out, 0..2);
-    let last = fs::read_dir(chk.join("offsets")).unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse::<i64>().ok()).max().unwrap();
+    let last = fs::read_dir(chk.join("offsets"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i64>().ok())
+        .max()
+        .unwrap();
     fs::write(chk.join("offsets").join(last.to_string()), "garbage").unwrap();
     let err = start(&input, &chk, out.clone()).unwrap_err().to_string();
     assert!(err.contains(&format!("offsets/{last}")), "{err}");
-    assert!(err.contains("damaged") || err.contains("not a weir"), "{err}");
+    assert!(
+        err.contains("damaged") || err.contains("not a weir"),
+        "{err}"
+    );
     fs::write(chk.join("metadata"), "{not json").unwrap();
     let err = start(&input, &chk, out).unwrap_err().to_string();
     assert!(err.contains("metadata") && err.contains("damaged"), "{err}");

@@ -11,11 +11,18 @@ use weir::source::{FileFormat, MemoryStream};
 use weir::{Session, SessionConfig};
 
 fn fields() -> Vec<Field> {
-    vec![Field::new("ts", DataType::Timestamp), Field::new("key", DataType::String), Field::new("value", DataType::Int64)]
+    vec![
+        Field::new("ts", DataType::Timestamp),
+        Field::new("key", DataType::String),
+        Field::new("value", DataType::Int64),
+    ]
 }
 
 fn session() -> Session {
-    Session::with_config(SessionConfig { fsync_checkpoint: false, ..SessionConfig::default() })
+    Session::with_config(SessionConfig {
+        fsync_checkpoint: false,
+        ..SessionConfig::default()
+    })
 }
 
 fn push_inputs(s: &MemoryStream, q: &weir::StreamingQuery) {
@@ -26,7 +33,10 @@ fn push_inputs(s: &MemoryStream, q: &weir::StreamingQuery) {
     ])
     .unwrap();
     q.process_all_available().unwrap();
-    s.add_json(&[json!({"ts": "2024-01-01T12:26:00Z", "key": "a_very_long_key_that_truncates", "value": 7})]).unwrap();
+    s.add_json(&[
+        json!({"ts": "2024-01-01T12:26:00Z", "key": "a_very_long_key_that_truncates", "value": 7}),
+    ])
+    .unwrap();
     q.process_all_available().unwrap();
 }
 
@@ -56,7 +66,13 @@ fn console_output_is_sparks() {
 fn console_untruncated_and_num_rows() {
     let stream = MemoryStream::new(&fields());
     let (sink, buf) = ConsoleSink::new().truncate(false).num_rows(1).capture();
-    let q = session().read_stream(stream.clone()).filter("value > 0").write_stream().sink(sink).start().unwrap();
+    let q = session()
+        .read_stream(stream.clone())
+        .filter("value > 0")
+        .write_stream()
+        .sink(sink)
+        .start()
+        .unwrap();
     push_inputs(&stream, &q);
     q.stop().unwrap();
     let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
@@ -82,9 +98,23 @@ fn progress_json_has_sparks_fields() {
     push_inputs(&stream, &q);
     let p = q.recent_progress();
     q.stop().unwrap();
-    assert_eq!(p.iter().map(|p| p.batch_id).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    assert_eq!(
+        p.iter().map(|p| p.batch_id).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
     let keys: Vec<&str> = p[2].duration_ms.keys().map(String::as_str).collect();
-    assert_eq!(keys, ["addBatch", "commitOffsets", "getBatch", "latestOffset", "queryPlanning", "triggerExecution", "walCommit"]);
+    assert_eq!(
+        keys,
+        [
+            "addBatch",
+            "commitOffsets",
+            "getBatch",
+            "latestOffset",
+            "queryPlanning",
+            "triggerExecution",
+            "walCommit"
+        ]
+    );
     let v = serde_json::to_value(&p[2]).unwrap();
     insta::assert_json_snapshot!("progress_batch_2", v, {
         ".id" => "[id]",
@@ -100,7 +130,10 @@ fn progress_json_has_sparks_fields() {
         ".sources[].processedRowsPerSecond" => "[rate]",
     });
     // The memory sink registered its table under the query name.
-    assert!(session().memory_table("progress_demo").is_none(), "tables belong to their session");
+    assert!(
+        session().memory_table("progress_demo").is_none(),
+        "tables belong to their session"
+    );
 }
 
 #[test]
@@ -118,7 +151,9 @@ fn memory_sink_complete_mode_holds_the_latest_result() {
         .start()
         .unwrap();
     push_inputs(&stream, &q);
-    let table = s.memory_table("counts").expect("registered under the query name");
+    let table = s
+        .memory_table("counts")
+        .expect("registered under the query name");
     q.stop().unwrap();
     let rows = crate::common::rows_json(&table.rows());
     assert_eq!(rows.len(), 3, "{rows:?}");
@@ -142,20 +177,36 @@ fn file_sink_never_duplicates_a_replayed_batch() {
         q.stop().unwrap();
     };
     let stream = MemoryStream::new(&fields());
-    stream.add_json(&[json!({"ts": "2024-01-01T12:02:00Z", "key": "a", "value": 1}), json!({"ts": "2024-01-01T12:03:00Z", "key": "b", "value": 2})]).unwrap();
+    stream
+        .add_json(&[
+            json!({"ts": "2024-01-01T12:02:00Z", "key": "a", "value": 1}),
+            json!({"ts": "2024-01-01T12:03:00Z", "key": "b", "value": 2}),
+        ])
+        .unwrap();
     run(&stream);
     let files = weir::sink::file::committed_files(&out).unwrap();
     assert_eq!(files.len(), 2);
-    assert!(files.iter().any(|f| f.to_string_lossy().contains("key=a/")), "{files:?}");
+    assert!(
+        files.iter().any(|f| f.to_string_lossy().contains("key=a/")),
+        "{files:?}"
+    );
     // A crash before the commit log: batch 0 runs again on restart.
     std::fs::remove_file(chk.join("commits/0")).unwrap();
     run(&stream);
     assert_eq!(weir::sink::file::committed_files(&out).unwrap(), files);
-    let on_disk = walk(&out).into_iter().filter(|p| p.extension().is_some_and(|e| e == "parquet")).count();
+    let on_disk = walk(&out)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .count();
     assert_eq!(on_disk, 2, "no second copy of batch 0");
     // The files read back.
     let f = std::fs::File::open(&files[0]).unwrap();
-    let rows: usize = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap().build().unwrap().map(|b| b.unwrap().num_rows()).sum();
+    let rows: usize = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .build()
+        .unwrap()
+        .map(|b| b.unwrap().num_rows())
+        .sum();
     assert_eq!(rows, 1);
 }
 
@@ -172,7 +223,11 @@ fn file_sink_refuses_update_mode() {
         .checkpoint_location(dir.path().join("chk").to_str().unwrap())
         .start()
         .unwrap_err();
-    assert!(err.to_string().contains("does not support Update output mode"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("does not support Update output mode"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -186,7 +241,9 @@ fn foreach_batch_gets_ids_and_rows() {
         .filter("key = 'a'")
         .write_stream()
         .foreach_batch(move |id, b| {
-            s2.lock().unwrap().push((id, b.iter().map(|b| b.num_rows()).sum()));
+            s2.lock()
+                .unwrap()
+                .push((id, b.iter().map(|b| b.num_rows()).sum()));
             Ok(())
         })
         .checkpoint_location(dir.path().to_str().unwrap())

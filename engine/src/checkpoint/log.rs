@@ -101,14 +101,27 @@ impl BatchLog {
 
     /// Reads `offsets/N`.
     pub fn read_offsets(&self, batch: i64) -> Result<Option<OffsetEntry>> {
-        let Some(lines) = self.read_lines(batch)? else { return Ok(None) };
+        let Some(lines) = self.read_lines(batch)? else {
+            return Ok(None);
+        };
         let p = self.path(batch);
-        let bad = |e: String| WeirError::checkpoint(&p, format!("damaged offsets entry ({e}); restore it or start with a new checkpoint location"));
+        let bad = |e: String| {
+            WeirError::checkpoint(&p, format!("damaged offsets entry ({e}); restore it or start with a new checkpoint location"))
+        };
         let mut entry: OffsetEntry =
-            serde_json::from_str(lines.get(1).ok_or_else(|| bad("no metadata line".into()))?).map_err(|e| bad(e.to_string()))?;
+            serde_json::from_str(lines.get(1).ok_or_else(|| bad("no metadata line".into()))?)
+                .map_err(|e| bad(e.to_string()))?;
         entry.sources = lines[2..]
             .iter()
-            .map(|l| if l == "-" { Ok(None) } else { serde_json::from_str(l).map(Some).map_err(|e| bad(e.to_string())) })
+            .map(|l| {
+                if l == "-" {
+                    Ok(None)
+                } else {
+                    serde_json::from_str(l)
+                        .map(Some)
+                        .map_err(|e| bad(e.to_string()))
+                }
+            })
             .collect::<Result<_>>()?;
         Ok(Some(entry))
     }
@@ -121,7 +134,9 @@ impl BatchLog {
 
     /// Reads `commits/N`.
     pub fn read_commit(&self, batch: i64) -> Result<Option<CommitEntry>> {
-        let Some(lines) = self.read_lines(batch)? else { return Ok(None) };
+        let Some(lines) = self.read_lines(batch)? else {
+            return Ok(None);
+        };
         let p = self.path(batch);
         let e = serde_json::from_str(lines.get(1).map(String::as_str).unwrap_or(""))
             .map_err(|e| WeirError::checkpoint(&p, format!("damaged commit entry ({e}); restore it or start with a new checkpoint location")))?;

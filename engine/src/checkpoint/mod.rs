@@ -101,7 +101,10 @@ impl Checkpoint {
 
     /// Directory for one state operator partition.
     pub fn state_dir(&self, operator: usize, partition: usize) -> PathBuf {
-        self.root.join("state").join(operator.to_string()).join(partition.to_string())
+        self.root
+            .join("state")
+            .join(operator.to_string())
+            .join(partition.to_string())
     }
 
     /// Directory for source `i`'s own metadata.
@@ -150,7 +153,11 @@ impl Checkpoint {
             plan: Some(plan.clone()),
             state_partitions,
         };
-        write_atomic(&path, serde_json::to_string_pretty(&meta)?.as_bytes(), self.sync)?;
+        write_atomic(
+            &path,
+            serde_json::to_string_pretty(&meta)?.as_bytes(),
+            self.sync,
+        )?;
         Ok(meta)
     }
 }
@@ -167,30 +174,57 @@ fn describe_change(old: &weir_plan::StreamPlan, new: &weir_plan::StreamPlan) -> 
         for (name, s) in &new.sources {
             if let Some(o) = old.sources.get(name) {
                 if o.schema != s.schema {
-                    let cols = |f: &[weir_plan::Field]| f.iter().map(|f| format!("{}: {}", f.name, f.dtype)).collect::<Vec<_>>().join(", ");
-                    diffs.push(format!("source `{name}`'s schema changed from [{}] to [{}]", cols(&o.schema), cols(&s.schema)));
+                    let cols = |f: &[weir_plan::Field]| {
+                        f.iter()
+                            .map(|f| format!("{}: {}", f.name, f.dtype))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    };
+                    diffs.push(format!(
+                        "source `{name}`'s schema changed from [{}] to [{}]",
+                        cols(&o.schema),
+                        cols(&s.schema)
+                    ));
                 }
             }
         }
     }
     if old.output_mode != new.output_mode {
-        diffs.push(format!("the output mode changed from {} to {}", old.output_mode.spark_name(), new.output_mode.spark_name()));
+        diffs.push(format!(
+            "the output mode changed from {} to {}",
+            old.output_mode.spark_name(),
+            new.output_mode.spark_name()
+        ));
     }
     for (o, n) in old.nodes.iter().zip(&new.nodes) {
         let on: Vec<&str> = o.ops.iter().map(|x| x.name()).collect();
         let nn: Vec<&str> = n.ops.iter().map(|x| x.name()).collect();
         if on != nn {
-            diffs.push(format!("node `{}`'s operations changed from [{}] to [{}]", n.id, on.join(", "), nn.join(", ")));
+            diffs.push(format!(
+                "node `{}`'s operations changed from [{}] to [{}]",
+                n.id,
+                on.join(", "),
+                nn.join(", ")
+            ));
         } else {
             for (i, (a, b)) in o.ops.iter().zip(&n.ops).enumerate() {
                 if a != b {
-                    diffs.push(format!("operation {} ({}) of node `{}` changed", i + 1, b.name(), n.id));
+                    diffs.push(format!(
+                        "operation {} ({}) of node `{}` changed",
+                        i + 1,
+                        b.name(),
+                        n.id
+                    ));
                 }
             }
         }
     }
     if old.nodes.len() != new.nodes.len() {
-        diffs.push(format!("the number of plan nodes changed from {} to {}", old.nodes.len(), new.nodes.len()));
+        diffs.push(format!(
+            "the number of plan nodes changed from {} to {}",
+            old.nodes.len(),
+            new.nodes.len()
+        ));
     }
     if diffs.is_empty() {
         "the query's shape changed".into()

@@ -21,7 +21,9 @@ use arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, Float64Array, Int64Array, StringArray, UInt32Array,
 };
 use arrow::compute::{cast, take};
-use arrow::datatypes::{DataType as ArrowType, Field as ArrowField, Float64Type, Int64Type, Schema, SchemaRef};
+use arrow::datatypes::{
+    DataType as ArrowType, Field as ArrowField, Float64Type, Int64Type, Schema, SchemaRef,
+};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use weir_plan::{AggFn, OutputMode};
@@ -77,7 +79,11 @@ enum Kind {
 fn kind_of(t: &ArrowType) -> Kind {
     match t {
         ArrowType::Float64 | ArrowType::Float32 => Kind::Float,
-        ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View | ArrowType::Binary | ArrowType::LargeBinary => Kind::Bytes,
+        ArrowType::Utf8
+        | ArrowType::LargeUtf8
+        | ArrowType::Utf8View
+        | ArrowType::Binary
+        | ArrowType::LargeBinary => Kind::Bytes,
         _ => Kind::Int,
     }
 }
@@ -123,15 +129,29 @@ impl Reader {
     fn new(a: Option<&ArrayRef>) -> Result<Reader> {
         let Some(a) = a else { return Ok(Reader::None) };
         Ok(match a.data_type() {
-            ArrowType::Float64 | ArrowType::Float32 => Reader::F(cast(a, &ArrowType::Float64)?.as_primitive::<Float64Type>().clone()),
-            ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View => Reader::S(cast(a, &ArrowType::Utf8)?.as_string::<i32>().clone()),
-            ArrowType::Binary | ArrowType::LargeBinary => Reader::B(cast(a, &ArrowType::Binary)?.as_binary::<i32>().clone()),
+            ArrowType::Float64 | ArrowType::Float32 => Reader::F(
+                cast(a, &ArrowType::Float64)?
+                    .as_primitive::<Float64Type>()
+                    .clone(),
+            ),
+            ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View => {
+                Reader::S(cast(a, &ArrowType::Utf8)?.as_string::<i32>().clone())
+            }
+            ArrowType::Binary | ArrowType::LargeBinary => {
+                Reader::B(cast(a, &ArrowType::Binary)?.as_binary::<i32>().clone())
+            }
             ArrowType::Timestamp(_, _) => {
                 let t = cast(a, &timestamp_type())?;
-                let v: Int64Array = t.as_primitive::<arrow::datatypes::TimestampMicrosecondType>().reinterpret_cast();
+                let v: Int64Array = t
+                    .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+                    .reinterpret_cast();
                 Reader::I(v)
             }
-            _ => Reader::I(cast(a, &ArrowType::Int64)?.as_primitive::<Int64Type>().clone()),
+            _ => Reader::I(
+                cast(a, &ArrowType::Int64)?
+                    .as_primitive::<Int64Type>()
+                    .clone(),
+            ),
         })
     }
 
@@ -140,7 +160,9 @@ impl Reader {
             Reader::None => None,
             Reader::I(a) => a.is_valid(i).then(|| Scalar::I(a.value(i))),
             Reader::F(a) => a.is_valid(i).then(|| Scalar::F(a.value(i))),
-            Reader::S(a) => a.is_valid(i).then(|| Scalar::B(a.value(i).as_bytes().to_vec())),
+            Reader::S(a) => a
+                .is_valid(i)
+                .then(|| Scalar::B(a.value(i).as_bytes().to_vec())),
             Reader::B(a) => a.is_valid(i).then(|| Scalar::B(a.value(i).to_vec())),
         }
     }
@@ -216,29 +238,17 @@ impl Acc {
     fn merge(&mut self, o: &Acc) {
         match (self, o) {
             (Acc::Count(a), Acc::Count(b)) => *a += b,
-            (Acc::SumI(a), Acc::SumI(b)) => {
-                if let Some(b) = b {
-                    *a = Some(a.unwrap_or(0).wrapping_add(*b))
-                }
-            }
-            (Acc::SumF(a), Acc::SumF(b)) => {
-                if let Some(b) = b {
-                    *a = Some(a.unwrap_or(0.0) + b)
-                }
-            }
+            (Acc::SumI(a), Acc::SumI(Some(b))) => *a = Some(a.unwrap_or(0).wrapping_add(*b)),
+            (Acc::SumF(a), Acc::SumF(Some(b))) => *a = Some(a.unwrap_or(0.0) + b),
             (Acc::Avg(s, n), Acc::Avg(s2, n2)) => {
                 *s += s2;
                 *n += n2
             }
-            (Acc::Min(a), Acc::Min(Some(b))) => {
-                if a.as_ref().is_none_or(|c| b.less(c)) {
-                    *a = Some(b.clone())
-                }
+            (Acc::Min(a), Acc::Min(Some(b))) if a.as_ref().is_none_or(|c| b.less(c)) => {
+                *a = Some(b.clone())
             }
-            (Acc::Max(a), Acc::Max(Some(b))) => {
-                if a.as_ref().is_none_or(|c| c.less(b)) {
-                    *a = Some(b.clone())
-                }
+            (Acc::Max(a), Acc::Max(Some(b))) if a.as_ref().is_none_or(|c| c.less(b)) => {
+                *a = Some(b.clone())
             }
             _ => {}
         }
@@ -356,13 +366,20 @@ pub struct Watermarks {
 
 impl AggregateOp {
     /// Builds the operator over `input`.
-    pub fn new(id: usize, keys: Vec<KeyExec>, aggs: Vec<AggExec>, input: &Schema) -> Result<AggregateOp> {
+    pub fn new(
+        id: usize,
+        keys: Vec<KeyExec>,
+        aggs: Vec<AggExec>,
+        input: &Schema,
+    ) -> Result<AggregateOp> {
         let mut key_fields = Vec::new();
         let mut out_fields = Vec::new();
         let mut watermark_key = None;
         for (i, k) in keys.iter().enumerate() {
             match k {
-                KeyExec::Window { name, watermarked, .. } => {
+                KeyExec::Window {
+                    name, watermarked, ..
+                } => {
                     key_fields.push(SortField::new(timestamp_type()));
                     key_fields.push(SortField::new(timestamp_type()));
                     out_fields.push(ArrowField::new(name, crate::row::window_type(), true));
@@ -370,7 +387,11 @@ impl AggregateOp {
                         watermark_key = Some(i);
                     }
                 }
-                KeyExec::Column { index, name, watermarked } => {
+                KeyExec::Column {
+                    index,
+                    name,
+                    watermarked,
+                } => {
                     let t = input.field(*index).data_type().clone();
                     key_fields.push(SortField::new(t.clone()));
                     out_fields.push(ArrowField::new(name, t, true));
@@ -394,7 +415,11 @@ impl AggregateOp {
             };
             out_fields.push(ArrowField::new(&a.name, out_t, true));
         }
-        let converter = if key_fields.is_empty() { None } else { Some(RowConverter::new(key_fields)?) };
+        let converter = if key_fields.is_empty() {
+            None
+        } else {
+            Some(RowConverter::new(key_fields)?)
+        };
         Ok(AggregateOp {
             id,
             keys,
@@ -429,7 +454,11 @@ impl AggregateOp {
     }
 
     fn new_accs(&self) -> Vec<Acc> {
-        self.aggs.iter().zip(&self.kinds).map(|(a, k)| Acc::new(a.func, *k)).collect()
+        self.aggs
+            .iter()
+            .zip(&self.kinds)
+            .map(|(a, k)| Acc::new(a.func, *k))
+            .collect()
     }
 
     fn encode_group(g: &Group) -> Vec<u8> {
@@ -453,8 +482,12 @@ impl AggregateOp {
                 let (idx, starts) = assigner.assign(&times);
                 let ends: Vec<i64> = starts.iter().map(|s| s + assigner.size_us).collect();
                 window_cols.push((
-                    <Timestamp as crate::row::ArrowValue>::to_array(starts.into_iter().map(Timestamp).collect()),
-                    <Timestamp as crate::row::ArrowValue>::to_array(ends.iter().copied().map(Timestamp).collect()),
+                    <Timestamp as crate::row::ArrowValue>::to_array(
+                        starts.into_iter().map(Timestamp).collect(),
+                    ),
+                    <Timestamp as crate::row::ArrowValue>::to_array(
+                        ends.iter().copied().map(Timestamp).collect(),
+                    ),
                 ));
                 window_ends = Some(ends);
                 take_idx = Some(UInt32Array::from(idx));
@@ -477,14 +510,20 @@ impl AggregateOp {
                     key_arrays.push(s);
                     key_arrays.push(e);
                     if self.watermark_key == Some(ki) {
-                        evict_col = window_ends.clone().map(|v| v.into_iter().map(Some).collect());
+                        evict_col = window_ends
+                            .clone()
+                            .map(|v| v.into_iter().map(Some).collect());
                     }
                 }
                 KeyExec::Column { index, .. } => {
                     let a = pick(batch.column(*index))?;
                     if self.watermark_key == Some(ki) {
                         let t = cast(&a, &timestamp_type())?;
-                        evict_col = Some(t.as_primitive::<arrow::datatypes::TimestampMicrosecondType>().iter().collect());
+                        evict_col = Some(
+                            t.as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+                                .iter()
+                                .collect(),
+                        );
                     }
                     key_arrays.push(a);
                 }
@@ -513,7 +552,13 @@ impl AggregateOp {
                 Some(&g) => g,
                 None => {
                     let evict_at = evict_col.as_ref().and_then(|c| c[r]).unwrap_or(i64::MAX);
-                    groups.push((key.to_vec(), Group { evict_at, accs: self.new_accs() }));
+                    groups.push((
+                        key.to_vec(),
+                        Group {
+                            evict_at,
+                            accs: self.new_accs(),
+                        },
+                    ));
                     index.insert(key.to_vec(), groups.len() - 1);
                     groups.len() - 1
                 }
@@ -554,7 +599,13 @@ impl AggregateOp {
         }
         // A global aggregation always has its one group in a data batch.
         if self.keys.is_empty() && partial.is_empty() && !no_data {
-            partial.push((Vec::new(), Group { evict_at: i64::MAX, accs: self.new_accs() }));
+            partial.push((
+                Vec::new(),
+                Group {
+                    evict_at: i64::MAX,
+                    accs: self.new_accs(),
+                },
+            ));
         }
         let watermarked = self.watermark_key.is_some() && mode != OutputMode::Complete;
         if watermarked {
@@ -567,7 +618,10 @@ impl AggregateOp {
         }
         let mut updated: Vec<(Vec<u8>, Group)> = Vec::with_capacity(partial.len());
         {
-            let store = self.store.as_mut().ok_or_else(|| WeirError::Config("state store not opened".into()))?;
+            let store = self
+                .store
+                .as_mut()
+                .ok_or_else(|| WeirError::Config("state store not opened".into()))?;
             for (k, g) in partial {
                 let merged = match store.get(&k) {
                     Some(old) => {
@@ -593,12 +647,18 @@ impl AggregateOp {
                 let store = self.store.as_mut().unwrap();
                 let expired: Vec<Vec<u8>> = store
                     .iter()
-                    .filter(|(_, v)| v.len() >= 8 && i64::from_le_bytes(v[..8].try_into().unwrap()) <= ev_us)
+                    .filter(|(_, v)| {
+                        v.len() >= 8 && i64::from_le_bytes(v[..8].try_into().unwrap()) <= ev_us
+                    })
                     .map(|(k, _)| k.to_vec())
                     .collect();
                 for k in expired {
                     if mode == OutputMode::Append {
-                        let g = Self::decode_group_with(&self.aggs, &self.kinds, store.get(&k).unwrap())?;
+                        let g = Self::decode_group_with(
+                            &self.aggs,
+                            &self.kinds,
+                            store.get(&k).unwrap(),
+                        )?;
                         evicted.push((k.clone(), g));
                     }
                     store.remove(&k);
@@ -612,7 +672,12 @@ impl AggregateOp {
                 let store = self.store.as_ref().unwrap();
                 store
                     .iter()
-                    .map(|(k, v)| Ok((k.to_vec(), Self::decode_group_with(&self.aggs, &self.kinds, v)?)))
+                    .map(|(k, v)| {
+                        Ok((
+                            k.to_vec(),
+                            Self::decode_group_with(&self.aggs, &self.kinds, v)?,
+                        ))
+                    })
                     .collect::<Result<Vec<_>>>()?
             }
             // Spark emits updated groups before evicting: a group updated
@@ -626,13 +691,31 @@ impl AggregateOp {
         m.memory_used_bytes = store.memory_used_bytes() as i64;
         self.metrics = m;
         let batch = self.build_output(&out)?;
-        Ok(if batch.num_rows() == 0 { vec![] } else { vec![batch] })
+        Ok(if batch.num_rows() == 0 {
+            vec![]
+        } else {
+            vec![batch]
+        })
     }
 
     fn decode_group_with(aggs: &[AggExec], kinds: &[Kind], bytes: &[u8]) -> Result<Group> {
-        let bad = || WeirError::Config("damaged aggregation state value (written by a different query?)".into());
-        let evict_at = i64::from_le_bytes(bytes.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
-        let mut accs: Vec<Acc> = aggs.iter().zip(kinds).map(|(a, k)| Acc::new(a.func, *k)).collect();
+        let bad = || {
+            WeirError::Config(
+                "damaged aggregation state value (written by a different query?)".into(),
+            )
+        };
+        let evict_at = i64::from_le_bytes(
+            bytes
+                .get(..8)
+                .ok_or_else(bad)?
+                .try_into()
+                .map_err(|_| bad())?,
+        );
+        let mut accs: Vec<Acc> = aggs
+            .iter()
+            .zip(kinds)
+            .map(|(a, k)| Acc::new(a.func, *k))
+            .collect();
         let mut pos = 8;
         for a in &mut accs {
             a.decode(bytes, &mut pos).ok_or_else(bad)?;
@@ -659,7 +742,12 @@ impl AggregateOp {
 
     /// True when a watermark advance to `new_wm_ms` would evict or emit here
     /// (Spark's `shouldRunAnotherBatch` for aggregations).
-    pub fn needs_no_data_batch(&self, mode: OutputMode, current_ms: Option<i64>, new_wm_ms: i64) -> bool {
+    pub fn needs_no_data_batch(
+        &self,
+        mode: OutputMode,
+        current_ms: Option<i64>,
+        new_wm_ms: i64,
+    ) -> bool {
         self.watermark_key.is_some()
             && mode != OutputMode::Complete
             && current_ms.is_none_or(|c| new_wm_ms > c)
@@ -678,9 +766,17 @@ impl AggregateOp {
             for k in &self.keys {
                 match k {
                     KeyExec::Window { .. } => {
-                        let s = <Timestamp as crate::row::ArrowValue>::from_array(it.next().unwrap().as_ref())?;
-                        let e = <Timestamp as crate::row::ArrowValue>::from_array(it.next().unwrap().as_ref())?;
-                        let w: Vec<Window> = s.into_iter().zip(e).map(|(start, end)| Window { start, end }).collect();
+                        let s = <Timestamp as crate::row::ArrowValue>::from_array(
+                            it.next().unwrap().as_ref(),
+                        )?;
+                        let e = <Timestamp as crate::row::ArrowValue>::from_array(
+                            it.next().unwrap().as_ref(),
+                        )?;
+                        let w: Vec<Window> = s
+                            .into_iter()
+                            .zip(e)
+                            .map(|(start, end)| Window { start, end })
+                            .collect();
                         cols.push(<Window as crate::row::ArrowValue>::to_array(w));
                     }
                     KeyExec::Column { .. } => cols.push(it.next().unwrap()),
@@ -691,10 +787,12 @@ impl AggregateOp {
             let field = self.schema.field(self.keys.len() + ai);
             let vals = groups.iter().map(|(_, g)| &g.accs[ai]);
             let arr: ArrayRef = match a.func {
-                AggFn::Count | AggFn::CountDistinct => Arc::new(Int64Array::from_iter_values(vals.map(|v| match v {
-                    Acc::Count(n) => *n,
-                    _ => 0,
-                }))),
+                AggFn::Count | AggFn::CountDistinct => {
+                    Arc::new(Int64Array::from_iter_values(vals.map(|v| match v {
+                        Acc::Count(n) => *n,
+                        _ => 0,
+                    })))
+                }
                 AggFn::Avg => Arc::new(Float64Array::from_iter(vals.map(|v| match v {
                     Acc::Avg(s, n) if *n > 0 => Some(s / *n as f64),
                     _ => None,
@@ -717,10 +815,12 @@ impl AggregateOp {
                         })
                         .collect();
                     let raw: ArrayRef = match self.kinds[ai] {
-                        Kind::Float => Arc::new(Float64Array::from_iter(scalars.iter().map(|s| match s {
-                            Some(Scalar::F(f)) => Some(*f),
-                            _ => None,
-                        }))),
+                        Kind::Float => {
+                            Arc::new(Float64Array::from_iter(scalars.iter().map(|s| match s {
+                                Some(Scalar::F(f)) => Some(*f),
+                                _ => None,
+                            })))
+                        }
                         Kind::Bytes => {
                             let b: BinaryArray = scalars
                                 .iter()
@@ -729,8 +829,15 @@ impl AggregateOp {
                                     _ => None,
                                 })
                                 .collect();
-                            if matches!(field.data_type(), ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View) {
-                                Arc::new(StringArray::from_iter(b.iter().map(|v| v.map(|v| String::from_utf8_lossy(v).into_owned()))))
+                            if matches!(
+                                field.data_type(),
+                                ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View
+                            ) {
+                                Arc::new(StringArray::from_iter(
+                                    b.iter().map(|v| {
+                                        v.map(|v| String::from_utf8_lossy(v).into_owned())
+                                    }),
+                                ))
                             } else {
                                 Arc::new(b)
                             }

@@ -20,11 +20,19 @@ pub fn register(ctx: &SessionContext) {
         ("month", DatePart::Month),
         ("dayofmonth", DatePart::Day),
     ] {
-        let f = Arc::new(move |args: &[ColumnarValue]| -> datafusion::error::Result<ColumnarValue> {
-            let arrays = ColumnarValue::values_to_arrays(args)?;
-            let out = date_part(arrays[0].as_ref(), part)?;
-            Ok(ColumnarValue::Array(out))
-        });
-        ctx.register_udf(create_udf(name, vec![timestamp_type()], DataType::Int32, Volatility::Immutable, f));
+        let f = Arc::new(
+            move |args: &[ColumnarValue]| -> datafusion::error::Result<ColumnarValue> {
+                let arrays = ColumnarValue::values_to_arrays(args)?;
+                let out = date_part(arrays[0].as_ref(), part)?;
+                Ok(ColumnarValue::Array(out))
+            },
+        );
+        ctx.register_udf(create_udf(
+            name,
+            vec![timestamp_type()],
+            DataType::Int32,
+            Volatility::Immutable,
+            f,
+        ));
     }
 }

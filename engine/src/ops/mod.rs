@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn, SortOptions};
+use arrow::compute::{
+    concat_batches, lexsort_to_indices, take_record_batch, SortColumn, SortOptions,
+};
 use arrow::datatypes::SchemaRef;
 use weir_plan::{parse_duration_ms, GroupKey, Op, OutputMode, StreamPlan};
 
@@ -98,19 +100,43 @@ impl Pipeline {
         let mut delays = Vec::new();
         let mut stateful = 0usize;
         for node in &plan.nodes {
-            let (input, mut info) = if let Some(i) = source_names.iter().position(|n| **n == node.input) {
-                (Input::Source(i), NodeInfo { schema: source_schemas[i].clone(), watermarked: HashSet::new() })
-            } else if let Some(i) = plan.nodes.iter().position(|n| n.id == node.input) {
-                let info = infos.get(i).cloned().ok_or_else(|| WeirError::Config(format!("node `{}` reads `{}` before it is defined", node.id, node.input)))?;
-                (Input::Node(i), info)
-            } else if let Some(rows) = statics.get(&node.input) {
-                let schema = rows.first().map(|b| b.schema()).unwrap_or_else(|| {
-                    plan.statics.get(&node.input).map(|s| crate::row::arrow_schema(&s.schema)).unwrap_or_else(|| Arc::new(arrow::datatypes::Schema::empty()))
-                });
-                (Input::Static(rows.clone()), NodeInfo { schema, watermarked: HashSet::new() })
-            } else {
-                return Err(WeirError::Config(format!("node `{}` reads `{}`, which is not a source, static table or earlier node", node.id, node.input)));
-            };
+            let (input, mut info) =
+                if let Some(i) = source_names.iter().position(|n| **n == node.input) {
+                    (
+                        Input::Source(i),
+                        NodeInfo {
+                            schema: source_schemas[i].clone(),
+                            watermarked: HashSet::new(),
+                        },
+                    )
+                } else if let Some(i) = plan.nodes.iter().position(|n| n.id == node.input) {
+                    let info = infos.get(i).cloned().ok_or_else(|| {
+                        WeirError::Config(format!(
+                            "node `{}` reads `{}` before it is defined",
+                            node.id, node.input
+                        ))
+                    })?;
+                    (Input::Node(i), info)
+                } else if let Some(rows) = statics.get(&node.input) {
+                    let schema = rows.first().map(|b| b.schema()).unwrap_or_else(|| {
+                        plan.statics
+                            .get(&node.input)
+                            .map(|s| crate::row::arrow_schema(&s.schema))
+                            .unwrap_or_else(|| Arc::new(arrow::datatypes::Schema::empty()))
+                    });
+                    (
+                        Input::Static(rows.clone()),
+                        NodeInfo {
+                            schema,
+                            watermarked: HashSet::new(),
+                        },
+                    )
+                } else {
+                    return Err(WeirError::Config(format!(
+                        "node `{}` reads `{}`, which is not a source, static table or earlier node",
+                        node.id, node.input
+                    )));
+                };
             let mut ops = Vec::new();
             for op in &node.ops {
                 let schema = info.schema.clone();
@@ -118,7 +144,12 @@ impl Pipeline {
                     schema.index_of(c).map_err(|_| {
                         WeirError::Config(format!(
                             "unknown column `{c}` (available: {})",
-                            schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ")
+                            schema
+                                .fields()
+                                .iter()
+                                .map(|f| f.name().as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
                         ))
                     })
                 };
@@ -128,7 +159,10 @@ impl Pipeline {
                         ops.push(OpExec::Filter(f));
                     }
                     Op::Select { columns } => {
-                        let items: Vec<(String, String)> = columns.iter().map(|c| (c.expr.clone(), c.alias.clone())).collect();
+                        let items: Vec<(String, String)> = columns
+                            .iter()
+                            .map(|c| (c.expr.clone(), c.alias.clone()))
+                            .collect();
                         let p = ProjectOp::select(&planner, &items, schema.clone())?;
                         let mut wm = HashSet::new();
                         for c in columns {
@@ -136,7 +170,10 @@ impl Pipeline {
                                 wm.insert(c.alias.clone());
                             }
                         }
-                        info = NodeInfo { schema: p.schema(), watermarked: wm };
+                        info = NodeInfo {
+                            schema: p.schema(),
+                            watermarked: wm,
+                        };
                         ops.push(OpExec::Project(p));
                     }
                     Op::WithColumn { name, expr } => {
@@ -150,7 +187,9 @@ impl Pipeline {
                         ops.push(OpExec::Project(p));
                     }
                     Op::Watermark { column, delay } => {
-                        let d = parse_duration_ms(delay).map_err(|e| WeirError::Config(format!("watermark delay \"{delay}\": {e}")))?;
+                        let d = parse_duration_ms(delay).map_err(|e| {
+                            WeirError::Config(format!("watermark delay \"{delay}\": {e}"))
+                        })?;
                         let w = WatermarkOp::new(delays.len(), idx(column)?, d);
                         delays.push(d);
                         info.watermarked.insert(column.clone());
@@ -167,16 +206,40 @@ impl Pipeline {
                                     if wm {
                                         out_wm.insert(column.clone());
                                     }
-                                    kx.push(KeyExec::Column { index: idx(column)?, name: column.clone(), watermarked: wm });
+                                    kx.push(KeyExec::Column {
+                                        index: idx(column)?,
+                                        name: column.clone(),
+                                        watermarked: wm,
+                                    });
                                 }
                                 GroupKey::Window { window, alias } => {
                                     windows += 1;
-                                    let tc = window.time_column().ok_or_else(|| WeirError::Config("a window needs a time column".into()))?;
-                                    let source = if window.is_window_time() { TimeSource::WindowTime(idx(&tc)?) } else { TimeSource::Column(idx(&tc)?) };
-                                    let size = weir_plan::duration::parse_positive_duration_ms(&window.size)
-                                        .map_err(|e| WeirError::Config(format!("window size \"{}\": {e}", window.size)))?;
+                                    let tc = window.time_column().ok_or_else(|| {
+                                        WeirError::Config("a window needs a time column".into())
+                                    })?;
+                                    let source = if window.is_window_time() {
+                                        TimeSource::WindowTime(idx(&tc)?)
+                                    } else {
+                                        TimeSource::Column(idx(&tc)?)
+                                    };
+                                    let size = weir_plan::duration::parse_positive_duration_ms(
+                                        &window.size,
+                                    )
+                                    .map_err(|e| {
+                                        WeirError::Config(format!(
+                                            "window size \"{}\": {e}",
+                                            window.size
+                                        ))
+                                    })?;
                                     let slide = match &window.slide {
-                                        Some(s) => weir_plan::duration::parse_positive_duration_ms(s).map_err(|e| WeirError::Config(format!("window slide \"{s}\": {e}")))?,
+                                        Some(s) => {
+                                            weir_plan::duration::parse_positive_duration_ms(s)
+                                                .map_err(|e| {
+                                                    WeirError::Config(format!(
+                                                        "window slide \"{s}\": {e}"
+                                                    ))
+                                                })?
+                                        }
                                         None => size,
                                     };
                                     let wm = info.watermarked.contains(&tc);
@@ -184,7 +247,11 @@ impl Pipeline {
                                         out_wm.insert(alias.clone());
                                     }
                                     kx.push(KeyExec::Window {
-                                        assigner: WindowAssigner { source, size_us: size * 1000, slide_us: slide * 1000 },
+                                        assigner: WindowAssigner {
+                                            source,
+                                            size_us: size * 1000,
+                                            slide_us: slide * 1000,
+                                        },
                                         name: alias.clone(),
                                         watermarked: wm,
                                     });
@@ -202,15 +269,26 @@ impl Pipeline {
                                 let i = idx(&a.column)?;
                                 (Some(i), Some(schema.field(i).data_type().clone()))
                             };
-                            ax.push(AggExec { func: a.func, input, input_type, name: a.alias.clone() });
+                            ax.push(AggExec {
+                                func: a.func,
+                                input,
+                                input_type,
+                                name: a.alias.clone(),
+                            });
                         }
                         let agg = AggregateOp::new(stateful, kx, ax, &schema)?;
                         stateful += 1;
-                        info = NodeInfo { schema: agg.schema(), watermarked: out_wm };
+                        info = NodeInfo {
+                            schema: agg.schema(),
+                            watermarked: out_wm,
+                        };
                         ops.push(OpExec::Aggregate(Box::new(agg)));
                     }
                     Op::Sort { by } => {
-                        let keys = by.iter().map(|k| Ok((idx(&k.column)?, k.desc))).collect::<Result<Vec<_>>>()?;
+                        let keys = by
+                            .iter()
+                            .map(|k| Ok((idx(&k.column)?, k.desc)))
+                            .collect::<Result<Vec<_>>>()?;
                         ops.push(OpExec::Sort(keys));
                     }
                     Op::Limit { n } => {
@@ -234,8 +312,16 @@ impl Pipeline {
             .nodes
             .iter()
             .position(|n| n.id == plan.result)
-            .ok_or_else(|| WeirError::Config(format!("the result node `{}` does not exist", plan.result)))?;
-        Ok(Pipeline { nodes, result, schema: infos[result].schema.clone(), mode: plan.output_mode, watermark_delays: delays })
+            .ok_or_else(|| {
+                WeirError::Config(format!("the result node `{}` does not exist", plan.result))
+            })?;
+        Ok(Pipeline {
+            nodes,
+            result,
+            schema: infos[result].schema.clone(),
+            mode: plan.output_mode,
+            watermark_delays: delays,
+        })
     }
 
     /// The schema of the rows the sink receives.
@@ -249,17 +335,23 @@ impl Pipeline {
     }
 
     fn aggregates_mut(&mut self) -> impl Iterator<Item = &mut AggregateOp> {
-        self.nodes.iter_mut().flat_map(|n| n.ops.iter_mut()).filter_map(|o| match o {
-            OpExec::Aggregate(a) => Some(a.as_mut()),
-            _ => None,
-        })
+        self.nodes
+            .iter_mut()
+            .flat_map(|n| n.ops.iter_mut())
+            .filter_map(|o| match o {
+                OpExec::Aggregate(a) => Some(a.as_mut()),
+                _ => None,
+            })
     }
 
     fn aggregates(&self) -> impl Iterator<Item = &AggregateOp> {
-        self.nodes.iter().flat_map(|n| n.ops.iter()).filter_map(|o| match o {
-            OpExec::Aggregate(a) => Some(a.as_ref()),
-            _ => None,
-        })
+        self.nodes
+            .iter()
+            .flat_map(|n| n.ops.iter())
+            .filter_map(|o| match o {
+                OpExec::Aggregate(a) => Some(a.as_ref()),
+                _ => None,
+            })
     }
 
     /// Number of stateful operators.
@@ -268,7 +360,10 @@ impl Pipeline {
     }
 
     /// Opens each stateful operator's store with `open(operator id)`.
-    pub fn open_state(&mut self, mut open: impl FnMut(usize) -> Result<Box<dyn StateStore>>) -> Result<()> {
+    pub fn open_state(
+        &mut self,
+        mut open: impl FnMut(usize) -> Result<Box<dyn StateStore>>,
+    ) -> Result<()> {
         for a in self.aggregates_mut() {
             let s = open(a.id)?;
             a.set_store(s);
@@ -277,9 +372,14 @@ impl Pipeline {
     }
 
     /// Runs one micro-batch over each source's rows.
-    pub fn run(&mut self, sources: &[Vec<RecordBatch>], ctx: &mut BatchContext) -> Result<Vec<RecordBatch>> {
+    pub fn run(
+        &mut self,
+        sources: &[Vec<RecordBatch>],
+        ctx: &mut BatchContext,
+    ) -> Result<Vec<RecordBatch>> {
         ctx.event_time = vec![EventTimeStats::default(); self.watermark_delays.len()];
-        let mut outputs: Vec<Option<Vec<RecordBatch>>> = (0..self.nodes.len()).map(|_| None).collect();
+        let mut outputs: Vec<Option<Vec<RecordBatch>>> =
+            (0..self.nodes.len()).map(|_| None).collect();
         let mode = self.mode;
         for ni in 0..self.nodes.len() {
             let mut batches: Vec<RecordBatch> = match &self.nodes[ni].input {
@@ -289,15 +389,23 @@ impl Pipeline {
             };
             for op in self.nodes[ni].ops.iter_mut() {
                 batches = match op {
-                    OpExec::Filter(f) => batches.iter().map(|b| f.apply(b)).filter(|b| !matches!(b, Ok(b) if b.num_rows() == 0)).collect::<Result<_>>()?,
-                    OpExec::Project(p) => batches.iter().map(|b| p.apply(b)).collect::<Result<_>>()?,
+                    OpExec::Filter(f) => batches
+                        .iter()
+                        .map(|b| f.apply(b))
+                        .filter(|b| !matches!(b, Ok(b) if b.num_rows() == 0))
+                        .collect::<Result<_>>()?,
+                    OpExec::Project(p) => {
+                        batches.iter().map(|b| p.apply(b)).collect::<Result<_>>()?
+                    }
                     OpExec::Watermark(w) => {
                         for b in &batches {
                             w.observe(b, &mut ctx.event_time[w.id])?;
                         }
                         batches
                     }
-                    OpExec::Aggregate(a) => a.process(&batches, ctx.watermarks, mode, ctx.no_data)?,
+                    OpExec::Aggregate(a) => {
+                        a.process(&batches, ctx.watermarks, mode, ctx.no_data)?
+                    }
                     OpExec::Sort(keys) => {
                         if batches.is_empty() {
                             batches
@@ -305,7 +413,13 @@ impl Pipeline {
                             let all = concat_batches(&batches[0].schema(), &batches)?;
                             let cols: Vec<SortColumn> = keys
                                 .iter()
-                                .map(|(i, desc)| SortColumn { values: all.column(*i).clone(), options: Some(SortOptions { descending: *desc, nulls_first: !*desc }) })
+                                .map(|(i, desc)| SortColumn {
+                                    values: all.column(*i).clone(),
+                                    options: Some(SortOptions {
+                                        descending: *desc,
+                                        nulls_first: !*desc,
+                                    }),
+                                })
                                 .collect();
                             let idx = lexsort_to_indices(&cols, None)?;
                             vec![take_record_batch(&all, &idx)?]
@@ -356,6 +470,7 @@ impl Pipeline {
     /// True when moving the watermark from `current` to `new_wm` makes a
     /// stateful operator evict or emit (a no-data batch is then due).
     pub fn needs_no_data_batch(&self, current: Option<i64>, new_wm: i64) -> bool {
-        self.aggregates().any(|a| a.needs_no_data_batch(self.mode, current, new_wm))
+        self.aggregates()
+            .any(|a| a.needs_no_data_batch(self.mode, current, new_wm))
     }
 }

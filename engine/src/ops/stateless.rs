@@ -65,7 +65,10 @@ impl FilterOp {
                 message: format!("a filter needs a boolean condition, this is {t}"),
             });
         }
-        Ok(FilterOp { predicate: p, schema })
+        Ok(FilterOp {
+            predicate: p,
+            schema,
+        })
     }
 
     /// The output schema (the input's).
@@ -92,7 +95,11 @@ pub struct ProjectOp {
 
 impl ProjectOp {
     /// `select expr AS alias, ...`.
-    pub fn select(planner: &ExprPlanner, items: &[(String, String)], input: SchemaRef) -> Result<ProjectOp> {
+    pub fn select(
+        planner: &ExprPlanner,
+        items: &[(String, String)],
+        input: SchemaRef,
+    ) -> Result<ProjectOp> {
         let mut exprs = Vec::new();
         let mut fields = Vec::new();
         for (sql, alias) in items {
@@ -100,13 +107,29 @@ impl ProjectOp {
             fields.push(Field::new(alias, e.data_type(&input)?, true));
             exprs.push(e);
         }
-        Ok(ProjectOp { exprs, schema: Arc::new(Schema::new(fields)) })
+        Ok(ProjectOp {
+            exprs,
+            schema: Arc::new(Schema::new(fields)),
+        })
     }
 
     /// `with_column(name, expr)`: all input columns, `name` replaced or appended.
-    pub fn with_column(planner: &ExprPlanner, name: &str, sql: &str, input: SchemaRef) -> Result<ProjectOp> {
-        let mut items: Vec<(String, String)> =
-            input.fields().iter().map(|f| (format!("\"{}\"", f.name().replace('"', "\"\"")), f.name().clone())).collect();
+    pub fn with_column(
+        planner: &ExprPlanner,
+        name: &str,
+        sql: &str,
+        input: SchemaRef,
+    ) -> Result<ProjectOp> {
+        let mut items: Vec<(String, String)> = input
+            .fields()
+            .iter()
+            .map(|f| {
+                (
+                    format!("\"{}\"", f.name().replace('"', "\"\"")),
+                    f.name().clone(),
+                )
+            })
+            .collect();
         match items.iter_mut().find(|(_, a)| a == name) {
             Some(it) => it.0 = sql.to_string(),
             None => items.push((sql.to_string(), name.to_string())),
@@ -121,12 +144,17 @@ impl ProjectOp {
 
     /// Projects one batch.
     pub fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch> {
-        let cols = self.exprs.iter().map(|e| eval(e, batch)).collect::<Result<Vec<_>>>()?;
+        let cols = self
+            .exprs
+            .iter()
+            .map(|e| eval(e, batch))
+            .collect::<Result<Vec<_>>>()?;
         if cols.is_empty() {
             return Ok(RecordBatch::try_new_with_options(
                 self.schema.clone(),
                 cols,
-                &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+                &arrow::record_batch::RecordBatchOptions::new()
+                    .with_row_count(Some(batch.num_rows())),
             )?);
         }
         Ok(RecordBatch::try_new(self.schema.clone(), cols)?)

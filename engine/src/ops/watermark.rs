@@ -60,7 +60,11 @@ pub struct WatermarkOp {
 impl WatermarkOp {
     /// A watermark on column index `column`.
     pub fn new(id: usize, column: usize, delay_ms: i64) -> WatermarkOp {
-        WatermarkOp { id, column, delay_ms }
+        WatermarkOp {
+            id,
+            column,
+            delay_ms,
+        }
     }
 
     /// Records the statistics of `batch` into `stats`.
@@ -69,7 +73,11 @@ impl WatermarkOp {
         let ts = arrow::compute::cast(col, &crate::row::timestamp_type())
             .map_err(|e| WeirError::Config(format!("watermark column is not a timestamp: {e}")))?;
         let mut s = EventTimeStats::default();
-        for v in ts.as_primitive::<TimestampMicrosecondType>().iter().flatten() {
+        for v in ts
+            .as_primitive::<TimestampMicrosecondType>()
+            .iter()
+            .flatten()
+        {
             let ms = v.div_euclid(1000);
             if s.count == 0 {
                 s.min = ms;

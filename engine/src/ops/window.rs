@@ -35,10 +35,14 @@ impl WindowAssigner {
         Ok(match self.source {
             TimeSource::Column(i) => {
                 let a = arrow::compute::cast(batch.column(i), &crate::row::timestamp_type())?;
-                a.as_primitive::<TimestampMicrosecondType>().iter().collect()
+                a.as_primitive::<TimestampMicrosecondType>()
+                    .iter()
+                    .collect()
             }
             TimeSource::WindowTime(i) => {
-                let w = <Option<Window> as crate::row::ArrowValue>::from_array(batch.column(i).as_ref())?;
+                let w = <Option<Window> as crate::row::ArrowValue>::from_array(
+                    batch.column(i).as_ref(),
+                )?;
                 w.into_iter().map(|w| w.map(|w| w.end.0 - 1)).collect()
             }
         })
@@ -79,7 +83,11 @@ mod tests {
 
     #[test]
     fn tumbling_windows_include_their_start() {
-        let w = WindowAssigner { source: TimeSource::Column(0), size_us: 10 * MIN, slide_us: 10 * MIN };
+        let w = WindowAssigner {
+            source: TimeSource::Column(0),
+            size_us: 10 * MIN,
+            slide_us: 10 * MIN,
+        };
         let (idx, starts) = w.assign(&[Some(10 * MIN), Some(19 * MIN), None, Some(-1)]);
         assert_eq!(idx, vec![0, 1, 3]);
         assert_eq!(starts, vec![10 * MIN, 10 * MIN, -10 * MIN]);
@@ -87,12 +95,19 @@ mod tests {
 
     #[test]
     fn sliding_windows_cover_every_overlap() {
-        let w = WindowAssigner { source: TimeSource::Column(0), size_us: 30 * MIN, slide_us: 5 * MIN };
+        let w = WindowAssigner {
+            source: TimeSource::Column(0),
+            size_us: 30 * MIN,
+            slide_us: 5 * MIN,
+        };
         let (idx, starts) = w.assign(&[Some(12 * MIN)]);
         assert_eq!(idx.len(), 6);
         assert_eq!(starts.first(), Some(&(-15 * MIN)));
         assert_eq!(starts.last(), Some(&(10 * MIN)));
         let (_, starts) = w.assign(&[Some(10 * MIN)]);
-        assert_eq!(starts, vec![-15 * MIN, -10 * MIN, -5 * MIN, 0, 5 * MIN, 10 * MIN]);
+        assert_eq!(
+            starts,
+            vec![-15 * MIN, -10 * MIN, -5 * MIN, 0, 5 * MIN, 10 * MIN]
+        );
     }
 }

@@ -1,11 +1,14 @@
 //! The micro-batch loop (ARCHITECTURE.md's lifecycle):
 //!
-//! 1. the trigger fires; 2. each source reports its latest offset;
-//! 3. `offsets/N` is written before any work; 4. sources return `(start, end]`;
-//! 5-6. the pipeline runs (stateless ops, then stateful ones against state
-//! version N); 7. the sink commits batch N; 8. state version N+1 is committed,
-//! then `commits/N`; 9. the next watermark is computed and, if a stateful
-//! operator waits on it, a no-data batch runs next.
+//! 1. the trigger fires;
+//! 2. each source reports its latest offset;
+//! 3. `offsets/N` is written before any work;
+//! 4. sources return the rows in `(start, end]`;
+//! 5. the pipeline runs: stateless ops, then stateful ones against state version N;
+//! 6. the sink commits batch N;
+//! 7. state version N+1 is committed, then `commits/N`;
+//! 8. the next watermark is computed and, if a stateful operator waits on it,
+//!    a no-data batch runs next.
 //!
 //! On restart an `offsets/N` without `commits/N` is re-run with its logged
 //! offsets and watermark.
@@ -26,15 +29,18 @@ use crate::ops::aggregate::Watermarks;
 use crate::ops::watermark::EventTimeStats;
 use crate::ops::{BatchContext, Pipeline};
 use crate::progress::{
-    format_ms, QueryListener, QueryStartedEvent, QueryStatus, QueryTerminatedEvent, SinkProgress, SourceProgress,
-    StreamingQueryProgress,
+    format_ms, QueryListener, QueryStartedEvent, QueryStatus, QueryTerminatedEvent, SinkProgress,
+    SourceProgress, StreamingQueryProgress,
 };
 use crate::session::Session;
 use crate::sink::{BoxSink, SinkContext};
 use crate::source::{BoxSource, Offset, SourceContext};
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// A batch logged in `offsets/N` but not committed: it runs again as logged.
@@ -68,14 +74,23 @@ struct Runner {
 }
 
 pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
-    let StreamWriter { stream, mode, trigger, name, checkpoint, sink } = w;
+    let StreamWriter {
+        stream,
+        mode,
+        trigger,
+        name,
+        checkpoint,
+        sink,
+    } = w;
     let session = stream.session.clone();
     let conf = session.conf().clone();
     let mut plan = stream.plan.clone();
     plan.output_mode = mode;
     plan.conf.no_data_batches = conf.no_data_batches;
     plan.conf.watermark_policy = conf.watermark_policy;
-    let mut sink = sink.ok_or_else(|| WeirError::Config("no sink: call .sink(...) or .foreach_batch(...) before start()".into()))?;
+    let mut sink = sink.ok_or_else(|| {
+        WeirError::Config("no sink: call .sink(...) or .foreach_batch(...) before start()".into())
+    })?;
     let needs_checkpoint = !matches!(sink.description().as_str(), d if d.starts_with("MemorySink") || d.contains("ConsoleTable"));
     let chk_path = match checkpoint {
         Some(p) => std::path::PathBuf::from(p),
@@ -103,7 +118,10 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     let mut pending = None;
     if let Some(c) = last_commit {
         let entry = chk.offsets.read_offsets(c)?.ok_or_else(|| {
-            WeirError::checkpoint(chk.root().join("offsets").join(c.to_string()), "commits/ has a batch that offsets/ lacks; the checkpoint is damaged")
+            WeirError::checkpoint(
+                chk.root().join("offsets").join(c.to_string()),
+                "commits/ has a batch that offsets/ lacks; the checkpoint is damaged",
+            )
         })?;
         let commit = chk.commits.read_commit(c)?.unwrap();
         committed = entry.sources.clone();
@@ -132,7 +150,10 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     pipeline.open_state(|op| provider.open(&chk.state_dir(op, 0), version, retain, sync))?;
     let _ = partitions;
     for (i, (_, s)) in sources.iter_mut().enumerate() {
-        s.open(&SourceContext { metadata_dir: chk.source_dir(i), sync })?;
+        s.open(&SourceContext {
+            metadata_dir: chk.source_dir(i),
+            sync,
+        })?;
         if trigger == Trigger::AvailableNow {
             s.prepare_for_available_now()?;
         }
@@ -152,7 +173,11 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         name: name.clone(),
         explain,
         state: Mutex::new(QueryState {
-            status: QueryStatus { message: "Initializing sources".into(), is_data_available: false, is_trigger_active: false },
+            status: QueryStatus {
+                message: "Initializing sources".into(),
+                is_data_available: false,
+                is_trigger_active: false,
+            },
             progress: VecDeque::new(),
             active: true,
             error: None,
@@ -184,10 +209,17 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         idle_reported: false,
     };
     for l in &runner.listeners {
-        l.on_query_started(&QueryStartedEvent { id: shared.id.clone(), run_id: shared.run_id.clone(), name: name.clone() });
+        l.on_query_started(&QueryStartedEvent {
+            id: shared.id.clone(),
+            run_id: shared.run_id.clone(),
+            name: name.clone(),
+        });
     }
     let handle = std::thread::Builder::new()
-        .name(format!("weir-query-{}", name.as_deref().unwrap_or(&shared.id)))
+        .name(format!(
+            "weir-query-{}",
+            name.as_deref().unwrap_or(&shared.id)
+        ))
         .spawn(move || runner.run())
         .map_err(|e| WeirError::Config(format!("cannot start the query thread: {e}")))?;
     *shared.thread.lock().unwrap() = Some(handle);
@@ -196,7 +228,12 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     Ok(q)
 }
 
-fn explain(plan: &StreamPlan, sources: &[(String, BoxSource)], sink: String, trigger: Trigger) -> String {
+fn explain(
+    plan: &StreamPlan,
+    sources: &[(String, BoxSource)],
+    sink: String,
+    trigger: Trigger,
+) -> String {
     let mut s = String::from("== Streaming Query ==\n");
     for (name, src) in sources {
         s.push_str(&format!("Source {name}: {}\n", src.description()));
@@ -207,7 +244,10 @@ fn explain(plan: &StreamPlan, sources: &[(String, BoxSource)], sink: String, tri
             s.push_str(&format!("  {}\n", describe_op(op)));
         }
     }
-    s.push_str(&format!("Output mode: {}\nTrigger: {trigger:?}\nSink: {sink}\n", plan.output_mode.spark_name()));
+    s.push_str(&format!(
+        "Output mode: {}\nTrigger: {trigger:?}\nSink: {sink}\n",
+        plan.output_mode.spark_name()
+    ));
     s
 }
 
@@ -217,7 +257,15 @@ fn describe_op(op: &weir_plan::Op) -> String {
         Op::Filter { predicate } => format!("Filter {predicate}"),
         Op::Select { columns } => format!(
             "Project [{}]",
-            columns.iter().map(|c| if c.expr == c.alias { c.alias.clone() } else { format!("{} AS {}", c.expr, c.alias) }).collect::<Vec<_>>().join(", ")
+            columns
+                .iter()
+                .map(|c| if c.expr == c.alias {
+                    c.alias.clone()
+                } else {
+                    format!("{} AS {}", c.expr, c.alias)
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         Op::WithColumn { name, expr } => format!("WithColumn {name} = {expr}"),
         Op::Watermark { column, delay } => format!("EventTimeWatermark {column}, {delay}"),
@@ -228,14 +276,25 @@ fn describe_op(op: &weir_plan::Op) -> String {
                     GroupKey::Column { column } => column.clone(),
                     GroupKey::Window { window, alias } => format!(
                         "window({}, {}{}) AS {alias}",
-                        window.column.clone().or(window.expr.clone()).unwrap_or_default(),
+                        window
+                            .column
+                            .clone()
+                            .or(window.expr.clone())
+                            .unwrap_or_default(),
                         window.size,
-                        window.slide.as_ref().map(|s| format!(", {s}")).unwrap_or_default()
+                        window
+                            .slide
+                            .as_ref()
+                            .map(|s| format!(", {s}"))
+                            .unwrap_or_default()
                     ),
                 })
                 .collect::<Vec<_>>()
                 .join(", "),
-            aggs.iter().map(|a| format!("{}({}) AS {}", a.func.name(), a.column, a.alias)).collect::<Vec<_>>().join(", ")
+            aggs.iter()
+                .map(|a| format!("{}({}) AS {}", a.func.name(), a.column, a.alias))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         other => format!("{other:?}"),
     }
@@ -244,7 +303,11 @@ fn describe_op(op: &weir_plan::Op) -> String {
 impl Runner {
     fn set_status(&self, message: &str, data: bool, active: bool) {
         let mut st = self.shared.state.lock().unwrap();
-        st.status = QueryStatus { message: message.into(), is_data_available: data, is_trigger_active: active };
+        st.status = QueryStatus {
+            message: message.into(),
+            is_data_available: data,
+            is_trigger_active: active,
+        };
     }
 
     fn stopping(&self) -> bool {
@@ -267,7 +330,11 @@ impl Runner {
             let mut st = self.shared.state.lock().unwrap();
             st.active = false;
             st.error = error.clone();
-            st.status = QueryStatus { message: "Stopped".into(), is_data_available: false, is_trigger_active: false };
+            st.status = QueryStatus {
+                message: "Stopped".into(),
+                is_data_available: false,
+                is_trigger_active: false,
+            };
         }
         self.shared.cond.notify_all();
         for l in &self.listeners {
@@ -320,7 +387,11 @@ impl Runner {
             {
                 let mut st = self.shared.state.lock().unwrap();
                 st.idle_epoch = st.idle_epoch.max(epoch);
-                st.status = QueryStatus { message: "Waiting for data to arrive".into(), is_data_available: false, is_trigger_active: false };
+                st.status = QueryStatus {
+                    message: "Waiting for data to arrive".into(),
+                    is_data_available: false,
+                    is_trigger_active: false,
+                };
             }
             self.shared.cond.notify_all();
             if !self.idle_reported {
@@ -361,18 +432,27 @@ impl Runner {
                     latest.push(s.latest_offset(c.as_ref())?);
                 }
                 durations.insert("latestOffset".into(), t.elapsed().as_millis() as i64);
-                let has_data = latest.iter().zip(&self.committed).any(|(l, c)| l.is_some() && l != c);
+                let has_data = latest
+                    .iter()
+                    .zip(&self.committed)
+                    .any(|(l, c)| l.is_some() && l != c);
                 let wm_moved = self.current_wm.is_none_or(|c| self.next_wm > c);
                 let no_data = !has_data
                     && self.plan.conf.no_data_batches
                     && has_wm
                     && self.current_wm.is_some()
                     && wm_moved
-                    && self.pipeline.needs_no_data_batch(self.current_wm, self.next_wm);
+                    && self
+                        .pipeline
+                        .needs_no_data_batch(self.current_wm, self.next_wm);
                 if !has_data && !no_data {
                     return Ok(false);
                 }
-                let sources = if has_data { latest } else { self.committed.clone() };
+                let sources = if has_data {
+                    latest
+                } else {
+                    self.committed.clone()
+                };
                 let entry = OffsetEntry {
                     batch_watermark_ms: self.next_wm,
                     batch_timestamp_ms: trigger_ms,
@@ -402,11 +482,18 @@ impl Runner {
         }
         durations.insert("getBatch".into(), t.elapsed().as_millis() as i64);
         let watermarks = if has_wm {
-            Watermarks { late_ms: Some(self.current_wm.unwrap_or(entry.batch_watermark_ms)), evict_ms: Some(entry.batch_watermark_ms) }
+            Watermarks {
+                late_ms: Some(self.current_wm.unwrap_or(entry.batch_watermark_ms)),
+                evict_ms: Some(entry.batch_watermark_ms),
+            }
         } else {
             Watermarks::default()
         };
-        let mut ctx = BatchContext { watermarks, no_data, event_time: vec![] };
+        let mut ctx = BatchContext {
+            watermarks,
+            no_data,
+            event_time: vec![],
+        };
         let t = Instant::now();
         let output = match self.pipeline.run(&inputs, &mut ctx) {
             Ok(o) => o,
@@ -438,11 +525,23 @@ impl Runner {
             WatermarkPolicy::Max => known.iter().max().copied(),
         };
         // Spark's min policy waits until every watermark operator has seen data.
-        let chosen = if self.plan.conf.watermark_policy == WatermarkPolicy::Min && known.len() < op_wms.len() { None } else { chosen };
-        let next_wm = chosen.map(|c| c.max(entry.batch_watermark_ms)).unwrap_or(entry.batch_watermark_ms);
-        self.checkpoint
-            .commits
-            .write_commit(batch_id, &CommitEntry { next_batch_watermark_ms: next_wm, operator_watermarks_ms: op_wms.clone() })?;
+        let chosen = if self.plan.conf.watermark_policy == WatermarkPolicy::Min
+            && known.len() < op_wms.len()
+        {
+            None
+        } else {
+            chosen
+        };
+        let next_wm = chosen
+            .map(|c| c.max(entry.batch_watermark_ms))
+            .unwrap_or(entry.batch_watermark_ms);
+        self.checkpoint.commits.write_commit(
+            batch_id,
+            &CommitEntry {
+                next_batch_watermark_ms: next_wm,
+                operator_watermarks_ms: op_wms.clone(),
+            },
+        )?;
         durations.insert("commitOffsets".into(), t.elapsed().as_millis() as i64);
         for (i, (_, s)) in self.sources.iter_mut().enumerate() {
             if let Some(e) = entry.sources.get(i).cloned().flatten() {
@@ -459,9 +558,22 @@ impl Runner {
         self.next_wm = next_wm;
         self.op_wms = op_wms;
         self.batch_id += 1;
-        durations.insert("triggerExecution".into(), trigger_start.elapsed().as_millis() as i64);
+        durations.insert(
+            "triggerExecution".into(),
+            trigger_start.elapsed().as_millis() as i64,
+        );
         durations.insert("queryPlanning".into(), 0);
-        self.report(batch_id, trigger_ms, &entry, start_offsets, &source_rows, &ctx, &output, durations, has_wm);
+        self.report(
+            batch_id,
+            trigger_ms,
+            &entry,
+            start_offsets,
+            &source_rows,
+            &ctx,
+            &output,
+            durations,
+            has_wm,
+        );
         Ok(true)
     }
 
@@ -479,7 +591,11 @@ impl Runner {
         has_wm: bool,
     ) {
         let rows: i64 = source_rows.iter().sum();
-        let exec_ms = durations.get("triggerExecution").copied().unwrap_or(0).max(1) as f64;
+        let exec_ms = durations
+            .get("triggerExecution")
+            .copied()
+            .unwrap_or(0)
+            .max(1) as f64;
         let since_last = self.last_trigger_ms.map(|l| (trigger_ms - l).max(1) as f64);
         self.last_trigger_ms = Some(trigger_ms);
         let input_rate = since_last.map(|d| rows as f64 * 1000.0 / d).unwrap_or(0.0);
@@ -507,7 +623,9 @@ impl Runner {
                 end_offset: entry.sources.get(i).cloned().flatten(),
                 latest_offset: entry.sources.get(i).cloned().flatten(),
                 num_input_rows: source_rows[i],
-                input_rows_per_second: since_last.map(|d| source_rows[i] as f64 * 1000.0 / d).unwrap_or(0.0),
+                input_rows_per_second: since_last
+                    .map(|d| source_rows[i] as f64 * 1000.0 / d)
+                    .unwrap_or(0.0),
                 processed_rows_per_second: source_rows[i] as f64 * 1000.0 / exec_ms,
             })
             .collect();
@@ -524,7 +642,10 @@ impl Runner {
             event_time,
             state_operators: self.pipeline.state_metrics(),
             sources,
-            sink: SinkProgress { description: self.sink.description(), num_output_rows: output.iter().map(|b| b.num_rows() as i64).sum() },
+            sink: SinkProgress {
+                description: self.sink.description(),
+                num_output_rows: output.iter().map(|b| b.num_rows() as i64).sum(),
+            },
         };
         for l in &self.listeners {
             l.on_query_progress(&p);

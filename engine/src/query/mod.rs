@@ -44,7 +44,10 @@ pub struct StreamingQuery {
 
 impl std::fmt::Debug for StreamingQuery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StreamingQuery").field("id", &self.id()).field("name", &self.name()).finish()
+        f.debug_struct("StreamingQuery")
+            .field("id", &self.id())
+            .field("name", &self.name())
+            .finish()
     }
 }
 
@@ -76,7 +79,14 @@ impl StreamingQuery {
 
     /// Recent batches' progress, oldest first.
     pub fn recent_progress(&self) -> Vec<StreamingQueryProgress> {
-        self.shared.state.lock().unwrap().progress.iter().cloned().collect()
+        self.shared
+            .state
+            .lock()
+            .unwrap()
+            .progress
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// True until the query stops or fails.
@@ -146,7 +156,12 @@ impl StreamingQuery {
         self.shared.cond.notify_all();
         let mut st = self.shared.state.lock().unwrap();
         while st.active && st.idle_epoch < epoch {
-            st = self.shared.cond.wait_timeout(st, Duration::from_millis(50)).unwrap().0;
+            st = self
+                .shared
+                .cond
+                .wait_timeout(st, Duration::from_millis(50))
+                .unwrap()
+                .0;
         }
         match &st.error {
             Some(e) => Err(WeirError::QueryFailed(e.clone())),

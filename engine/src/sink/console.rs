@@ -28,7 +28,12 @@ impl Default for ConsoleSink {
 impl ConsoleSink {
     /// Truncating cells to 20 characters, 20 rows per batch (Spark's defaults).
     pub fn new() -> ConsoleSink {
-        ConsoleSink { truncate: true, num_rows: 20, out: None, schema: None }
+        ConsoleSink {
+            truncate: true,
+            num_rows: 20,
+            out: None,
+            schema: None,
+        }
     }
 
     /// Truncate long cells (Spark's `truncate` option).
@@ -57,13 +62,21 @@ pub fn java_double(v: f64) -> String {
         return "NaN".into();
     }
     if v.is_infinite() {
-        return if v > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+        return if v > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
     }
     let a = v.abs();
     if a != 0.0 && !(1e-3..1e7).contains(&a) {
         let s = format!("{v:E}");
         let (m, e) = s.split_once('E').unwrap_or((&s, "0"));
-        let m = if m.contains('.') { m.to_string() } else { format!("{m}.0") };
+        let m = if m.contains('.') {
+            m.to_string()
+        } else {
+            format!("{m}.0")
+        };
         return format!("{m}E{e}");
     }
     let s = format!("{v}");
@@ -80,10 +93,14 @@ pub fn cell(a: &dyn Array, i: usize) -> String {
         return "null".into();
     }
     match a.data_type() {
-        DataType::Timestamp(TimeUnit::Microsecond, _) => {
-            crate::row::Timestamp(a.as_primitive::<arrow::datatypes::TimestampMicrosecondType>().value(i)).to_string()
+        DataType::Timestamp(TimeUnit::Microsecond, _) => crate::row::Timestamp(
+            a.as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+                .value(i),
+        )
+        .to_string(),
+        DataType::Float64 => {
+            java_double(a.as_primitive::<arrow::datatypes::Float64Type>().value(i))
         }
-        DataType::Float64 => java_double(a.as_primitive::<arrow::datatypes::Float64Type>().value(i)),
         DataType::Struct(_) => {
             let s = a.as_struct();
             let parts: Vec<String> = s.columns().iter().map(|c| cell(c.as_ref(), i)).collect();
@@ -91,14 +108,25 @@ pub fn cell(a: &dyn Array, i: usize) -> String {
         }
         DataType::Binary => {
             let b = a.as_binary::<i32>().value(i);
-            format!("[{}]", b.iter().map(|x| format!("{x:02X}")).collect::<Vec<_>>().join(" "))
+            format!(
+                "[{}]",
+                b.iter()
+                    .map(|x| format!("{x:02X}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
         }
         _ => arrow::util::display::array_value_to_string(a, i).unwrap_or_default(),
     }
 }
 
 /// Spark's `Dataset.showString(numRows, truncate)` over Arrow batches.
-pub fn show_string(batches: &[RecordBatch], schema: &arrow::datatypes::Schema, num_rows: usize, truncate: usize) -> String {
+pub fn show_string(
+    batches: &[RecordBatch],
+    schema: &arrow::datatypes::Schema,
+    num_rows: usize,
+    truncate: usize,
+) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
     let total: usize = batches.iter().map(|b| b.num_rows()).sum();
     'outer: for b in batches {
@@ -120,15 +148,26 @@ pub fn show_string(batches: &[RecordBatch], schema: &arrow::datatypes::Schema, n
             s
         }
     };
-    let header: Vec<String> = schema.fields().iter().map(|f| fit(f.name().clone())).collect();
-    let rows: Vec<Vec<String>> = rows.into_iter().map(|r| r.into_iter().map(fit).collect()).collect();
+    let header: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| fit(f.name().clone()))
+        .collect();
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|r| r.into_iter().map(fit).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count().max(3)).collect();
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
             *w = (*w).max(c.chars().count());
         }
     }
-    let sep: String = widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("+");
+    let sep: String = widths
+        .iter()
+        .map(|w| "-".repeat(*w))
+        .collect::<Vec<_>>()
+        .join("+");
     let sep = format!("+{sep}+\n");
     let line = |cells: &[String]| -> String {
         let parts: Vec<String> = cells
@@ -154,7 +193,10 @@ pub fn show_string(batches: &[RecordBatch], schema: &arrow::datatypes::Schema, n
     }
     out.push_str(&sep);
     if total > num_rows {
-        out.push_str(&format!("only showing top {num_rows} {}\n", if num_rows == 1 { "row" } else { "rows" }));
+        out.push_str(&format!(
+            "only showing top {num_rows} {}\n",
+            if num_rows == 1 { "row" } else { "rows" }
+        ));
     }
     out
 }
@@ -180,7 +222,11 @@ impl Sink for ConsoleSink {
 }
 
 impl ConsoleSink {
-    fn write(&mut self, batch_id: i64, data: Option<(&[RecordBatch], arrow::datatypes::SchemaRef)>) -> Result<()> {
+    fn write(
+        &mut self,
+        batch_id: i64,
+        data: Option<(&[RecordBatch], arrow::datatypes::SchemaRef)>,
+    ) -> Result<()> {
         let mut text = format!("-------------------------------------------\nBatch: {batch_id}\n-------------------------------------------\n");
         let table = match data {
             Some((b, s)) => show_string(b, &s, self.num_rows, if self.truncate { 20 } else { 0 }),
@@ -192,7 +238,12 @@ impl ConsoleSink {
             Some(buf) => buf.lock().unwrap().extend_from_slice(text.as_bytes()),
             None => {
                 let mut o = std::io::stdout().lock();
-                o.write_all(text.as_bytes()).and_then(|_| o.flush()).map_err(|e| WeirError::Sink { sink: "console".into(), message: e.to_string() })?;
+                o.write_all(text.as_bytes())
+                    .and_then(|_| o.flush())
+                    .map_err(|e| WeirError::Sink {
+                        sink: "console".into(),
+                        message: e.to_string(),
+                    })?;
             }
         }
         Ok(())

@@ -29,7 +29,11 @@ pub struct FileSink {
 impl FileSink {
     /// Files of `format` under `path`.
     pub fn new(path: impl Into<PathBuf>, format: FileFormat) -> FileSink {
-        FileSink { path: path.into(), format, partition_by: Vec::new() }
+        FileSink {
+            path: path.into(),
+            format,
+            partition_by: Vec::new(),
+        }
     }
 
     /// Partition output directories by these columns (Spark's `partitionBy`).
@@ -43,7 +47,10 @@ impl FileSink {
     }
 
     fn err(&self, message: String) -> WeirError {
-        WeirError::Sink { sink: format!("FileSink[{}]", self.path.display()), message }
+        WeirError::Sink {
+            sink: format!("FileSink[{}]", self.path.display()),
+            message,
+        }
     }
 
     fn write_file(&self, path: &Path, batches: &[RecordBatch], schema: SchemaRef) -> Result<()> {
@@ -54,7 +61,8 @@ impl FileSink {
         let f = fs::File::create(&tmp).map_err(|e| WeirError::io(&tmp, e))?;
         match self.format {
             FileFormat::Parquet => {
-                let mut w = parquet::arrow::ArrowWriter::try_new(f, schema, None).map_err(|e| self.err(e.to_string()))?;
+                let mut w = parquet::arrow::ArrowWriter::try_new(f, schema, None)
+                    .map_err(|e| self.err(e.to_string()))?;
                 for b in batches {
                     w.write(b).map_err(|e| self.err(e.to_string()))?;
                 }
@@ -87,7 +95,11 @@ impl FileSink {
         let idx: Vec<usize> = self
             .partition_by
             .iter()
-            .map(|c| schema.index_of(c).map_err(|_| self.err(format!("partition column `{c}` is not in the output"))))
+            .map(|c| {
+                schema
+                    .index_of(c)
+                    .map_err(|_| self.err(format!("partition column `{c}` is not in the output")))
+            })
             .collect::<Result<_>>()?;
         let mut groups: BTreeMap<String, Vec<u32>> = BTreeMap::new();
         for r in 0..batch.num_rows() {
@@ -96,13 +108,19 @@ impl FileSink {
                 .zip(&self.partition_by)
                 .map(|(i, name)| {
                     let c = batch.column(*i);
-                    let v = if c.is_null(r) { "__HIVE_DEFAULT_PARTITION__".to_string() } else { crate::sink::console::cell(c.as_ref(), r) };
+                    let v = if c.is_null(r) {
+                        "__HIVE_DEFAULT_PARTITION__".to_string()
+                    } else {
+                        crate::sink::console::cell(c.as_ref(), r)
+                    };
                     format!("{name}={}", v.replace(['/', '\\'], "%2F"))
                 })
                 .collect();
             groups.entry(dir.join("/")).or_default().push(r as u32);
         }
-        let keep: Vec<usize> = (0..schema.fields().len()).filter(|i| !idx.contains(i)).collect();
+        let keep: Vec<usize> = (0..schema.fields().len())
+            .filter(|i| !idx.contains(i))
+            .collect();
         let projected = batch.project(&keep)?;
         groups
             .into_iter()
@@ -129,7 +147,8 @@ impl Sink for FileSink {
                 return Err(self.err(format!("partition column `{c}` is not in the output")));
             }
         }
-        fs::create_dir_all(self.path.join("_spark_metadata")).map_err(|e| WeirError::io(&self.path, e))?;
+        fs::create_dir_all(self.path.join("_spark_metadata"))
+            .map_err(|e| WeirError::io(&self.path, e))?;
         Ok(())
     }
 
@@ -145,10 +164,22 @@ impl Sink for FileSink {
         }
         let mut files = Vec::new();
         for (dir, rows) in by_dir {
-            let name = format!("part-{batch_id:05}-{}.{}", uuid::Uuid::new_v4(), self.format.extension());
-            let rel = if dir.is_empty() { PathBuf::from(&name) } else { Path::new(&dir).join(&name) };
+            let name = format!(
+                "part-{batch_id:05}-{}.{}",
+                uuid::Uuid::new_v4(),
+                self.format.extension()
+            );
+            let rel = if dir.is_empty() {
+                PathBuf::from(&name)
+            } else {
+                Path::new(&dir).join(&name)
+            };
             let schema: SchemaRef = rows[0].schema();
-            let schema = if schema.fields().is_empty() { std::sync::Arc::new(Schema::empty()) } else { schema };
+            let schema = if schema.fields().is_empty() {
+                std::sync::Arc::new(Schema::empty())
+            } else {
+                schema
+            };
             self.write_file(&self.path.join(&rel), &rows, schema)?;
             files.push(serde_json::json!({"path": rel.to_string_lossy(), "action": "add"}));
         }
@@ -164,7 +195,10 @@ impl Sink for FileSink {
 pub fn committed_files(path: &Path) -> Result<Vec<PathBuf>> {
     let dir = path.join("_spark_metadata");
     let mut ids: Vec<i64> = match fs::read_dir(&dir) {
-        Ok(rd) => rd.flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect(),
+        Ok(rd) => rd
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+            .collect(),
         Err(_) => return Ok(vec![]),
     };
     ids.sort();

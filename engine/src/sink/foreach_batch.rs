@@ -17,7 +17,9 @@ pub struct ForeachBatchSink {
 
 impl ForeachBatchSink {
     /// A sink calling `f(batch_id, rows)`.
-    pub fn new(f: impl FnMut(i64, &[RecordBatch]) -> Result<()> + Send + 'static) -> ForeachBatchSink {
+    pub fn new(
+        f: impl FnMut(i64, &[RecordBatch]) -> Result<()> + Send + 'static,
+    ) -> ForeachBatchSink {
         ForeachBatchSink { f: Box::new(f) }
     }
 }

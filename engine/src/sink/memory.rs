@@ -27,7 +27,9 @@ pub struct MemoryTable {
 
 impl std::fmt::Debug for MemoryTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryTable").field("batches", &self.inner.lock().unwrap().batches.len()).finish()
+        f.debug_struct("MemoryTable")
+            .field("batches", &self.inner.lock().unwrap().batches.len())
+            .finish()
     }
 }
 
@@ -68,7 +70,10 @@ impl MemorySink {
     /// A sink whose table is registered in the session under `name`
     /// (empty: the query name).
     pub fn new(name: &str) -> MemorySink {
-        MemorySink { name: (!name.is_empty()).then(|| name.to_string()), table: MemoryTable::default() }
+        MemorySink {
+            name: (!name.is_empty()).then(|| name.to_string()),
+            table: MemoryTable::default(),
+        }
     }
 
     /// The table this sink writes (readable while the query runs).
@@ -90,7 +95,10 @@ impl Sink for MemorySink {
         }
         let name = self.name.clone().or_else(|| ctx.query_name.clone());
         if let Some(n) = name {
-            ctx.memory_tables.lock().unwrap().insert(n, self.table.clone());
+            ctx.memory_tables
+                .lock()
+                .unwrap()
+                .insert(n, self.table.clone());
         }
         Ok(())
     }

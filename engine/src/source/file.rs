@@ -151,10 +151,11 @@ impl FileSource {
         let open = || fs::File::open(path).map_err(|e| WeirError::io(path, e));
         match self.format {
             FileFormat::Parquet => {
-                let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(open()?)
-                    .map_err(|e| self.err(path, e.to_string()))?
-                    .build()
-                    .map_err(|e| self.err(path, e.to_string()))?;
+                let reader =
+                    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(open()?)
+                        .map_err(|e| self.err(path, e.to_string()))?
+                        .build()
+                        .map_err(|e| self.err(path, e.to_string()))?;
                 let mut out = Vec::new();
                 for b in reader {
                     let b = b?;
@@ -167,7 +168,10 @@ impl FileSource {
     }
 
     fn err(&self, path: &Path, message: String) -> WeirError {
-        WeirError::Source { source_name: format!("FileStreamSource[{}]", self.dir.display()), message: format!("{}: {message}", path.display()) }
+        WeirError::Source {
+            source_name: format!("FileStreamSource[{}]", self.dir.display()),
+            message: format!("{}: {message}", path.display()),
+        }
     }
 
     /// Projects/casts a batch to the source schema by column name (missing columns are null).
@@ -177,11 +181,16 @@ impl FileSource {
             .fields()
             .iter()
             .map(|f| match b.schema().index_of(f.name()) {
-                Ok(i) => arrow::compute::cast(b.column(i), f.data_type()).map_err(|e| self.err(path, format!("column `{}`: {e}", f.name()))),
+                Ok(i) => arrow::compute::cast(b.column(i), f.data_type())
+                    .map_err(|e| self.err(path, format!("column `{}`: {e}", f.name()))),
                 Err(_) => Ok(new_null_array(f.data_type(), b.num_rows())),
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(RecordBatch::try_new_with_options(self.schema.clone(), cols, &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(b.num_rows())))?)
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            cols,
+            &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(b.num_rows())),
+        )?)
     }
 
     fn read_text(&mut self, path: &Path, reader: impl BufRead) -> Result<Vec<RecordBatch>> {
@@ -242,36 +251,57 @@ impl FileSource {
                 })
                 .collect();
             let refs: Vec<&dyn arrow::array::Array> = parts.iter().map(|a| a.as_ref()).collect();
-            cols.push(if refs.is_empty() { new_null_array(f.data_type(), 0) } else { arrow::compute::concat(&refs)? });
+            cols.push(if refs.is_empty() {
+                new_null_array(f.data_type(), 0)
+            } else {
+                arrow::compute::concat(&refs)?
+            });
         }
         if let Some(i) = corrupt_idx {
             cols.insert(i, Arc::new(StringArray::from(raw)));
         }
-        let batch = RecordBatch::try_new_with_options(self.schema.clone(), cols, &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(n)))?;
+        let batch = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            cols,
+            &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(n)),
+        )?;
         Ok(vec![batch])
     }
 
     fn write_log(&self, n: usize, files: &[PathBuf]) -> Result<()> {
         if let Some(dir) = &self.log_dir {
-            let list: Vec<String> = files.iter().map(|p| p.to_string_lossy().to_string()).collect();
-            write_atomic(&dir.join(n.to_string()), format!("v1\n{}", serde_json::to_string(&list)?).as_bytes(), self.sync)?;
+            let list: Vec<String> = files
+                .iter()
+                .map(|p| p.to_string_lossy().to_string())
+                .collect();
+            write_atomic(
+                &dir.join(n.to_string()),
+                format!("v1\n{}", serde_json::to_string(&list)?).as_bytes(),
+                self.sync,
+            )?;
         }
         Ok(())
     }
 }
 
 fn parse_json_line(schema: &SchemaRef, line: &str) -> Result<RecordBatch> {
-    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| WeirError::Row(e.to_string()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| WeirError::Row(e.to_string()))?;
     if !v.is_object() {
         return Err(WeirError::Row("a JSON record must be an object".into()));
     }
-    let mut dec = arrow::json::ReaderBuilder::new(schema.clone()).with_strict_mode(false).build_decoder()?;
+    let mut dec = arrow::json::ReaderBuilder::new(schema.clone())
+        .with_strict_mode(false)
+        .build_decoder()?;
     dec.serialize(&[v])?;
-    dec.flush()?.ok_or_else(|| WeirError::Row("empty record".into()))
+    dec.flush()?
+        .ok_or_else(|| WeirError::Row("empty record".into()))
 }
 
 fn parse_csv_line(schema: &SchemaRef, line: &str) -> Result<RecordBatch> {
-    let mut r = arrow::csv::ReaderBuilder::new(schema.clone()).with_header(false).build(std::io::Cursor::new(line.as_bytes().to_vec()))?;
+    let mut r = arrow::csv::ReaderBuilder::new(schema.clone())
+        .with_header(false)
+        .build(std::io::Cursor::new(line.as_bytes().to_vec()))?;
     match r.next() {
         Some(b) => Ok(b?),
         None => Err(WeirError::Row("empty record".into())),
@@ -312,7 +342,11 @@ impl Source for FileSource {
         }
         if let Some(cap) = self.available_now_cap {
             if self.log.len() >= cap {
-                return Ok(self.log.len().checked_sub(1).map(|n| Offset::from(n as i64)));
+                return Ok(self
+                    .log
+                    .len()
+                    .checked_sub(1)
+                    .map(|n| Offset::from(n as i64)));
             }
         }
         let mut files = self.list_new()?;
@@ -325,7 +359,11 @@ impl Source for FileSource {
             self.seen.extend(files.iter().cloned());
             self.log.push(files);
         }
-        Ok(self.log.len().checked_sub(1).map(|n| Offset::from(n as i64)))
+        Ok(self
+            .log
+            .len()
+            .checked_sub(1)
+            .map(|n| Offset::from(n as i64)))
     }
 
     fn get_batch(&mut self, start: Option<&Offset>, end: &Offset) -> Result<Vec<RecordBatch>> {
@@ -366,25 +404,49 @@ mod tests {
     use weir_plan::DataType;
 
     fn fields() -> Vec<Field> {
-        vec![Field::new("ts", DataType::Timestamp), Field::new("key", DataType::String), Field::new("_corrupt_record", DataType::String)]
+        vec![
+            Field::new("ts", DataType::Timestamp),
+            Field::new("key", DataType::String),
+            Field::new("_corrupt_record", DataType::String),
+        ]
     }
 
     #[test]
     fn reads_new_files_once_and_keeps_malformed_records() {
         let dir = tempfile::tempdir().unwrap();
         let chk = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join("a.json"), "{\"ts\":\"2024-01-01T12:00:00Z\",\"key\":\"a\"}\nnot json\n").unwrap();
-        let mut s = FileSource::new(dir.path(), FileFormat::Json, fields()).max_files_per_trigger(1);
-        s.open(&SourceContext { metadata_dir: chk.path().to_path_buf(), sync: false }).unwrap();
+        fs::write(
+            dir.path().join("a.json"),
+            "{\"ts\":\"2024-01-01T12:00:00Z\",\"key\":\"a\"}\nnot json\n",
+        )
+        .unwrap();
+        let mut s =
+            FileSource::new(dir.path(), FileFormat::Json, fields()).max_files_per_trigger(1);
+        s.open(&SourceContext {
+            metadata_dir: chk.path().to_path_buf(),
+            sync: false,
+        })
+        .unwrap();
         let end = s.latest_offset(None).unwrap().unwrap();
         let b = s.get_batch(None, &end).unwrap();
         assert_eq!(b[0].num_rows(), 2);
-        assert_eq!(b[0].column(2).is_null(0), true);
-        assert_eq!(b[0].column(2).as_any().downcast_ref::<StringArray>().unwrap().value(1), "not json");
+        assert!(b[0].column(2).is_null(0));
+        assert_eq!(
+            b[0].column(2)
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap()
+                .value(1),
+            "not json"
+        );
         assert_eq!(s.latest_offset(Some(&end)).unwrap(), Some(end.clone()));
         // A restarted source remembers the file.
         let mut s2 = FileSource::new(dir.path(), FileFormat::Json, fields());
-        s2.open(&SourceContext { metadata_dir: chk.path().to_path_buf(), sync: false }).unwrap();
+        s2.open(&SourceContext {
+            metadata_dir: chk.path().to_path_buf(),
+            sync: false,
+        })
+        .unwrap();
         assert_eq!(s2.latest_offset(Some(&end)).unwrap(), Some(end));
     }
 }

@@ -27,7 +27,10 @@ impl MemoryStream {
 
     /// A stream of rows with this Arrow schema.
     pub fn with_schema(schema: SchemaRef) -> MemoryStream {
-        MemoryStream { schema, data: Arc::default() }
+        MemoryStream {
+            schema,
+            data: Arc::default(),
+        }
     }
 
     /// A stream of typed rows.
@@ -46,13 +49,17 @@ impl MemoryStream {
                 .iter()
                 .map(|f| {
                     let c = crate::row::column(&batch, f.name())?;
-                    Ok(arrow::compute::cast(&arrow::array::make_array(c.to_data()), f.data_type())?)
+                    Ok(arrow::compute::cast(
+                        &arrow::array::make_array(c.to_data()),
+                        f.data_type(),
+                    )?)
                 })
                 .collect::<Result<Vec<_>>>()?;
             RecordBatch::try_new_with_options(
                 self.schema.clone(),
                 cols,
-                &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+                &arrow::record_batch::RecordBatchOptions::new()
+                    .with_row_count(Some(batch.num_rows())),
             )?
         };
         let mut d = self.data.lock().unwrap();
@@ -69,7 +76,9 @@ impl MemoryStream {
     pub fn add_json(&self, rows: &[serde_json::Value]) -> Result<i64> {
         let mut dec = arrow::json::ReaderBuilder::new(self.schema.clone()).build_decoder()?;
         dec.serialize(rows)?;
-        let batch = dec.flush()?.unwrap_or_else(|| RecordBatch::new_empty(self.schema.clone()));
+        let batch = dec
+            .flush()?
+            .unwrap_or_else(|| RecordBatch::new_empty(self.schema.clone()));
         self.add_batch(batch)
     }
 
@@ -85,7 +94,10 @@ impl MemoryStream {
 }
 
 fn as_index(o: &Offset) -> Result<i64> {
-    o.as_i64().ok_or_else(|| WeirError::Source { source_name: "MemoryStream".into(), message: format!("bad offset {o}") })
+    o.as_i64().ok_or_else(|| WeirError::Source {
+        source_name: "MemoryStream".into(),
+        message: format!("bad offset {o}"),
+    })
 }
 
 impl Source for MemoryStream {

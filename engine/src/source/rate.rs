@@ -33,7 +33,14 @@ impl Default for RateSource {
 impl RateSource {
     /// One row per second, no ramp-up (Spark's defaults).
     pub fn new() -> RateSource {
-        RateSource { rows_per_second: 1, ramp_up: "0 seconds".into(), ramp_up_secs: 0, num_partitions: 1, creation_ms: None, error: None }
+        RateSource {
+            rows_per_second: 1,
+            ramp_up: "0 seconds".into(),
+            ramp_up_secs: 0,
+            num_partitions: 1,
+            creation_ms: None,
+            error: None,
+        }
     }
 
     /// Rows generated per second.
@@ -60,7 +67,10 @@ impl RateSource {
 
     /// The source's schema: `timestamp`, `value`.
     pub fn fields() -> Vec<Field> {
-        vec![Field::new("timestamp", DataType::Timestamp), Field::new("value", DataType::Int64)]
+        vec![
+            Field::new("timestamp", DataType::Timestamp),
+            Field::new("value", DataType::Int64),
+        ]
     }
 
     fn value_at_second(&self, secs: i64) -> i64 {
@@ -80,7 +90,10 @@ impl RateSource {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 impl Source for RateSource {
@@ -89,7 +102,10 @@ impl Source for RateSource {
     }
 
     fn description(&self) -> String {
-        format!("RateStreamV2[rowsPerSecond={}, rampUpTimeSeconds={}, numPartitions={}]", self.rows_per_second, self.ramp_up_secs, self.num_partitions)
+        format!(
+            "RateStreamV2[rowsPerSecond={}, rampUpTimeSeconds={}, numPartitions={}]",
+            self.rows_per_second, self.ramp_up_secs, self.num_partitions
+        )
     }
 
     fn open(&mut self, ctx: &SourceContext) -> Result<()> {
@@ -102,14 +118,19 @@ impl Source for RateSource {
         let path = ctx.metadata_dir.join("0");
         match std::fs::read_to_string(&path) {
             Ok(t) => {
-                let v: serde_json::Value = serde_json::from_str(t.lines().last().unwrap_or("")).map_err(|e| {
-                    WeirError::checkpoint(&path, format!("damaged rate source metadata ({e})"))
-                })?;
+                let v: serde_json::Value = serde_json::from_str(t.lines().last().unwrap_or(""))
+                    .map_err(|e| {
+                        WeirError::checkpoint(&path, format!("damaged rate source metadata ({e})"))
+                    })?;
                 self.creation_ms = v.get("creationTimeMs").and_then(|v| v.as_i64());
             }
             Err(_) => {
                 let ms = now_ms();
-                write_atomic(&path, format!("v1\n{{\"creationTimeMs\":{ms}}}").as_bytes(), ctx.sync)?;
+                write_atomic(
+                    &path,
+                    format!("v1\n{{\"creationTimeMs\":{ms}}}").as_bytes(),
+                    ctx.sync,
+                )?;
                 self.creation_ms = Some(ms);
             }
         }
@@ -133,10 +154,16 @@ impl Source for RateSource {
         let local_start = created + s * 1000;
         let ms_per_value = ((e - s) * 1000) as f64 / (to - from).max(1) as f64;
         let values: Vec<i64> = (from..to).collect();
-        let ts: Vec<i64> = values.iter().map(|v| (local_start + ((v - from) as f64 * ms_per_value).round() as i64) * 1000).collect();
+        let ts: Vec<i64> = values
+            .iter()
+            .map(|v| (local_start + ((v - from) as f64 * ms_per_value).round() as i64) * 1000)
+            .collect();
         let batch = RecordBatch::try_new(
             self.schema(),
-            vec![Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")), Arc::new(Int64Array::from(values))],
+            vec![
+                Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
+                Arc::new(Int64Array::from(values)),
+            ],
         )?;
         Ok(vec![batch])
     }
@@ -150,17 +177,29 @@ mod tests {
     fn generates_spark_values_and_timestamps() {
         let mut r = RateSource::new().rows_per_second(5);
         r.creation_ms = Some(1_000_000);
-        let b = r.get_batch(Some(&Offset::from(2)), &Offset::from(4)).unwrap();
-        let v = b[0].column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        let b = r
+            .get_batch(Some(&Offset::from(2)), &Offset::from(4))
+            .unwrap();
+        let v = b[0]
+            .column(1)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
         assert_eq!(v.values().to_vec(), (10..20).collect::<Vec<_>>());
-        let t = b[0].column(0).as_any().downcast_ref::<TimestampMicrosecondArray>().unwrap();
+        let t = b[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .unwrap();
         assert_eq!(t.value(0), 1_002_000_000);
         assert_eq!(t.value(1), 1_002_200_000);
     }
 
     #[test]
     fn ramps_up_like_spark() {
-        let r = RateSource::new().rows_per_second(10).ramp_up_time("4 seconds");
+        let r = RateSource::new()
+            .rows_per_second(10)
+            .ramp_up_time("4 seconds");
         // speed grows by 10/5 = 2 rows per second each second
         assert_eq!(r.value_at_second(1), 2);
         assert_eq!(r.value_at_second(2), 6);

@@ -32,7 +32,11 @@ pub struct SocketSource {
 impl SocketSource {
     /// Reads lines from `host:port`.
     pub fn new(host: &str, port: u16) -> SocketSource {
-        SocketSource { host: host.to_string(), port, buf: Arc::default() }
+        SocketSource {
+            host: host.to_string(),
+            port,
+            buf: Arc::default(),
+        }
     }
 
     /// The schema: `value: String`.
@@ -51,10 +55,14 @@ impl Source for SocketSource {
     }
 
     fn open(&mut self, _ctx: &SourceContext) -> Result<()> {
-        let stream = TcpStream::connect((self.host.as_str(), self.port)).map_err(|e| WeirError::Source {
-            source_name: self.description(),
-            message: format!("cannot connect: {e} (is a server listening, e.g. `nc -lk {}`?)", self.port),
-        })?;
+        let stream =
+            TcpStream::connect((self.host.as_str(), self.port)).map_err(|e| WeirError::Source {
+                source_name: self.description(),
+                message: format!(
+                    "cannot connect: {e} (is a server listening, e.g. `nc -lk {}`?)",
+                    self.port
+                ),
+            })?;
         let buf = self.buf.clone();
         std::thread::Builder::new()
             .name("weir-socket-source".into())
@@ -90,8 +98,13 @@ impl Source for SocketSource {
                 message: "lines before the restart are gone: the socket source cannot replay (use a file or Kafka source for recovery)".into(),
             });
         }
-        let lines: Vec<&str> = (from..=to).filter_map(|i| b.lines.get((i - b.base) as usize).map(String::as_str)).collect();
-        Ok(vec![RecordBatch::try_new(self.schema(), vec![Arc::new(StringArray::from(lines))])?])
+        let lines: Vec<&str> = (from..=to)
+            .filter_map(|i| b.lines.get((i - b.base) as usize).map(String::as_str))
+            .collect();
+        Ok(vec![RecordBatch::try_new(
+            self.schema(),
+            vec![Arc::new(StringArray::from(lines))],
+        )?])
     }
 
     fn commit(&mut self, end: &Offset) -> Result<()> {

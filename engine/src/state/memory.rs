@@ -79,7 +79,11 @@ fn decode(path: &Path, data: &[u8]) -> Result<Vec<Entry>> {
         let kl = u32::from_le_bytes(take(&mut i, 4)?.try_into().unwrap()) as usize;
         let k = take(&mut i, kl)?.to_vec();
         let vl = i32::from_le_bytes(take(&mut i, 4)?.try_into().unwrap());
-        let v = if vl < 0 { None } else { Some(take(&mut i, vl as usize)?.to_vec()) };
+        let v = if vl < 0 {
+            None
+        } else {
+            Some(take(&mut i, vl as usize)?.to_vec())
+        };
         out.push((k, v));
     }
     Ok(out)
@@ -174,11 +178,27 @@ impl StateStore for MemoryStateStore {
     }
 
     fn commit(&mut self, version: u64) -> Result<()> {
-        let delta = encode(self.undo.keys().map(|k| (k.as_slice(), self.map.get(k).map(Vec::as_slice))));
-        write_atomic(&self.dir.join(format!("{version}.delta")), &delta, self.sync)?;
+        let delta = encode(
+            self.undo
+                .keys()
+                .map(|k| (k.as_slice(), self.map.get(k).map(Vec::as_slice))),
+        );
+        write_atomic(
+            &self.dir.join(format!("{version}.delta")),
+            &delta,
+            self.sync,
+        )?;
         if version % SNAPSHOT_INTERVAL == 0 {
-            let snap = encode(self.map.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))));
-            write_atomic(&self.dir.join(format!("{version}.snapshot")), &snap, self.sync)?;
+            let snap = encode(
+                self.map
+                    .iter()
+                    .map(|(k, v)| (k.as_slice(), Some(v.as_slice()))),
+            );
+            write_atomic(
+                &self.dir.join(format!("{version}.snapshot")),
+                &snap,
+                self.sync,
+            )?;
         }
         self.undo.clear();
         // Keep `retain` versions restorable: drop files below the newest
@@ -267,10 +287,14 @@ mod tests {
         let n = data.len();
         data[n - 10] ^= 0xff;
         fs::write(&p, data).unwrap();
-        let err = MemoryStateStore::open(dir.path(), 1, 5, false).err().unwrap();
+        let err = MemoryStateStore::open(dir.path(), 1, 5, false)
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("checksum"), "{err}");
         fs::remove_file(&p).unwrap();
-        let err = MemoryStateStore::open(dir.path(), 1, 5, false).err().unwrap();
+        let err = MemoryStateStore::open(dir.path(), 1, 5, false)
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("missing"), "{err}");
     }
 }

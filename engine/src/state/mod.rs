@@ -44,7 +44,13 @@ pub trait StateStoreProvider: Send + Sync {
     /// The provider's name.
     fn name(&self) -> &'static str;
     /// Opens the store in `dir` at committed `version` (0: empty).
-    fn open(&self, dir: &Path, version: u64, min_versions_to_retain: u64, sync: bool) -> Result<Box<dyn StateStore>>;
+    fn open(
+        &self,
+        dir: &Path,
+        version: u64,
+        min_versions_to_retain: u64,
+        sync: bool,
+    ) -> Result<Box<dyn StateStore>>;
 }
 
 /// The in-memory provider: a hash map per partition, persisted as delta and
@@ -56,7 +62,15 @@ impl StateStoreProvider for MemoryStateProvider {
     fn name(&self) -> &'static str {
         "memory"
     }
-    fn open(&self, dir: &Path, version: u64, retain: u64, sync: bool) -> Result<Box<dyn StateStore>> {
-        Ok(Box::new(MemoryStateStore::open(dir, version, retain, sync)?))
+    fn open(
+        &self,
+        dir: &Path,
+        version: u64,
+        retain: u64,
+        sync: bool,
+    ) -> Result<Box<dyn StateStore>> {
+        Ok(Box::new(MemoryStateStore::open(
+            dir, version, retain, sync,
+        )?))
     }
 }

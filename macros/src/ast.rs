@@ -1,0 +1,278 @@
+//! The parsed declaration: what the user wrote, with the tokens kept so that
+//! errors can point back at them.
+
+use proc_macro2::TokenStream;
+use syn::{Attribute, Expr, Ident, LitStr};
+use weir_plan::{AggFn, OutputMode};
+
+use crate::types::ColType;
+
+/// One `query Name { ... }` declaration.
+pub struct QueryDecl {
+    /// Doc comments (and only those) on the query; carried onto the query struct.
+    pub docs: Vec<Attribute>,
+    /// The query's identifier (`PageViews`).
+    pub ident: Ident,
+    /// `source:`.
+    pub source: Option<SourceDecl>,
+    /// `schema:`.
+    pub schema: Option<SchemaDecl>,
+    /// `filter:`.
+    pub filter: Option<Expr>,
+    /// `select:`.
+    pub select: Option<SelectDecl>,
+    /// `watermark:`.
+    pub watermark: Option<WatermarkDecl>,
+    /// `group_by:`.
+    pub group_by: Option<GroupByDecl>,
+    /// `aggregate:`.
+    pub aggregate: Option<AggregateDecl>,
+    /// `output_mode:`.
+    pub output_mode: Option<ModeDecl>,
+    /// `trigger:`.
+    pub trigger: Option<TriggerDecl>,
+    /// `sink:`.
+    pub sink: Option<SinkDecl>,
+    /// `checkpoint:`.
+    pub checkpoint: Option<LitStr>,
+    /// `name:`.
+    pub name: Option<LitStr>,
+    /// The `schema:` key as written (errors about the schema as a whole point here).
+    pub schema_key: Option<Ident>,
+    /// True when an entry that shapes the plan did not parse: the plan is
+    /// then incomplete and its checks would only add noise.
+    pub incomplete: bool,
+}
+
+/// A source or sink file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    /// JSON lines.
+    Json,
+    /// CSV with a header.
+    Csv,
+    /// Parquet.
+    Parquet,
+}
+
+impl FileFormat {
+    /// The format's name as written.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileFormat::Json => "json",
+            FileFormat::Csv => "csv",
+            FileFormat::Parquet => "parquet",
+        }
+    }
+}
+
+/// `source: kind(options)`.
+pub struct SourceDecl {
+    /// The kind as written (`files`).
+    pub ident: Ident,
+    /// The kind with its options.
+    pub kind: Source,
+}
+
+/// The sources.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// `rate(rows_per_second, ramp_up_time, num_partitions)`.
+    Rate {
+        /// Rows per second.
+        rows_per_second: Option<u64>,
+        /// Ramp-up time, e.g. `"5 seconds"`.
+        ramp_up_time: Option<String>,
+        /// Partitions.
+        num_partitions: Option<u64>,
+    },
+    /// `files(path, format, max_files_per_trigger, latest_first)`.
+    Files {
+        /// The directory.
+        path: String,
+        /// The format.
+        format: FileFormat,
+        /// Cap on new files per trigger.
+        max_files_per_trigger: Option<u64>,
+        /// Newest files first.
+        latest_first: Option<bool>,
+    },
+    /// `socket(host, port)`.
+    Socket {
+        /// The host.
+        host: String,
+        /// The port.
+        port: u64,
+    },
+    /// `memory`: the stream is handed in at run time.
+    Memory,
+}
+
+impl Source {
+    /// The kind's name as written.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Source::Rate { .. } => "rate",
+            Source::Files { .. } => "files",
+            Source::Socket { .. } => "socket",
+            Source::Memory => "memory",
+        }
+    }
+}
+
+/// `schema: Name { field: Type, ... }`.
+pub struct SchemaDecl {
+    /// The row struct's name.
+    pub ident: Ident,
+    /// The fields in order.
+    pub fields: Vec<SchemaField>,
+}
+
+/// One schema field.
+pub struct SchemaField {
+    /// Its doc comments.
+    pub docs: Vec<Attribute>,
+    /// The field name as written.
+    pub ident: Ident,
+    /// The column name (raw identifiers unrawed).
+    pub name: String,
+    /// Its type.
+    pub ty: ColType,
+}
+
+/// `select: { item, ... }`.
+pub struct SelectDecl {
+    /// The `select` key (an error about the select as a whole points here).
+    pub key: Ident,
+    /// The items in order.
+    pub items: Vec<SelectItemDecl>,
+}
+
+/// `name: expr` or a bare column.
+pub struct SelectItemDecl {
+    /// The output name (for a bare column, the column).
+    pub alias: Ident,
+    /// The expression; `None` for a bare column.
+    pub expr: Option<Expr>,
+}
+
+/// `watermark: column delay "duration"`.
+pub struct WatermarkDecl {
+    /// The event-time column.
+    pub column: Ident,
+    /// The delay.
+    pub delay: LitStr,
+}
+
+/// `group_by: [key, ...]`.
+pub struct GroupByDecl {
+    /// The `group_by` key.
+    pub key: Ident,
+    /// The keys in order.
+    pub keys: Vec<KeyDecl>,
+}
+
+/// One grouping key.
+pub enum KeyDecl {
+    /// `window(column, size[, slide])`.
+    Window {
+        /// The whole call.
+        tokens: TokenStream,
+        /// The time column.
+        column: Ident,
+        /// The size.
+        size: LitStr,
+        /// The slide.
+        slide: Option<LitStr>,
+    },
+    /// A column.
+    Column(Ident),
+}
+
+/// `aggregate: { name: func(column), ... }`.
+pub struct AggregateDecl {
+    /// The `aggregate` key.
+    pub key: Ident,
+    /// The aggregates in order.
+    pub aggs: Vec<AggDecl>,
+}
+
+/// One aggregate.
+pub struct AggDecl {
+    /// The output name.
+    pub alias: Ident,
+    /// The function.
+    pub kind: AggFn,
+    /// The column; `None` for `count()` / `count(*)`.
+    pub arg: Option<Ident>,
+    /// The call as written (`sum(n)`).
+    pub call: TokenStream,
+}
+
+/// `output_mode: mode`.
+pub struct ModeDecl {
+    /// The mode as written.
+    pub ident: Ident,
+    /// The mode.
+    pub mode: OutputMode,
+}
+
+/// `trigger: ...`.
+pub enum TriggerDecl {
+    /// `processing_time("1 minute")`, the interval in milliseconds.
+    ProcessingTime {
+        /// The interval as written.
+        lit: LitStr,
+        /// The interval in milliseconds.
+        ms: u64,
+    },
+    /// `available_now`.
+    AvailableNow,
+    /// `once`.
+    Once,
+}
+
+/// `sink: kind(options)`.
+pub struct SinkDecl {
+    /// The kind with its options.
+    pub kind: Sink,
+}
+
+/// The sinks.
+pub enum Sink {
+    /// `console(truncate, num_rows)`.
+    Console {
+        /// Cut long cells at 20 characters.
+        truncate: Option<bool>,
+        /// Rows to show per batch.
+        num_rows: Option<u64>,
+    },
+    /// `memory(name)`; the name defaults to the query name.
+    Memory {
+        /// The table name.
+        name: Option<String>,
+    },
+    /// `files(path, format, partition_by)`.
+    Files {
+        /// The directory.
+        path: String,
+        /// The format (default parquet, as Spark's).
+        format: FileFormat,
+        /// Partition columns.
+        partition_by: Vec<Ident>,
+    },
+    /// `foreach_batch(f)`.
+    ForeachBatch(Expr),
+}
+
+impl Sink {
+    /// The kind's name as written.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Sink::Console { .. } => "console",
+            Sink::Memory { .. } => "memory",
+            Sink::Files { .. } => "files",
+            Sink::ForeachBatch(_) => "foreach_batch",
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! Compile-time checks: every [`Violation`] of [`weir_plan::check`] turned
+//! into a compile error at the token that caused it, plus the few rules only
+//! the macro can see (one rule, one function, as serde_derive's check.rs).
+
+use proc_macro2::TokenStream;
+use weir_plan::check::Part;
+use weir_plan::{Field, Location, Op, OutputMode, Rule, StreamPlan, Violation};
+
+use crate::ast::{QueryDecl, Sink};
+use crate::errors::{with_help, Errors};
+use crate::expr::ColumnRef;
+use crate::lower::{Lowered, OpSpans};
+use crate::types::{lookup, Col};
+
+/// Reports every violation of the plan's streaming rules at its tokens.
+pub fn check_plan(l: &Lowered, errs: &mut Errors) {
+    let violations = weir_plan::check(&l.plan);
+    let mut reported: Vec<(usize, String)> = vec![];
+    for v in &violations {
+        if let (Rule::UnknownColumn, Location::Op { op, .. }) = (v.rule, &v.at) {
+            if let Some(name) = quoted_name(&v.message) {
+                reported.push((*op, name.to_string()));
+            }
+        }
+        let mut message = with_help(&v.message, v.help.as_deref());
+        if v.at == Location::OutputMode && l.spans.output_mode.is_none() {
+            message
+                .push_str("\nnote: no `output_mode:` is given, so it is append (Spark's default)");
+        }
+        if let Some(note) = order_note(l, v) {
+            message.push_str("\nnote: ");
+            message.push_str(note);
+        }
+        errs.spanned(locate(l, v), message);
+    }
+    unknown_columns_in_expressions(l, &reported, errs);
+}
+
+/// The tokens a violation points at.
+pub fn locate(l: &Lowered, v: &Violation) -> TokenStream {
+    let s = &l.spans;
+    let (op, part) = match &v.at {
+        Location::Op { node: 0, op, part } => (*op, *part),
+        Location::OutputMode => {
+            return s
+                .output_mode
+                .clone()
+                .or_else(|| s.mode_fallback.clone())
+                .unwrap_or_else(|| s.query.clone())
+        }
+        _ => return s.query.clone(),
+    };
+    let by_name = |cols: &[ColumnRef]| {
+        let name = quoted_name(&v.message)?;
+        cols.iter()
+            .find(|c| c.name == name)
+            .map(|c| c.tokens.clone())
+    };
+    match (s.ops.get(op), part) {
+        (Some(OpSpans::Filter { expr, columns }), _) => {
+            by_name(columns).unwrap_or_else(|| expr.clone())
+        }
+        (Some(OpSpans::Select { items, .. }), Part::Item(i)) if i < items.len() => {
+            let it = &items[i];
+            match v.rule {
+                Rule::DuplicateColumn => it.alias.clone(),
+                Rule::UnknownColumn => by_name(&it.columns).unwrap_or_else(|| it.expr.clone()),
+                _ => it.expr.clone(),
+            }
+        }
+        (Some(OpSpans::Select { key, .. }), _) => key.clone(),
+        (Some(OpSpans::Watermark { delay, .. }), Part::Delay) => delay.clone(),
+        (Some(OpSpans::Watermark { column, .. }), _) => column.clone(),
+        (Some(OpSpans::Aggregate { keys, .. }), Part::Key(i)) if i < keys.len() => {
+            keys[i].column.clone()
+        }
+        (Some(OpSpans::Aggregate { keys, .. }), Part::KeySize(i)) if i < keys.len() => keys[i]
+            .size
+            .clone()
+            .unwrap_or_else(|| keys[i].whole.clone()),
+        (Some(OpSpans::Aggregate { keys, .. }), Part::KeySlide(i)) if i < keys.len() => keys[i]
+            .slide
+            .clone()
+            .unwrap_or_else(|| keys[i].whole.clone()),
+        (Some(OpSpans::Aggregate { aggs, .. }), Part::Agg(i)) if i < aggs.len() => {
+            let a = &aggs[i];
+            match v.rule {
+                Rule::DuplicateColumn => a.alias.clone(),
+                Rule::UnknownColumn | Rule::TypeMismatch => {
+                    a.arg.clone().unwrap_or_else(|| a.call.clone())
+                }
+                _ => a.call.clone(),
+            }
+        }
+        (Some(OpSpans::Aggregate { key, .. }), _) => key.clone(),
+        (None, _) => s.query.clone(),
+    }
+}
+
+/// For an unknown column that the op order explains (a filter naming a
+/// select alias; a watermark or key on a column the select dropped), why.
+fn order_note(l: &Lowered, v: &Violation) -> Option<&'static str> {
+    let Location::Op { op, .. } = v.at else {
+        return None;
+    };
+    if v.rule != Rule::UnknownColumn {
+        return None;
+    }
+    let name = quoted_name(&v.message)?;
+    let select = l.plan.nodes[0].ops.iter().find_map(|o| match o {
+        Op::Select { columns } => Some(columns),
+        _ => None,
+    })?;
+    match l.spans.ops.get(op)? {
+        OpSpans::Filter { .. } if select.iter().any(|c| c.alias == name) => Some(
+            "`filter:` runs before `select:`, so it sees the source's columns, not the select's",
+        ),
+        OpSpans::Watermark { .. } | OpSpans::Aggregate { .. }
+            if lookup(&l.input, name).is_some() =>
+        {
+            Some("`watermark:` and `group_by:` run after `select:`; keep the column in the select")
+        }
+        _ => None,
+    }
+}
+
+/// The first name in backticks: the column of "unknown column `x`".
+fn quoted_name(message: &str) -> Option<&str> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(&message[start..start + len])
+}
+
+/// The plan's SQL scan skips words it takes for keywords (a column named
+/// `timestamp` or `date`); the macro sees every identifier, so it reports
+/// the unknown ones the scan missed, with the plan's own message.
+fn unknown_columns_in_expressions(l: &Lowered, reported: &[(usize, String)], errs: &mut Errors) {
+    for (oi, sp) in l.spans.ops.iter().enumerate() {
+        let refs: Vec<&ColumnRef> = match sp {
+            OpSpans::Filter { columns, .. } => columns.iter().collect(),
+            OpSpans::Select { items, .. } => items.iter().flat_map(|i| &i.columns).collect(),
+            _ => continue,
+        };
+        let mut seen: Vec<&str> = vec![];
+        for r in refs {
+            if lookup(&l.input, &r.name).is_some()
+                || seen.contains(&r.name.as_str())
+                || reported.iter().any(|(o, n)| *o == oi && *n == r.name)
+            {
+                continue;
+            }
+            seen.push(&r.name);
+            let v = unknown_column(&r.name, &l.input);
+            errs.spanned(&r.tokens, with_help(&v.message, v.help.as_deref()));
+        }
+    }
+}
+
+/// The plan's "unknown column" violation (with its "did you mean") for
+/// `name` over `cols`: resolves a one-op plan that names the column.
+fn unknown_column(name: &str, cols: &[Col]) -> Violation {
+    let fields = cols
+        .iter()
+        .map(|c| Field::new(c.name.clone(), c.ty.dtype))
+        .collect();
+    let probe = StreamPlan::single(
+        "s",
+        fields,
+        vec![Op::Dedup {
+            columns: vec![name.into()],
+            within_watermark: false,
+        }],
+        OutputMode::Append,
+    );
+    let (_, mut v) = weir_plan::resolve(&probe);
+    v.pop().unwrap_or_else(|| {
+        Violation::new(
+            Rule::UnknownColumn,
+            Location::Plan,
+            format!("unknown column `{name}`"),
+            None,
+        )
+    })
+}
+
+/// Every output column becomes a struct field: two keys of one name (a
+/// column grouped twice, two windows) cannot both be fields.
+pub fn distinct_group_keys(l: &Lowered, errs: &mut Errors) {
+    let (Some(Op::Aggregate { keys, .. }), Some(OpSpans::Aggregate { keys: spans, .. })) =
+        (l.plan.nodes[0].ops.last(), l.spans.ops.last())
+    else {
+        return;
+    };
+    for (i, k) in keys.iter().enumerate() {
+        if keys[..i].iter().any(|p| p.output_name() == k.output_name()) {
+            errs.spanned_help(
+                &spans[i].whole,
+                format!("duplicate output column `{}`", k.output_name()),
+                "group by each column once, and by at most one window",
+            );
+        }
+    }
+}
+
+/// The generated structs are the schema's, `<Query>Row` and `<Query>`:
+/// their names must differ.
+pub fn distinct_struct_names(q: &QueryDecl, errs: &mut Errors) {
+    let Some(schema) = &q.schema else { return };
+    let s = schema.ident.to_string();
+    let query = q.ident.to_string();
+    if s == query || s == format!("{query}Row") {
+        errs.spanned_help(
+            &schema.ident,
+            format!("the schema struct `{s}` has the name of a struct the query generates"),
+            format!(
+                "the query generates `{query}` and `{query}Row`; give the input rows another name"
+            ),
+        );
+    }
+}
+
+/// Spark's file sink partitions by result columns: each must exist.
+pub fn partition_columns_exist(q: &QueryDecl, output: &[Col], errs: &mut Errors) {
+    let Some(Sink::Files { partition_by, .. }) = q.sink.as_ref().map(|s| &s.kind) else {
+        return;
+    };
+    let names: Vec<&str> = output.iter().map(|c| c.name.as_str()).collect();
+    for p in partition_by {
+        let name = p.to_string();
+        if lookup(output, &name).is_none() {
+            errs.spanned_help(
+                p,
+                format!("partition column `{name}` is not a column of the result"),
+                crate::errors::suggestion_help(&name, &names, "result columns"),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lower::{lower, output_columns};
+    use crate::parse::parse_query;
+    use quote::quote;
+
+    /// `(at, message)` of every error the declaration produces.
+    fn errors(t: TokenStream) -> Vec<(String, String)> {
+        let mut errs = Errors::new();
+        let q = parse_query(t, &mut errs).unwrap();
+        if let Some(l) = lower(&q, &mut errs) {
+            check_plan(&l, &mut errs);
+            distinct_group_keys(&l, &mut errs);
+            distinct_struct_names(&q, &mut errs);
+            let out = output_columns(&l, &mut errs);
+            partition_columns_exist(&q, &out, &mut errs);
+        }
+        errs.diagnostics()
+            .iter()
+            .map(|d| (d.at.clone(), d.message.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn unknown_column_in_filter_points_at_the_identifier() {
+        let e = errors(quote! {
+            query Q {
+                source: memory,
+                schema: Click { page: String, value: i64 },
+                filter: value > 1 && vaule < 10,
+                sink: console,
+            }
+        });
+        assert_eq!(
+            e,
+            [(
+                "vaule".to_string(),
+                "unknown column `vaule`\nhelp: did you mean `value`? (available: page, value)"
+                    .to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn keyword_named_columns_are_checked_too() {
+        let e = errors(
+            quote! { query Q { source: memory, schema: S { a: i64 }, filter: date > 1, sink: console } },
+        );
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].0, "date");
+        assert!(e[0].1.starts_with("unknown column `date`"));
+    }
+
+    #[test]
+    fn window_and_watermark_errors_point_at_their_parts() {
+        let e = errors(quote! {
+            query Q {
+                source: memory,
+                schema: S { ts: Timestamp, page: String, n: i64 },
+                watermark: n delay "10 minits",
+                group_by: [window(page, "0 minutes"), window(ts, "1 minute", "2 minutes")],
+                aggregate: { s: sum(page), page: count() },
+                output_mode: update,
+                sink: console,
+            }
+        });
+        let at: Vec<&str> = e.iter().map(|(a, _)| a.as_str()).collect();
+        assert_eq!(
+            at,
+            [
+                "\"10 minits\"",
+                "n",
+                "\"0 minutes\"",
+                "page",
+                "\"2 minutes\"",
+                "page",
+                "window (ts , \"1 minute\" , \"2 minutes\")"
+            ]
+        );
+        assert!(e[0]
+            .1
+            .starts_with("invalid watermark delay \"10 minits\": unknown time unit `minits`"));
+        assert!(e[1]
+            .1
+            .starts_with("watermark column `n` must be a timestamp, but it is int64"));
+        assert!(e[2].1.starts_with(
+            "invalid window size \"0 minutes\": the duration must be greater than zero"
+        ));
+        assert!(e[3]
+            .1
+            .starts_with("window column `page` must be a timestamp, but it is string"));
+        assert!(e[4].1.starts_with("the window slide \"2 minutes\" must be less than or equal to the window size \"1 minute\""));
+        assert!(e[5]
+            .1
+            .starts_with("sum(page) is not defined on string columns"));
+        assert!(e[6].1.starts_with("duplicate output column `window`"));
+    }
+
+    #[test]
+    fn output_mode_rules_point_at_the_mode() {
+        let e = errors(quote! {
+            query Q {
+                source: rate,
+                group_by: [window(timestamp, "10 seconds")],
+                aggregate: { n: count() },
+                sink: console,
+            }
+        });
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].0, "aggregate");
+        assert!(e[0].1.starts_with("Append output mode not supported when there are streaming aggregations on streaming DataFrames/DataSets without watermark\nhelp: add a watermark"));
+        assert!(e[0]
+            .1
+            .ends_with("note: no `output_mode:` is given, so it is append (Spark's default)"));
+        let e = errors(quote! { query Q { source: rate, output_mode: complete, sink: console } });
+        assert_eq!(e[0].0, "complete");
+        assert!(e[0].1.starts_with(
+            "Complete output mode not supported when there are no streaming aggregations"
+        ));
+    }
+
+    #[test]
+    fn distinct_and_duplicates() {
+        let e = errors(quote! {
+            query Q {
+                source: rate,
+                select: { timestamp, value, value: value + 1 },
+                group_by: [value],
+                aggregate: { d: count_distinct(value) },
+                output_mode: complete,
+                sink: files(path = "out", partition_by = [day]),
+            }
+        });
+        let at: Vec<&str> = e.iter().map(|(a, _)| a.as_str()).collect();
+        assert_eq!(at, ["value", "count_distinct (value)", "day"]);
+        assert!(e[0].1.starts_with("duplicate output column `value`"));
+        assert!(e[1].1.starts_with("Distinct aggregations are not supported on streaming DataFrames/Datasets. Consider using approx_count_distinct() instead."));
+        assert!(e[2]
+            .1
+            .starts_with("partition column `day` is not a column of the result"));
+    }
+
+    #[test]
+    fn notes_explain_the_op_order() {
+        let e = errors(quote! {
+            query Q {
+                source: memory,
+                schema: S { ts: Timestamp, n: i64 },
+                filter: n2 > 1,
+                select: { n2: n * 2 },
+                watermark: ts delay "1 minute",
+                sink: console,
+            }
+        });
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].1.ends_with("note: `filter:` runs before `select:`, so it sees the source's columns, not the select's"));
+        assert_eq!(e[1].0, "ts");
+        assert!(e[1].1.ends_with("keep the column in the select"));
+    }
+
+    #[test]
+    fn struct_names_must_differ() {
+        let e =
+            errors(quote! { query Q { source: memory, schema: QRow { a: i64 }, sink: console } });
+        assert_eq!(e[0].0, "QRow");
+        assert!(e[0]
+            .1
+            .starts_with("the schema struct `QRow` has the name of a struct the query generates"));
+    }
+
+    #[test]
+    fn finds_the_quoted_name() {
+        assert_eq!(quoted_name("unknown column `vaule`"), Some("vaule"));
+        assert_eq!(quoted_name("no name"), None);
+    }
+}

@@ -1,0 +1,561 @@
+//! `source:` and `sink:` values: a connector name with `name = value`
+//! options, each option checked against the connector's table below.
+
+use std::collections::BTreeMap;
+
+use proc_macro2::TokenStream;
+use quote::ToTokens;
+use syn::parse::{ParseStream, Parser};
+use syn::punctuated::Punctuated;
+use syn::{Expr, Ident, Lit, Token};
+
+use crate::ast::{FileFormat, Sink, SinkDecl, Source, SourceDecl};
+use crate::errors::{suggestion_help, Errors};
+
+/// What an option takes.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A string literal.
+    Str,
+    /// A duration string (`"5 seconds"`, zero allowed).
+    Duration,
+    /// A whole number in `1..=max`.
+    Count { max: u64 },
+    /// `true` or `false`.
+    Bool,
+    /// One of these names (bare or quoted).
+    Choice(&'static [&'static str]),
+    /// A list of columns, `[a, b]`.
+    Columns,
+}
+
+/// One option of a connector.
+struct Spec {
+    name: &'static str,
+    kind: Kind,
+    required: bool,
+}
+
+const fn opt(name: &'static str, kind: Kind) -> Spec {
+    Spec {
+        name,
+        kind,
+        required: false,
+    }
+}
+
+const fn req(name: &'static str, kind: Kind) -> Spec {
+    Spec {
+        name,
+        kind,
+        required: true,
+    }
+}
+
+const FORMATS: &[&str] = &["json", "csv", "parquet"];
+
+/// The sources and their options (Spark's option names, snake_case).
+const SOURCES: &[(&str, &[Spec])] = &[
+    (
+        "rate",
+        &[
+            opt("rows_per_second", Kind::Count { max: u64::MAX }),
+            opt("ramp_up_time", Kind::Duration),
+            opt(
+                "num_partitions",
+                Kind::Count {
+                    max: u32::MAX as u64,
+                },
+            ),
+        ],
+    ),
+    (
+        "files",
+        &[
+            req("path", Kind::Str),
+            req("format", Kind::Choice(FORMATS)),
+            opt(
+                "max_files_per_trigger",
+                Kind::Count {
+                    max: u32::MAX as u64,
+                },
+            ),
+            opt("latest_first", Kind::Bool),
+        ],
+    ),
+    (
+        "socket",
+        &[
+            opt("host", Kind::Str),
+            req("port", Kind::Count { max: 65535 }),
+        ],
+    ),
+    ("memory", &[]),
+];
+
+/// The sinks and their options.
+const SINKS: &[(&str, &[Spec])] = &[
+    (
+        "console",
+        &[
+            opt("truncate", Kind::Bool),
+            opt(
+                "num_rows",
+                Kind::Count {
+                    max: u32::MAX as u64,
+                },
+            ),
+        ],
+    ),
+    ("memory", &[opt("name", Kind::Str)]),
+    (
+        "files",
+        &[
+            req("path", Kind::Str),
+            opt("format", Kind::Choice(FORMATS)),
+            opt("partition_by", Kind::Columns),
+        ],
+    ),
+    ("foreach_batch", &[]),
+];
+
+/// A checked option value.
+enum Val {
+    Str(String),
+    Int(u64),
+    Bool(bool),
+    Columns(Vec<Ident>),
+}
+
+/// `name = value`.
+struct Opt {
+    name: Ident,
+    value: Expr,
+}
+
+impl syn::parse::Parse for Opt {
+    fn parse(input: ParseStream) -> syn::Result<Opt> {
+        let name: Ident = input.parse()?;
+        input.parse::<Token![=]>().map_err(|e| {
+            syn::Error::new(e.span(), format!("expected `=`, as in `{name} = ...`"))
+        })?;
+        let value: Expr = input.parse()?;
+        Ok(Opt { name, value })
+    }
+}
+
+/// `name` or `name(args)`: the name and the arguments' tokens.
+fn parse_connector(input: ParseStream) -> syn::Result<(Ident, Option<TokenStream>)> {
+    let name: Ident = input.parse()?;
+    let args = if input.peek(syn::token::Paren) {
+        let content;
+        syn::parenthesized!(content in input);
+        Some(content.parse::<TokenStream>()?)
+    } else {
+        None
+    };
+    if !input.is_empty() {
+        return Err(
+            input.error("unexpected tokens after the connector; write `name(option = value, ...)`")
+        );
+    }
+    Ok((name, args))
+}
+
+/// Parses and checks `source: ...`. Syntax errors are returned; option
+/// mistakes go to `errs` (the source is still returned, with defaults).
+pub fn parse_source(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<SourceDecl>> {
+    let (ident, args) = parse_connector.parse2(tokens)?;
+    let name = ident.to_string();
+    let Some((_, specs)) = SOURCES.iter().find(|(n, _)| *n == name) else {
+        let names: Vec<&str> = SOURCES.iter().map(|(n, _)| *n).collect();
+        errs.spanned_help(
+            &ident,
+            format!("unknown source `{name}`"),
+            suggestion_help(&name, &names, "sources"),
+        );
+        return Ok(None);
+    };
+    let mut v = read_options(&ident, "source", args, specs, errs)?;
+    let kind = match name.as_str() {
+        "rate" => Source::Rate {
+            rows_per_second: take_int(&mut v, "rows_per_second"),
+            ramp_up_time: take_str(&mut v, "ramp_up_time"),
+            num_partitions: take_int(&mut v, "num_partitions"),
+        },
+        "files" => Source::Files {
+            path: take_str(&mut v, "path").unwrap_or_default(),
+            format: take_format(&mut v).unwrap_or(FileFormat::Json),
+            max_files_per_trigger: take_int(&mut v, "max_files_per_trigger"),
+            latest_first: take_bool(&mut v, "latest_first"),
+        },
+        "socket" => Source::Socket {
+            host: take_str(&mut v, "host").unwrap_or_else(|| "localhost".into()),
+            port: take_int(&mut v, "port").unwrap_or(0),
+        },
+        _ => Source::Memory,
+    };
+    Ok(Some(SourceDecl { ident, kind }))
+}
+
+/// Parses and checks `sink: ...`, as [`parse_source`] does.
+pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<SinkDecl>> {
+    let (ident, args) = parse_connector.parse2(tokens)?;
+    let name = ident.to_string();
+    let Some((_, specs)) = SINKS.iter().find(|(n, _)| *n == name) else {
+        let names: Vec<&str> = SINKS.iter().map(|(n, _)| *n).collect();
+        errs.spanned_help(
+            &ident,
+            format!("unknown sink `{name}`"),
+            suggestion_help(&name, &names, "sinks"),
+        );
+        return Ok(None);
+    };
+    if name == "foreach_batch" {
+        let Some(args) = args else {
+            errs.spanned_help(
+                &ident,
+                "foreach_batch needs a function",
+                "write `foreach_batch(|batch_id, batches| { ...; Ok(()) })` or `foreach_batch(path::to::handler)`",
+            );
+            return Ok(None);
+        };
+        let f: Expr = syn::parse2(args)?;
+        return Ok(Some(SinkDecl {
+            kind: Sink::ForeachBatch(f),
+        }));
+    }
+    let mut v = read_options(&ident, "sink", args, specs, errs)?;
+    let kind = match name.as_str() {
+        "console" => Sink::Console {
+            truncate: take_bool(&mut v, "truncate"),
+            num_rows: take_int(&mut v, "num_rows"),
+        },
+        "memory" => Sink::Memory {
+            name: take_str(&mut v, "name"),
+        },
+        _ => Sink::Files {
+            path: take_str(&mut v, "path").unwrap_or_default(),
+            format: take_format(&mut v).unwrap_or(FileFormat::Parquet),
+            partition_by: match v.remove("partition_by") {
+                Some(Val::Columns(c)) => c,
+                _ => vec![],
+            },
+        },
+    };
+    Ok(Some(SinkDecl { kind }))
+}
+
+fn take_str(v: &mut BTreeMap<&'static str, Val>, name: &str) -> Option<String> {
+    match v.remove(name)? {
+        Val::Str(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn take_int(v: &mut BTreeMap<&'static str, Val>, name: &str) -> Option<u64> {
+    match v.remove(name)? {
+        Val::Int(i) => Some(i),
+        _ => None,
+    }
+}
+
+fn take_bool(v: &mut BTreeMap<&'static str, Val>, name: &str) -> Option<bool> {
+    match v.remove(name)? {
+        Val::Bool(b) => Some(b),
+        _ => None,
+    }
+}
+
+fn take_format(v: &mut BTreeMap<&'static str, Val>) -> Option<FileFormat> {
+    Some(match take_str(v, "format")?.as_str() {
+        "json" => FileFormat::Json,
+        "csv" => FileFormat::Csv,
+        _ => FileFormat::Parquet,
+    })
+}
+
+/// Checks the options against the connector's table: unknown, repeated,
+/// missing and mistyped options are reported; the good ones are returned.
+fn read_options(
+    connector: &Ident,
+    what: &str,
+    args: Option<TokenStream>,
+    specs: &[Spec],
+    errs: &mut Errors,
+) -> syn::Result<BTreeMap<&'static str, Val>> {
+    let opts = match args {
+        Some(a) => Punctuated::<Opt, Token![,]>::parse_terminated.parse2(a)?,
+        None => Punctuated::new(),
+    };
+    let names: Vec<&str> = specs.iter().map(|s| s.name).collect();
+    let mut out = BTreeMap::new();
+    let mut seen: Vec<String> = vec![];
+    for o in opts {
+        let name = o.name.to_string();
+        let Some(spec) = specs.iter().find(|s| s.name == name) else {
+            let help = if specs.is_empty() {
+                match (what, connector.to_string().as_str()) {
+                    ("source", "memory") => "the memory source takes no options: its rows are handed in at run time with `Query::writer_from(&session, source)`".to_string(),
+                    _ => format!("the {connector} {what} takes no options"),
+                }
+            } else {
+                suggestion_help(&name, &names, &format!("options of {connector}"))
+            };
+            errs.spanned_help(
+                &o.name,
+                format!("unknown option `{name}` for the {connector} {what}"),
+                help,
+            );
+            continue;
+        };
+        if seen.contains(&name) {
+            errs.spanned(&o.name, format!("option `{name}` is given twice"));
+            continue;
+        }
+        seen.push(name);
+        if let Some(val) = check_value(spec, &o.value, errs) {
+            out.insert(spec.name, val);
+        }
+    }
+    for s in specs
+        .iter()
+        .filter(|s| s.required && !seen.iter().any(|n| n == s.name))
+    {
+        let example = match s.kind {
+            Kind::Str => format!("{} = \"...\"", s.name),
+            Kind::Choice(c) => format!("{} = {}", s.name, c.join("|")),
+            _ => format!("{} = 9999", s.name),
+        };
+        errs.spanned_help(
+            connector,
+            format!("the {connector} {what} needs the option `{}`", s.name),
+            format!("add `{example}`"),
+        );
+    }
+    Ok(out)
+}
+
+/// The value of one option, if it has the type the option takes.
+fn check_value(spec: &Spec, value: &Expr, errs: &mut Errors) -> Option<Val> {
+    let name = spec.name;
+    let lit = match value {
+        Expr::Lit(l) => Some(&l.lit),
+        _ => None,
+    };
+    let bare = match value {
+        Expr::Path(p) => p.path.get_ident().map(|i| i.to_string()),
+        _ => None,
+    };
+    match spec.kind {
+        Kind::Str => match lit {
+            Some(Lit::Str(s)) if !s.value().is_empty() => return Some(Val::Str(s.value())),
+            Some(Lit::Str(_)) => errs.spanned(value, format!("`{name}` must not be empty")),
+            _ => errs.spanned(
+                value,
+                format!("`{name}` takes a string, e.g. {name} = \"...\""),
+            ),
+        },
+        Kind::Duration => match lit {
+            Some(Lit::Str(s)) => match weir_plan::parse_duration_ms(&s.value()) {
+                Ok(_) => return Some(Val::Str(s.value())),
+                Err(e) => errs.spanned_help(
+                    value,
+                    format!("invalid duration \"{}\" for `{name}`: {e}", s.value()),
+                    "write a duration like \"5 seconds\" or \"1 minute\"",
+                ),
+            },
+            _ => errs.spanned(
+                value,
+                format!("`{name}` takes a duration string, e.g. {name} = \"5 seconds\""),
+            ),
+        },
+        Kind::Count { max } => match lit {
+            Some(Lit::Int(i)) => match i.base10_parse::<u64>() {
+                Ok(n) if (1..=max).contains(&n) => return Some(Val::Int(n)),
+                _ if max == u64::MAX => errs.spanned(
+                    value,
+                    format!("`{name}` takes a whole number of at least 1"),
+                ),
+                _ => errs.spanned(
+                    value,
+                    format!("`{name}` takes a whole number from 1 to {max}"),
+                ),
+            },
+            _ => errs.spanned(
+                value,
+                format!("`{name}` takes a whole number, e.g. {name} = 10"),
+            ),
+        },
+        Kind::Bool => match lit {
+            Some(Lit::Bool(b)) => return Some(Val::Bool(b.value)),
+            _ => errs.spanned(value, format!("`{name}` takes true or false")),
+        },
+        Kind::Choice(choices) => {
+            let given = match (lit, bare) {
+                (Some(Lit::Str(s)), _) => Some(s.value()),
+                (_, Some(b)) => Some(b),
+                _ => None,
+            };
+            match given {
+                Some(g) if choices.contains(&g.as_str()) => return Some(Val::Str(g)),
+                Some(g) => errs.spanned_help(
+                    value,
+                    format!("unknown {name} `{g}`"),
+                    suggestion_help(&g, choices, &format!("{name}s")),
+                ),
+                None => errs.spanned(
+                    value,
+                    format!("`{name}` takes one of {}", choices.join(", ")),
+                ),
+            }
+        }
+        Kind::Columns => {
+            let cols: Option<Vec<Ident>> = match value {
+                Expr::Array(a) => a
+                    .elems
+                    .iter()
+                    .map(|e| match e {
+                        Expr::Path(p) => p.path.get_ident().cloned(),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => None,
+            };
+            match cols {
+                Some(c) => return Some(Val::Columns(c)),
+                None => errs.spanned(
+                    value.to_token_stream(),
+                    format!("`{name}` takes a list of columns, e.g. {name} = [page, day]"),
+                ),
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn source(t: TokenStream) -> (Option<Source>, Vec<String>) {
+        let mut errs = Errors::new();
+        let s = parse_source(t, &mut errs).unwrap().map(|s| s.kind);
+        (
+            s,
+            errs.diagnostics()
+                .iter()
+                .map(|d| format!("{}: {}", d.at, d.message))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn reads_source_options() {
+        let (s, e) = source(quote!(rate(rows_per_second = 5, ramp_up_time = "1 second")));
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(
+            s,
+            Some(Source::Rate {
+                rows_per_second: Some(5),
+                ramp_up_time: Some("1 second".into()),
+                num_partitions: None
+            })
+        );
+        let (s, e) = source(quote!(files(
+            path = "in",
+            format = csv,
+            latest_first = true
+        )));
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(
+            s,
+            Some(Source::Files {
+                path: "in".into(),
+                format: FileFormat::Csv,
+                max_files_per_trigger: None,
+                latest_first: Some(true)
+            })
+        );
+        assert_eq!(source(quote!(memory)).0, Some(Source::Memory));
+        assert_eq!(
+            source(quote!(socket(port = 9999))).0,
+            Some(Source::Socket {
+                host: "localhost".into(),
+                port: 9999
+            })
+        );
+    }
+
+    #[test]
+    fn reports_option_mistakes() {
+        let (_, e) = source(quote!(files(
+            path = "in",
+            format = xml,
+            max_file_per_trigger = 3,
+            latest_first = 1
+        )));
+        assert_eq!(
+            e,
+            [
+                "xml: unknown format `xml`\nhelp: formats: json, csv, parquet",
+                "max_file_per_trigger: unknown option `max_file_per_trigger` for the files source\nhelp: did you mean `max_files_per_trigger`? (options of files: path, format, max_files_per_trigger, latest_first)",
+                "1: `latest_first` takes true or false",
+            ]
+        );
+        let (_, e) = source(quote!(files(format = json)));
+        assert_eq!(
+            e,
+            ["files: the files source needs the option `path`\nhelp: add `path = \"...\"`"]
+        );
+        let (_, e) = source(quote!(rate(
+            rows_per_second = 0,
+            ramp_up_time = "5 secs later"
+        )));
+        assert_eq!(
+            e[0],
+            "0: `rows_per_second` takes a whole number of at least 1"
+        );
+        assert!(e[1]
+            .starts_with("\"5 secs later\": invalid duration \"5 secs later\" for `ramp_up_time`"));
+        let (s, e) = source(quote!(kafak(topic = "x")));
+        assert!(s.is_none());
+        assert_eq!(
+            e,
+            ["kafak: unknown source `kafak`\nhelp: sources: rate, files, socket, memory"]
+        );
+        let (_, e) = source(quote!(memory(name = "x")));
+        assert!(e[0].contains("handed in at run time"));
+    }
+
+    #[test]
+    fn reads_sinks() {
+        let mut errs = Errors::new();
+        let s = parse_sink(
+            quote!(files(path = "out", partition_by = [page, day])),
+            &mut errs,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(errs.is_empty(), "{errs:?}");
+        match s.kind {
+            Sink::Files {
+                format,
+                partition_by,
+                ..
+            } => {
+                assert_eq!(format, FileFormat::Parquet);
+                assert_eq!(partition_by.len(), 2);
+            }
+            _ => panic!(),
+        }
+        let s = parse_sink(quote!(foreach_batch(|id, b| Ok(()))), &mut errs)
+            .unwrap()
+            .unwrap();
+        assert!(matches!(s.kind, Sink::ForeachBatch(_)));
+        assert!(parse_sink(quote!(console(truncate = false) extra), &mut errs).is_err());
+        parse_sink(quote!(consol), &mut errs).unwrap();
+        assert_eq!(errs.diagnostics()[0].message, "unknown sink `consol`\nhelp: did you mean `console`? (sinks: console, memory, files, foreach_batch)");
+    }
+}

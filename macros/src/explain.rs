@@ -1,0 +1,194 @@
+//! The `EXPLAIN` constant: the query as a short, readable text (source,
+//! ops in the order they run, result columns, mode, trigger, sink).
+
+use weir_plan::{GroupKey, Op};
+
+use crate::ast::{QueryDecl, Sink, Source, TriggerDecl};
+use crate::lower::Lowered;
+use crate::types::{rust_type_name, Col};
+
+/// The description of the query.
+pub fn explain(q: &QueryDecl, l: &Lowered, output: &[Col]) -> String {
+    let mut lines = vec![format!("query {} ({})", l.query_name, q.ident)];
+    let mut row = |k: &str, v: String| lines.push(format!("  {k:<10} {v}"));
+    let (source_name, source_decl) = l.plan.sources.iter().next().expect("one source");
+    let src = q
+        .source
+        .as_ref()
+        .map(|s| source_text(&s.kind))
+        .unwrap_or_default();
+    row("source", format!("{source_name}: {src}"));
+    row("schema", columns(&l.input));
+    for op in &l.plan.nodes[0].ops {
+        match op {
+            Op::Filter { predicate } => row("filter", predicate.clone()),
+            Op::Select { columns } => row(
+                "select",
+                columns
+                    .iter()
+                    .map(|c| {
+                        if crate::expr::sql_ident(&c.alias) == c.expr {
+                            c.alias.clone()
+                        } else {
+                            format!("{} AS {}", c.expr, c.alias)
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+            Op::Watermark { column, delay } => {
+                row("watermark", format!("{column} delay \"{delay}\""))
+            }
+            Op::Aggregate { keys, aggs } => {
+                if !keys.is_empty() {
+                    row(
+                        "group by",
+                        keys.iter()
+                            .map(|k| match k {
+                                GroupKey::Window { window, alias } => {
+                                    let col = window.time_column().unwrap_or_default();
+                                    match &window.slide {
+                                        Some(sl) => format!(
+                                            "window({col}, \"{}\", \"{sl}\") AS {alias}",
+                                            window.size
+                                        ),
+                                        None => {
+                                            format!("window({col}, \"{}\") AS {alias}", window.size)
+                                        }
+                                    }
+                                }
+                                GroupKey::Column { column } => column.clone(),
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    );
+                }
+                row(
+                    "aggregate",
+                    aggs.iter()
+                        .map(|a| format!("{}({}) AS {}", a.func.name(), a.column, a.alias))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                );
+            }
+            other => row(other.name(), format!("{other:?}")),
+        }
+    }
+    let _ = source_decl;
+    row("output", columns(output));
+    row("mode", l.plan.output_mode.spark_name().to_ascii_lowercase());
+    row(
+        "trigger",
+        match &q.trigger {
+            None => "as soon as possible (default)".into(),
+            Some(TriggerDecl::ProcessingTime { lit, ms }) => {
+                format!("processing_time(\"{}\") = {ms} ms", lit.value())
+            }
+            Some(TriggerDecl::AvailableNow) => "available_now".into(),
+            Some(TriggerDecl::Once) => "once".into(),
+        },
+    );
+    let sink = q
+        .sink
+        .as_ref()
+        .map(|s| sink_text(&s.kind, &l.query_name))
+        .unwrap_or_default();
+    row("sink", sink);
+    row(
+        "checkpoint",
+        q.checkpoint
+            .as_ref()
+            .map(|c| format!("\"{}\"", c.value()))
+            .unwrap_or_else(|| "(none)".into()),
+    );
+    lines.join("\n")
+}
+
+fn columns(cols: &[Col]) -> String {
+    cols.iter()
+        .map(|c| format!("{}: {}", c.name, rust_type_name(c.ty)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn call(name: &str, opts: Vec<String>) -> String {
+    if opts.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}({})", opts.join(", "))
+    }
+}
+
+fn source_text(s: &Source) -> String {
+    let mut o = vec![];
+    match s {
+        Source::Rate {
+            rows_per_second,
+            ramp_up_time,
+            num_partitions,
+        } => {
+            if let Some(v) = rows_per_second {
+                o.push(format!("rows_per_second = {v}"));
+            }
+            if let Some(v) = ramp_up_time {
+                o.push(format!("ramp_up_time = \"{v}\""));
+            }
+            if let Some(v) = num_partitions {
+                o.push(format!("num_partitions = {v}"));
+            }
+        }
+        Source::Files {
+            path,
+            format,
+            max_files_per_trigger,
+            latest_first,
+        } => {
+            o.push(format!("path = \"{path}\""));
+            o.push(format!("format = {}", format.name()));
+            if let Some(v) = max_files_per_trigger {
+                o.push(format!("max_files_per_trigger = {v}"));
+            }
+            if let Some(v) = latest_first {
+                o.push(format!("latest_first = {v}"));
+            }
+        }
+        Source::Socket { host, port } => {
+            o.push(format!("host = \"{host}\""));
+            o.push(format!("port = {port}"));
+        }
+        Source::Memory => return "memory (rows handed in at run time)".into(),
+    }
+    call(s.name(), o)
+}
+
+fn sink_text(s: &Sink, query_name: &str) -> String {
+    let mut o = vec![];
+    match s {
+        Sink::Console { truncate, num_rows } => {
+            if let Some(v) = truncate {
+                o.push(format!("truncate = {v}"));
+            }
+            if let Some(v) = num_rows {
+                o.push(format!("num_rows = {v}"));
+            }
+        }
+        Sink::Memory { name } => o.push(format!(
+            "name = \"{}\"",
+            name.as_deref().unwrap_or(query_name)
+        )),
+        Sink::Files {
+            path,
+            format,
+            partition_by,
+        } => {
+            o.push(format!("path = \"{path}\""));
+            o.push(format!("format = {}", format.name()));
+            if !partition_by.is_empty() {
+                let p: Vec<String> = partition_by.iter().map(|i| i.to_string()).collect();
+                o.push(format!("partition_by = [{}]", p.join(", ")));
+            }
+        }
+        Sink::ForeachBatch(_) => return "foreach_batch(<function>)".into(),
+    }
+    call(s.name(), o)
+}

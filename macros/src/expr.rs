@@ -1,0 +1,800 @@
+//! Filter and select expressions: Rust syntax translated to the SQL text the
+//! plan carries, with every column reference (so errors can point at it) and
+//! the result type inferred from the operands.
+//!
+//! | Rust                     | SQL                    |
+//! |--------------------------|------------------------|
+//! | `a && b`, `a \|\| b`, `!a` | `a AND b`, `a OR b`, `NOT a` |
+//! | `a == b`, `a != b`       | `a = b`, `a <> b`      |
+//! | `"it's"`                 | `'it''s'`              |
+//! | `x as i64`               | `CAST(x AS BIGINT)`    |
+//! | `is_null(x)`             | `x IS NULL`            |
+//! | `like(x, "a%")`          | `x LIKE 'a%'`          |
+//! | `lower(x)`               | `lower(x)`             |
+
+use proc_macro2::TokenStream;
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use syn::{BinOp, Expr, Lit, UnOp};
+use weir_plan::DataType;
+
+use crate::errors::Errors;
+use crate::types::{lookup, parse_rust_type, rust_type_name, sql_type_name, Col, ColType};
+
+/// A column named in an expression, with the tokens that name it.
+#[derive(Debug, Clone)]
+pub struct ColumnRef {
+    /// The column name (raw identifiers unrawed).
+    pub name: String,
+    /// The identifier as written.
+    pub tokens: TokenStream,
+}
+
+/// What translating one expression yields.
+#[derive(Debug, Clone)]
+pub struct Translated {
+    /// The SQL text.
+    pub sql: String,
+    /// The result type.
+    pub ty: Inferred,
+    /// The columns it names, in order of appearance.
+    pub columns: Vec<ColumnRef>,
+}
+
+/// The inferred type of an expression.
+#[derive(Debug, Clone)]
+pub enum Inferred {
+    /// Known.
+    Known(ColType),
+    /// Not inferable from the syntax; the tokens are the part that is not
+    /// (e.g. a call of a function the macro does not know).
+    Unknown(TokenStream),
+    /// An error was already reported (or a column is unknown): no type, and
+    /// no further message about it.
+    Poisoned,
+}
+
+/// Translates `expr` over the columns `env`. Type errors are pushed to
+/// `errs`; unknown columns are not (the plan check reports them, and the
+/// references in [`Translated::columns`] let it point at them).
+pub fn translate(expr: &Expr, env: &[Col], errs: &mut Errors) -> Translated {
+    let mut t = Tr {
+        env,
+        errs,
+        columns: Vec::new(),
+    };
+    let node = t.expr(expr);
+    let ty = match node.ty {
+        Ty::Known(d) => Inferred::Known(ColType {
+            dtype: d,
+            nullable: node.nullable,
+        }),
+        Ty::Unknown(tokens) => Inferred::Unknown(tokens),
+        Ty::Poisoned => Inferred::Poisoned,
+    };
+    Translated {
+        sql: node.sql,
+        ty,
+        columns: t.columns,
+    }
+}
+
+/// A column name as SQL: bare when it is a plain lower-case identifier, else
+/// double-quoted (DataFusion folds unquoted names to lower case).
+pub fn sql_ident(name: &str) -> String {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain && !SQL_KEYWORDS.contains(&name) {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+/// A string literal as SQL: single-quoted, quotes doubled.
+pub fn sql_string(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Words that must be quoted to be read as column names.
+const SQL_KEYWORDS: &[&str] = &[
+    "all",
+    "and",
+    "any",
+    "array",
+    "as",
+    "asc",
+    "between",
+    "by",
+    "case",
+    "cast",
+    "current",
+    "date",
+    "default",
+    "desc",
+    "distinct",
+    "else",
+    "end",
+    "escape",
+    "except",
+    "exists",
+    "false",
+    "filter",
+    "first",
+    "following",
+    "for",
+    "from",
+    "full",
+    "group",
+    "having",
+    "ilike",
+    "in",
+    "inner",
+    "intersect",
+    "interval",
+    "is",
+    "join",
+    "last",
+    "left",
+    "like",
+    "limit",
+    "not",
+    "null",
+    "nulls",
+    "offset",
+    "on",
+    "or",
+    "order",
+    "outer",
+    "over",
+    "partition",
+    "preceding",
+    "range",
+    "right",
+    "row",
+    "rows",
+    "select",
+    "similar",
+    "some",
+    "table",
+    "then",
+    "time",
+    "timestamp",
+    "to",
+    "true",
+    "unbounded",
+    "union",
+    "user",
+    "using",
+    "values",
+    "when",
+    "where",
+    "window",
+    "with",
+];
+
+// SQL precedence, loosest first.
+const OR: u8 = 1;
+const AND: u8 = 2;
+const NOT: u8 = 3;
+const CMP: u8 = 4;
+const ADD: u8 = 5;
+const MUL: u8 = 6;
+const UNARY: u8 = 7;
+const ATOM: u8 = 8;
+
+/// The aggregate functions, which belong in `aggregate:`, not in expressions.
+const AGGREGATES: &[&str] = &["count", "sum", "min", "max", "avg", "count_distinct"];
+
+#[derive(Debug, Clone)]
+enum Ty {
+    Known(DataType),
+    Unknown(TokenStream),
+    Poisoned,
+}
+
+struct Node {
+    sql: String,
+    prec: u8,
+    ty: Ty,
+    nullable: bool,
+}
+
+impl Node {
+    fn poisoned() -> Node {
+        Node {
+            sql: "NULL".into(),
+            prec: ATOM,
+            ty: Ty::Poisoned,
+            nullable: true,
+        }
+    }
+
+    /// The SQL, parenthesised when it binds looser than `min`.
+    fn at(&self, min: u8) -> String {
+        if self.prec < min {
+            format!("({})", self.sql)
+        } else {
+            self.sql.clone()
+        }
+    }
+}
+
+struct Tr<'a, 'e> {
+    env: &'a [Col],
+    errs: &'e mut Errors,
+    columns: Vec<ColumnRef>,
+}
+
+fn type_name(d: DataType) -> &'static str {
+    d.name()
+}
+
+impl Tr<'_, '_> {
+    fn expr(&mut self, e: &Expr) -> Node {
+        match e {
+            Expr::Lit(l) => self.lit(&l.lit),
+            Expr::Path(p) => self.path(p),
+            Expr::Paren(p) => {
+                let inner = self.expr(&p.expr);
+                Node {
+                    sql: format!("({})", inner.sql),
+                    prec: ATOM,
+                    ..inner
+                }
+            }
+            Expr::Group(g) => self.expr(&g.expr),
+            Expr::Unary(u) => self.unary(u),
+            Expr::Binary(b) => self.binary(b),
+            Expr::Call(c) => self.call(c),
+            Expr::Cast(c) => self.cast(c),
+            Expr::MethodCall(m) => {
+                let name = &m.method;
+                self.errs.spanned_help(
+                    e,
+                    "method calls are not supported in stream expressions",
+                    format!("call the SQL function by name instead: `{name}(x, ...)`"),
+                );
+                Node::poisoned()
+            }
+            _ => {
+                self.errs.spanned_help(
+                    e,
+                    "this expression is not supported in a stream query",
+                    "use columns, literals, operators (&& || ! == != < <= > >= + - * / %), parentheses, `as` casts and calls like lower(page)",
+                );
+                Node::poisoned()
+            }
+        }
+    }
+
+    fn lit(&mut self, lit: &Lit) -> Node {
+        let (sql, d) = match lit {
+            Lit::Str(s) => (sql_string(&s.value()), DataType::String),
+            Lit::Int(i) => (i.base10_digits().to_string(), DataType::Int64),
+            Lit::Float(f) => (f.base10_digits().to_string(), DataType::Float64),
+            Lit::Bool(b) => (
+                if b.value { "TRUE" } else { "FALSE" }.to_string(),
+                DataType::Bool,
+            ),
+            _ => {
+                self.errs.spanned_help(
+                    lit,
+                    "this literal is not supported in a stream query",
+                    "use a string (\"...\"), an integer, a float or true/false",
+                );
+                return Node::poisoned();
+            }
+        };
+        Node {
+            sql,
+            prec: ATOM,
+            ty: Ty::Known(d),
+            nullable: false,
+        }
+    }
+
+    fn path(&mut self, p: &syn::ExprPath) -> Node {
+        let ident = match p.path.get_ident() {
+            Some(i) if p.qself.is_none() => i,
+            _ => {
+                self.errs.spanned_help(
+                    p,
+                    "expected a column name",
+                    "name a column of the schema; paths are not columns",
+                );
+                return Node::poisoned();
+            }
+        };
+        let name = ident.unraw().to_string();
+        self.columns.push(ColumnRef {
+            name: name.clone(),
+            tokens: ident.to_token_stream(),
+        });
+        let sql = sql_ident(&name);
+        match lookup(self.env, &name) {
+            Some(c) => Node {
+                sql,
+                prec: ATOM,
+                ty: Ty::Known(c.ty.dtype),
+                nullable: c.ty.nullable,
+            },
+            None => Node {
+                sql,
+                ..Node::poisoned()
+            },
+        }
+    }
+
+    fn unary(&mut self, u: &syn::ExprUnary) -> Node {
+        let operand = self.expr(&u.expr);
+        match u.op {
+            UnOp::Not(_) => {
+                self.expect_bool(&u.expr, &operand, "`!`");
+                Node {
+                    sql: format!("NOT {}", operand.at(NOT)),
+                    prec: NOT,
+                    ty: keep_poison(&operand.ty, DataType::Bool),
+                    nullable: operand.nullable,
+                }
+            }
+            UnOp::Neg(_) => {
+                self.expect_number(&u.expr, &operand, "`-`");
+                let inner = if operand.prec < UNARY || operand.sql.starts_with('-') {
+                    format!("({})", operand.sql)
+                } else {
+                    operand.sql.clone()
+                };
+                Node {
+                    sql: format!("-{inner}"),
+                    prec: UNARY,
+                    ..operand
+                }
+            }
+            _ => {
+                self.errs
+                    .spanned(u, "this operator is not supported in a stream query");
+                Node::poisoned()
+            }
+        }
+    }
+
+    fn binary(&mut self, b: &syn::ExprBinary) -> Node {
+        enum Kind {
+            Logic,
+            Cmp,
+            Arith,
+        }
+        let (op, prec, kind) = match b.op {
+            BinOp::And(_) => ("AND", AND, Kind::Logic),
+            BinOp::Or(_) => ("OR", OR, Kind::Logic),
+            BinOp::Eq(_) => ("=", CMP, Kind::Cmp),
+            BinOp::Ne(_) => ("<>", CMP, Kind::Cmp),
+            BinOp::Lt(_) => ("<", CMP, Kind::Cmp),
+            BinOp::Le(_) => ("<=", CMP, Kind::Cmp),
+            BinOp::Gt(_) => (">", CMP, Kind::Cmp),
+            BinOp::Ge(_) => (">=", CMP, Kind::Cmp),
+            BinOp::Add(_) => ("+", ADD, Kind::Arith),
+            BinOp::Sub(_) => ("-", ADD, Kind::Arith),
+            BinOp::Mul(_) => ("*", MUL, Kind::Arith),
+            BinOp::Div(_) => ("/", MUL, Kind::Arith),
+            BinOp::Rem(_) => ("%", MUL, Kind::Arith),
+            _ => {
+                let op = &b.op;
+                self.errs.spanned_help(
+                    op,
+                    format!(
+                        "`{}` is not supported in a stream query",
+                        op.to_token_stream()
+                    ),
+                    "use && || ! == != < <= > >= + - * / %",
+                );
+                return Node::poisoned();
+            }
+        };
+        let l = self.expr(&b.left);
+        let r = self.expr(&b.right);
+        let nullable = l.nullable || r.nullable;
+        // Comparisons do not chain; arithmetic and logic associate to the left.
+        let (lmin, rmin) = match kind {
+            Kind::Cmp => (prec + 1, prec + 1),
+            _ => (prec, prec + 1),
+        };
+        let sql = format!("{} {op} {}", l.at(lmin), r.at(rmin));
+        let opname = format!("`{}`", b.op.to_token_stream());
+        let ty = match kind {
+            Kind::Logic => {
+                let ok = self.expect_bool(&b.left, &l, &opname)
+                    & self.expect_bool(&b.right, &r, &opname);
+                match (&l.ty, &r.ty) {
+                    (Ty::Poisoned, _) | (_, Ty::Poisoned) => Ty::Poisoned,
+                    _ if !ok => Ty::Poisoned,
+                    _ => Ty::Known(DataType::Bool),
+                }
+            }
+            Kind::Cmp => match (&l.ty, &r.ty) {
+                (Ty::Known(a), Ty::Known(c)) if !comparable(*a, *c) => {
+                    self.errs.spanned_help(
+                        b,
+                        format!("cannot compare {} with {}", type_name(*a), type_name(*c)),
+                        "compare values of one type; convert one side with `as`, e.g. `x as i64`",
+                    );
+                    Ty::Poisoned
+                }
+                (Ty::Poisoned, _) | (_, Ty::Poisoned) => Ty::Poisoned,
+                _ => Ty::Known(DataType::Bool),
+            },
+            Kind::Arith => {
+                let ok = self.expect_number(&b.left, &l, &opname)
+                    & self.expect_number(&b.right, &r, &opname);
+                match (&l.ty, &r.ty) {
+                    _ if !ok => Ty::Poisoned,
+                    (Ty::Poisoned, _) | (_, Ty::Poisoned) => Ty::Poisoned,
+                    (Ty::Unknown(t), _) | (_, Ty::Unknown(t)) => Ty::Unknown(t.clone()),
+                    (Ty::Known(a), Ty::Known(c)) => Ty::Known(wider(*a, *c)),
+                }
+            }
+        };
+        Node {
+            sql,
+            prec,
+            ty,
+            nullable,
+        }
+    }
+
+    fn call(&mut self, c: &syn::ExprCall) -> Node {
+        let name = match &*c.func {
+            Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
+                p.path.get_ident().unwrap().unraw().to_string()
+            }
+            f => {
+                self.errs.spanned_help(
+                    f,
+                    "expected a function name",
+                    "call SQL functions by their plain name, e.g. lower(page)",
+                );
+                return Node::poisoned();
+            }
+        };
+        if AGGREGATES.contains(&name.as_str()) {
+            self.errs.spanned_help(
+                &c.func,
+                format!("`{name}` is an aggregate function; it cannot be used in a row expression"),
+                format!(
+                    "aggregate in `aggregate: {{ name: {name}(column) }}` with `group_by: [...]`"
+                ),
+            );
+            return Node::poisoned();
+        }
+        let args: Vec<Node> = c.args.iter().map(|a| self.expr(a)).collect();
+        let arity = |n: usize, errs: &mut Errors| {
+            if args.len() != n {
+                errs.spanned(
+                    c,
+                    format!(
+                        "`{name}` takes {n} argument{}, but {} were given",
+                        if n == 1 { "" } else { "s" },
+                        args.len()
+                    ),
+                );
+                false
+            } else {
+                true
+            }
+        };
+        let any_null = args.iter().any(|a| a.nullable);
+        let poisoned = args.iter().any(|a| matches!(a.ty, Ty::Poisoned));
+        match name.as_str() {
+            "is_null" | "is_not_null" => {
+                if !arity(1, self.errs) {
+                    return Node::poisoned();
+                }
+                let not = if name == "is_null" { "" } else { "NOT " };
+                return Node {
+                    sql: format!("{} IS {not}NULL", args[0].at(CMP + 1)),
+                    prec: CMP,
+                    ty: if poisoned {
+                        Ty::Poisoned
+                    } else {
+                        Ty::Known(DataType::Bool)
+                    },
+                    nullable: false,
+                };
+            }
+            "like" | "not_like" => {
+                if !arity(2, self.errs) {
+                    return Node::poisoned();
+                }
+                let not = if name == "like" { "" } else { "NOT " };
+                return Node {
+                    sql: format!("{} {not}LIKE {}", args[0].at(CMP + 1), args[1].at(CMP + 1)),
+                    prec: CMP,
+                    ty: if poisoned {
+                        Ty::Poisoned
+                    } else {
+                        Ty::Known(DataType::Bool)
+                    },
+                    nullable: any_null,
+                };
+            }
+            _ => {}
+        }
+        let sql = format!(
+            "{name}({})",
+            args.iter()
+                .map(|a| a.sql.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let first = args.first().map(|a| a.ty.clone());
+        let ty = if poisoned {
+            Ty::Poisoned
+        } else {
+            match name.as_str() {
+                "lower" | "upper" | "trim" | "ltrim" | "rtrim" | "btrim" | "initcap"
+                | "reverse" | "lpad" | "rpad" | "substr" | "substring" | "replace" | "concat"
+                | "concat_ws" => Ty::Known(DataType::String),
+                "length" | "char_length" | "character_length" => Ty::Known(DataType::Int32),
+                "sqrt" | "ln" | "log10" | "log2" | "exp" | "power" | "pow" | "round" | "floor"
+                | "ceil" => Ty::Known(DataType::Float64),
+                "abs" | "coalesce" => first.unwrap_or(Ty::Unknown(c.to_token_stream())),
+                _ => Ty::Unknown(c.to_token_stream()),
+            }
+        };
+        let nullable = if name == "coalesce" {
+            args.iter().all(|a| a.nullable)
+        } else {
+            any_null
+        };
+        Node {
+            sql,
+            prec: ATOM,
+            ty,
+            nullable,
+        }
+    }
+
+    fn cast(&mut self, c: &syn::ExprCast) -> Node {
+        let inner = self.expr(&c.expr);
+        let target = match parse_rust_type(&c.ty) {
+            Ok(t) => t,
+            Err(msg) => {
+                self.errs.spanned(&c.ty, msg);
+                return Node::poisoned();
+            }
+        };
+        let Some(sql_ty) = sql_type_name(target.dtype) else {
+            self.errs
+                .spanned(&c.ty, format!("cannot cast to {}", rust_type_name(target)));
+            return Node::poisoned();
+        };
+        Node {
+            sql: format!("CAST({} AS {sql_ty})", inner.sql),
+            prec: ATOM,
+            ty: keep_poison(&inner.ty, target.dtype),
+            nullable: inner.nullable || target.nullable,
+        }
+    }
+
+    /// Reports an operand of a logical operator that is known not to be bool.
+    fn expect_bool(&mut self, e: &Expr, n: &Node, op: &str) -> bool {
+        match n.ty {
+            Ty::Known(d) if d != DataType::Bool => {
+                self.errs.spanned_help(
+                    e,
+                    format!("{op} needs a boolean operand, but this is {}", type_name(d)),
+                    "compare it to get a boolean, e.g. `x > 0` or `name == \"a\"`",
+                );
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Reports an operand of an arithmetic operator that is known not to be a number.
+    fn expect_number(&mut self, e: &Expr, n: &Node, op: &str) -> bool {
+        match n.ty {
+            Ty::Known(d) if !d.is_numeric() => {
+                let help = if d == DataType::String {
+                    "arithmetic takes i32, i64 or f64 values; to join text use concat(a, b)"
+                } else {
+                    "arithmetic takes i32, i64 or f64 values"
+                };
+                self.errs.spanned_help(
+                    e,
+                    format!("{op} needs a number, but this is {}", type_name(d)),
+                    help,
+                );
+                false
+            }
+            _ => true,
+        }
+    }
+}
+
+/// `Known(d)` unless the operand's type is poisoned.
+fn keep_poison(operand: &Ty, d: DataType) -> Ty {
+    match operand {
+        Ty::Poisoned => Ty::Poisoned,
+        _ => Ty::Known(d),
+    }
+}
+
+/// Whether SQL compares the two types (text compares with timestamps, as
+/// `ts > '2024-01-01'` does).
+fn comparable(a: DataType, b: DataType) -> bool {
+    use DataType::*;
+    a == b
+        || (a.is_numeric() && b.is_numeric())
+        || matches!((a, b), (Timestamp, String) | (String, Timestamp))
+}
+
+/// The wider of two numeric types (DataFusion's coercion: i32 < i64 < f64).
+fn wider(a: DataType, b: DataType) -> DataType {
+    use DataType::*;
+    match (a, b) {
+        (Float64, _) | (_, Float64) => Float64,
+        (Int64, _) | (_, Int64) => Int64,
+        _ => Int32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use syn::parse_quote;
+
+    fn env() -> Vec<Col> {
+        vec![
+            Col::new("page", ColType::new(DataType::String)),
+            Col::new("n", ColType::new(DataType::Int64)),
+            Col::new("k", ColType::new(DataType::Int32)),
+            Col::new("x", ColType::new(DataType::Float64)),
+            Col::new("ts", ColType::new(DataType::Timestamp)),
+            Col::new("user", ColType::nullable(DataType::String)),
+            Col::new("ok", ColType::new(DataType::Bool)),
+            Col::new("eventTs", ColType::new(DataType::Timestamp)),
+        ]
+    }
+
+    fn tr(e: Expr) -> (Translated, Errors) {
+        let mut errs = Errors::new();
+        let t = translate(&e, &env(), &mut errs);
+        (t, errs)
+    }
+
+    fn sql(e: Expr) -> String {
+        let (t, errs) = tr(e);
+        assert!(errs.is_empty(), "{errs:?}");
+        t.sql
+    }
+
+    fn ty(e: Expr) -> Option<ColType> {
+        match tr(e).0.ty {
+            Inferred::Known(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn translates_operators_to_sql() {
+        assert_eq!(
+            sql(parse_quote!(n > 0 && page != "x")),
+            "n > 0 AND page <> 'x'"
+        );
+        assert_eq!(sql(parse_quote!(n % 2 == 1 || !ok)), "n % 2 = 1 OR NOT ok");
+        assert_eq!(sql(parse_quote!((n + 1) * 2)), "(n + 1) * 2");
+        assert_eq!(sql(parse_quote!(page == "it's")), "page = 'it''s'");
+        assert_eq!(sql(parse_quote!(-n <= -(x - 1.5))), "-n <= -(x - 1.5)");
+        assert_eq!(sql(parse_quote!(hour(ts) >= 9)), "hour(ts) >= 9");
+        assert_eq!(
+            sql(parse_quote!(lower(page) == "home")),
+            "lower(page) = 'home'"
+        );
+        assert_eq!(
+            sql(parse_quote!(is_null(user) || like(page, "a%"))),
+            "user IS NULL OR page LIKE 'a%'".replace("user", "\"user\"")
+        );
+        assert_eq!(sql(parse_quote!(n as f64 / 2.0)), "CAST(n AS DOUBLE) / 2.0");
+        assert_eq!(sql(parse_quote!(1_000 < n)), "1000 < n");
+    }
+
+    #[test]
+    fn sql_precedence_differs_from_rust_for_not() {
+        // Rust's `!` binds tighter than `==`; SQL's NOT binds looser than `=`.
+        assert_eq!(sql(parse_quote!(!ok == false)), "(NOT ok) = FALSE");
+        assert_eq!(sql(parse_quote!(!(n > 1))), "NOT (n > 1)");
+        assert_eq!(sql(parse_quote!(n - (k - 1))), "n - (k - 1)");
+    }
+
+    #[test]
+    fn quotes_names_sql_would_misread() {
+        assert_eq!(sql_ident("page"), "page");
+        assert_eq!(sql_ident("timestamp"), "\"timestamp\"");
+        assert_eq!(sql_ident("eventTs"), "\"eventTs\"");
+        assert_eq!(sql(parse_quote!(eventTs > ts)), "\"eventTs\" > ts");
+    }
+
+    #[test]
+    fn records_column_references() {
+        let (t, _) = tr(parse_quote!(n > 0 && pgae == "x"));
+        let names: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["n", "pgae"]);
+        assert_eq!(t.columns[1].tokens.to_string(), "pgae");
+        assert!(matches!(t.ty, Inferred::Poisoned));
+    }
+
+    #[test]
+    fn infers_types() {
+        assert_eq!(ty(parse_quote!(n * 2)), Some(ColType::new(DataType::Int64)));
+        assert_eq!(ty(parse_quote!(k + k)), Some(ColType::new(DataType::Int32)));
+        assert_eq!(ty(parse_quote!(k + 1)), Some(ColType::new(DataType::Int64)));
+        assert_eq!(
+            ty(parse_quote!(n + x)),
+            Some(ColType::new(DataType::Float64))
+        );
+        assert_eq!(ty(parse_quote!(n > 1)), Some(ColType::new(DataType::Bool)));
+        assert_eq!(ty(parse_quote!("a")), Some(ColType::new(DataType::String)));
+        assert_eq!(
+            ty(parse_quote!(upper(user))),
+            Some(ColType::nullable(DataType::String))
+        );
+        assert_eq!(
+            ty(parse_quote!(coalesce(user, "anon"))),
+            Some(ColType::new(DataType::String))
+        );
+        assert_eq!(
+            ty(parse_quote!(is_null(user))),
+            Some(ColType::new(DataType::Bool))
+        );
+        assert_eq!(
+            ty(parse_quote!(hour(ts) as i32)),
+            Some(ColType::new(DataType::Int32))
+        );
+        assert_eq!(
+            ty(parse_quote!(hour(ts) > 3)),
+            Some(ColType::new(DataType::Bool))
+        );
+        match tr(parse_quote!(hour(ts) + 1)).0.ty {
+            Inferred::Unknown(t) => assert_eq!(t.to_string(), "hour (ts)"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn reports_type_errors_at_the_operand() {
+        let (_, errs) = tr(parse_quote!(page + 1 > 2));
+        let d = &errs.diagnostics()[0];
+        assert_eq!(d.at, "page");
+        assert!(d
+            .message
+            .starts_with("`+` needs a number, but this is string"));
+        assert!(d.message.contains("concat(a, b)"));
+        let (_, errs) = tr(parse_quote!(n && ok));
+        assert_eq!(errs.diagnostics()[0].at, "n");
+        let (_, errs) = tr(parse_quote!(page == 1));
+        assert_eq!(
+            errs.diagnostics()[0].message.lines().next(),
+            Some("cannot compare string with int64")
+        );
+        let (_, errs) = tr(parse_quote!(page.len() > 1));
+        assert!(errs.diagnostics()[0].message.contains("`len(x, ...)`"));
+        let (_, errs) = tr(parse_quote!(sum(n) > 1));
+        assert!(errs.diagnostics()[0]
+            .message
+            .starts_with("`sum` is an aggregate function"));
+        let (_, errs) = tr(parse_quote!(n & 1 == 1));
+        assert_eq!(errs.diagnostics()[0].at, "&");
+        // timestamps compare with text
+        assert_eq!(
+            sql(parse_quote!(ts > "2024-01-01 00:00:00")),
+            "ts > '2024-01-01 00:00:00'"
+        );
+    }
+}

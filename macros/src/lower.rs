@@ -1,0 +1,693 @@
+//! Lowering a declaration to a [`StreamPlan`], keeping a side table from
+//! plan positions (op index and part) back to the user's tokens, so that
+//! every violation the plan check finds can point at what caused it.
+//!
+//! The ops run in a fixed order, whatever order the keys are written in:
+//! `filter` → `select` → `watermark` → `group_by` + `aggregate`.
+
+use proc_macro2::TokenStream;
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use weir_plan::{
+    AggFn, AggSpec, DataType, Field, GroupKey, Op, OutputMode, SelectItem, StreamPlan, WindowSpec,
+};
+
+use crate::ast::{KeyDecl, QueryDecl, Source};
+use crate::errors::Errors;
+use crate::expr::{sql_ident, translate, ColumnRef, Inferred};
+use crate::types::{lookup, rust_type_name, Col, ColType};
+
+/// A declaration lowered to a plan.
+pub struct Lowered {
+    /// The plan: one source, one node `result`.
+    pub plan: StreamPlan,
+    /// The query name (`name:`, or the snake_case query ident).
+    pub query_name: String,
+    /// The source's columns.
+    pub input: Vec<Col>,
+    /// The columns the aggregate sees (after filter and select).
+    pub pre_agg: Vec<Col>,
+    /// Select items computed from an expression (not a bare column).
+    pub derived: Vec<String>,
+    /// Where each plan position came from.
+    pub spans: SpanTable,
+}
+
+/// From plan positions to the user's tokens.
+pub struct SpanTable {
+    /// The query ident (errors about the whole query).
+    pub query: TokenStream,
+    /// The `output_mode:` value, when given.
+    pub output_mode: Option<TokenStream>,
+    /// Where an output-mode error points when the mode is the default:
+    /// the `aggregate:` (or `group_by:`) key.
+    pub mode_fallback: Option<TokenStream>,
+    /// One entry per op of the result node, in op order.
+    pub ops: Vec<OpSpans>,
+}
+
+/// The tokens of one op.
+pub enum OpSpans {
+    /// `filter:`.
+    Filter {
+        /// The expression.
+        expr: TokenStream,
+        /// Its column references.
+        columns: Vec<ColumnRef>,
+    },
+    /// `select:`.
+    Select {
+        /// The `select` key.
+        key: TokenStream,
+        /// One per item.
+        items: Vec<ItemSpans>,
+    },
+    /// `watermark:`.
+    Watermark {
+        /// The column.
+        column: TokenStream,
+        /// The delay literal.
+        delay: TokenStream,
+    },
+    /// `group_by:` + `aggregate:`.
+    Aggregate {
+        /// The `aggregate` (or `group_by`) key.
+        key: TokenStream,
+        /// One per grouping key.
+        keys: Vec<KeySpans>,
+        /// One per aggregate.
+        aggs: Vec<AggSpans>,
+    },
+}
+
+/// The tokens of one select item.
+pub struct ItemSpans {
+    /// The output name.
+    pub alias: TokenStream,
+    /// The expression (the alias for a bare column).
+    pub expr: TokenStream,
+    /// Its column references.
+    pub columns: Vec<ColumnRef>,
+}
+
+/// The tokens of one grouping key.
+pub struct KeySpans {
+    /// The column (a window's time column).
+    pub column: TokenStream,
+    /// A window's size literal.
+    pub size: Option<TokenStream>,
+    /// A window's slide literal.
+    pub slide: Option<TokenStream>,
+    /// The whole key.
+    pub whole: TokenStream,
+}
+
+/// The tokens of one aggregate.
+pub struct AggSpans {
+    /// The output name.
+    pub alias: TokenStream,
+    /// The call (`sum(n)`).
+    pub call: TokenStream,
+    /// The column argument.
+    pub arg: Option<TokenStream>,
+}
+
+/// `PageViews` → `page_views`, `HTTPLog` → `http_log`.
+pub fn snake_case(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::new();
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_uppercase() {
+            let prev = i.checked_sub(1).map(|j| chars[j]);
+            let next = chars.get(i + 1);
+            let boundary = match prev {
+                Some(p) if p.is_lowercase() || p.is_ascii_digit() => true,
+                Some(p) if p.is_uppercase() => next.is_some_and(|n| n.is_lowercase()),
+                _ => false,
+            };
+            if boundary && !out.ends_with('_') {
+                out.push('_');
+            }
+            out.extend(c.to_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The rate source's fixed schema.
+pub fn rate_schema() -> Vec<Col> {
+    vec![
+        Col::new("timestamp", ColType::new(DataType::Timestamp)),
+        Col::new("value", ColType::new(DataType::Int64)),
+    ]
+}
+
+/// The socket source's fixed schema.
+pub fn socket_schema() -> Vec<Col> {
+    vec![Col::new("value", ColType::new(DataType::String))]
+}
+
+/// Lowers `q` to a plan. Returns `None` when there is no source or no
+/// usable schema (the error is already reported).
+pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
+    let source = q.source.as_ref()?;
+    let fixed = match source.kind {
+        Source::Rate { .. } => Some(("rate", rate_schema(), "timestamp: Timestamp, value: i64")),
+        Source::Socket { .. } => Some(("socket", socket_schema(), "value: String")),
+        _ => None,
+    };
+    let (source_name, input) = match (fixed, &q.schema) {
+        (Some((name, cols, text)), schema) => {
+            if schema.is_some() {
+                errs.spanned_help(
+                    q.schema_key.as_ref().unwrap_or(&source.ident),
+                    format!("the {name} source has a fixed schema ({text}); `schema:` is not allowed with it"),
+                    format!("remove `schema:` and use the {name} source's columns ({text})"),
+                );
+            }
+            (name.to_string(), cols)
+        }
+        (None, Some(s)) => (
+            snake_case(&s.ident.to_string()),
+            s.fields
+                .iter()
+                .map(|f| Col::new(f.name.clone(), f.ty))
+                .collect(),
+        ),
+        (None, None) => {
+            errs.spanned_help(
+                &source.ident,
+                format!("the {} source needs a `schema:`", source.kind.name()),
+                "declare the row type, e.g. `schema: Click { page: String, event_ts: Timestamp }`",
+            );
+            return None;
+        }
+    };
+
+    let mut ops = vec![];
+    let mut spans = vec![];
+    if let Some(f) = &q.filter {
+        let t = translate(f, &input, errs);
+        if let Inferred::Known(ty) = t.ty {
+            if ty.dtype != DataType::Bool {
+                errs.spanned_help(
+                    f,
+                    format!(
+                        "a filter must be a boolean expression, but this is {}",
+                        ty.dtype
+                    ),
+                    "compare it, e.g. `n > 0`",
+                );
+            }
+        }
+        ops.push(Op::Filter { predicate: t.sql });
+        spans.push(OpSpans::Filter {
+            expr: f.to_token_stream(),
+            columns: t.columns,
+        });
+    }
+
+    let mut pre_agg = input.clone();
+    let mut derived = vec![];
+    if let Some(sel) = &q.select {
+        let mut columns = vec![];
+        let mut items = vec![];
+        let mut env = vec![];
+        for item in &sel.items {
+            let alias = item.alias.unraw().to_string();
+            let (sql, ty, refs, expr_tokens) = match &item.expr {
+                None => (
+                    sql_ident(&alias),
+                    lookup(&input, &alias).map(|c| c.ty),
+                    vec![ColumnRef {
+                        name: alias.clone(),
+                        tokens: item.alias.to_token_stream(),
+                    }],
+                    item.alias.to_token_stream(),
+                ),
+                Some(e) => {
+                    derived.push(alias.clone());
+                    let t = translate(e, &input, errs);
+                    let ty = match t.ty {
+                        Inferred::Known(ty) => Some(ty),
+                        Inferred::Unknown(what) => {
+                            errs.spanned_help(
+                                e,
+                                format!(
+                                    "cannot infer the type of `{alias}`: the macro does not know what `{}` returns",
+                                    what.to_string().replace(" (", "(")
+                                ),
+                                format!("state the type with `as`: `{alias}: {} as i32` (or i64, f64, String, bool, Timestamp)", e.to_token_stream().to_string().replace(" (", "(")),
+                            );
+                            None
+                        }
+                        Inferred::Poisoned => None,
+                    };
+                    (t.sql, ty, t.columns, e.to_token_stream())
+                }
+            };
+            if let Some(ty) = ty {
+                env.push(Col::new(alias.clone(), ty));
+            }
+            columns.push(SelectItem { expr: sql, alias });
+            items.push(ItemSpans {
+                alias: item.alias.to_token_stream(),
+                expr: expr_tokens,
+                columns: refs,
+            });
+        }
+        pre_agg = env;
+        ops.push(Op::Select { columns });
+        spans.push(OpSpans::Select {
+            key: sel.key.to_token_stream(),
+            items,
+        });
+    }
+
+    if let Some(w) = &q.watermark {
+        ops.push(Op::Watermark {
+            column: w.column.unraw().to_string(),
+            delay: w.delay.value(),
+        });
+        spans.push(OpSpans::Watermark {
+            column: w.column.to_token_stream(),
+            delay: w.delay.to_token_stream(),
+        });
+    }
+
+    let mut mode_fallback = None;
+    match (&q.group_by, &q.aggregate) {
+        (Some(g), None) => errs.spanned_help(
+            &g.key,
+            "`group_by:` needs an `aggregate:`",
+            "add the aggregates to compute per group, e.g. `aggregate: { n: count() }`",
+        ),
+        (g, Some(a)) => {
+            let key_decls = g.as_ref().map(|g| g.keys.as_slice()).unwrap_or_default();
+            let mut keys = vec![];
+            let mut key_spans = vec![];
+            for k in key_decls {
+                match k {
+                    KeyDecl::Window {
+                        tokens,
+                        column,
+                        size,
+                        slide,
+                    } => {
+                        keys.push(GroupKey::Window {
+                            window: WindowSpec {
+                                column: Some(column.unraw().to_string()),
+                                expr: None,
+                                size: size.value(),
+                                slide: slide.as_ref().map(|s| s.value()),
+                            },
+                            alias: "window".into(),
+                        });
+                        key_spans.push(KeySpans {
+                            column: column.to_token_stream(),
+                            size: Some(size.to_token_stream()),
+                            slide: slide.as_ref().map(|s| s.to_token_stream()),
+                            whole: tokens.clone(),
+                        });
+                    }
+                    KeyDecl::Column(c) => {
+                        keys.push(GroupKey::Column {
+                            column: c.unraw().to_string(),
+                        });
+                        key_spans.push(KeySpans {
+                            column: c.to_token_stream(),
+                            size: None,
+                            slide: None,
+                            whole: c.to_token_stream(),
+                        });
+                    }
+                }
+            }
+            let mut aggs = vec![];
+            let mut agg_spans = vec![];
+            for d in &a.aggs {
+                aggs.push(AggSpec {
+                    func: d.kind,
+                    column: d
+                        .arg
+                        .as_ref()
+                        .map(|c| c.unraw().to_string())
+                        .unwrap_or_else(|| "*".into()),
+                    alias: d.alias.unraw().to_string(),
+                });
+                agg_spans.push(AggSpans {
+                    alias: d.alias.to_token_stream(),
+                    call: d.call.clone(),
+                    arg: d.arg.as_ref().map(|c| c.to_token_stream()),
+                });
+            }
+            ops.push(Op::Aggregate { keys, aggs });
+            spans.push(OpSpans::Aggregate {
+                key: a.key.to_token_stream(),
+                keys: key_spans,
+                aggs: agg_spans,
+            });
+            mode_fallback = Some(a.key.to_token_stream());
+        }
+        (None, None) => {}
+    }
+
+    let mode = q
+        .output_mode
+        .as_ref()
+        .map(|m| m.mode)
+        .unwrap_or(OutputMode::Append);
+    let fields: Vec<Field> = input
+        .iter()
+        .map(|c| Field::new(c.name.clone(), c.ty.dtype))
+        .collect();
+    let plan = StreamPlan::single(source_name, fields, ops, mode);
+    let query_name = q
+        .name
+        .as_ref()
+        .map(|n| n.value())
+        .unwrap_or_else(|| snake_case(&q.ident.to_string()));
+    Some(Lowered {
+        plan,
+        query_name,
+        input,
+        pre_agg,
+        derived,
+        spans: SpanTable {
+            query: q.ident.to_token_stream(),
+            output_mode: q.output_mode.as_ref().map(|m| m.ident.to_token_stream()),
+            mode_fallback,
+            ops: spans,
+        },
+    })
+}
+
+/// The result's columns with their Rust-side types: names, order and plan
+/// types from [`weir_plan::resolve`]; nullability (and the types of
+/// computed select items, which resolution cannot see) from the macro's own
+/// inference. Aggregates over computed columns are type-checked here.
+pub fn output_columns(l: &Lowered, errs: &mut Errors) -> Vec<Col> {
+    let (schemas, _) = weir_plan::resolve(&l.plan);
+    let Some(result) = schemas.get(&l.plan.result) else {
+        return vec![];
+    };
+    let mine = macro_output(l, errs);
+    result
+        .columns
+        .iter()
+        .filter_map(|c| {
+            let m = lookup(&mine, &c.name);
+            let dtype = c.dtype.or(m.map(|m| m.ty.dtype))?;
+            let nullable = m.map(|m| m.ty.nullable).unwrap_or(true);
+            Some(Col::new(c.name.clone(), ColType { dtype, nullable }))
+        })
+        .collect()
+}
+
+/// The result columns as the macro types them.
+fn macro_output(l: &Lowered, errs: &mut Errors) -> Vec<Col> {
+    let Some(Op::Aggregate { keys, aggs }) = l.plan.nodes[0].ops.last() else {
+        return l.pre_agg.clone();
+    };
+    let Some(OpSpans::Aggregate {
+        aggs: agg_spans, ..
+    }) = l.spans.ops.last()
+    else {
+        return vec![];
+    };
+    let mut out = vec![];
+    for k in keys {
+        match k {
+            GroupKey::Window { alias, .. } => {
+                out.push(Col::new(alias.clone(), ColType::new(DataType::Window)))
+            }
+            GroupKey::Column { column } => {
+                if let Some(c) = lookup(&l.pre_agg, column) {
+                    out.push(c.clone());
+                }
+            }
+        }
+    }
+    for (a, sp) in aggs.iter().zip(agg_spans) {
+        if a.func == AggFn::Count || a.func == AggFn::CountDistinct {
+            out.push(Col::new(a.alias.clone(), ColType::new(DataType::Int64)));
+            continue;
+        }
+        let Some(input) = lookup(&l.pre_agg, &a.column) else {
+            continue;
+        };
+        match a.func.result_type(Some(input.ty.dtype)) {
+            Some(t) => out.push(Col::new(a.alias.clone(), ColType::nullable(t))),
+            // Resolution reports this for source columns; computed ones are ours.
+            None if l.derived.contains(&a.column) => errs.spanned_help(
+                sp.arg.as_ref().unwrap_or(&sp.call),
+                format!(
+                    "{}({}) is not defined on {} columns (`{}` is {})",
+                    a.func.name(),
+                    a.column,
+                    input.ty.dtype,
+                    a.column,
+                    rust_type_name(input.ty)
+                ),
+                match a.func {
+                    AggFn::Sum | AggFn::Avg => "sum and avg take int32, int64 or float64 columns",
+                    _ => "min and max take numbers, strings, booleans and timestamps",
+                },
+            ),
+            None => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::parse_query;
+    use quote::quote;
+
+    pub(crate) fn lower_ok(t: TokenStream) -> Lowered {
+        let mut errs = Errors::new();
+        let q = parse_query(t, &mut errs).unwrap();
+        let l = lower(&q, &mut errs).unwrap();
+        assert!(errs.is_empty(), "{errs:?}");
+        l
+    }
+
+    #[test]
+    fn snake_cases_idents() {
+        assert_eq!(snake_case("PageViews"), "page_views");
+        assert_eq!(snake_case("HTTPLog"), "http_log");
+        assert_eq!(snake_case("Click"), "click");
+        assert_eq!(snake_case("Lab2Counts"), "lab2_counts");
+    }
+
+    #[test]
+    fn lowers_the_page_views_example() {
+        let l = lower_ok(quote! {
+            query PageViews {
+                source: files(path = "data/clicks", format = json),
+                schema: Click { page: String, event_ts: Timestamp, user: Option<String>, n: i64 },
+                filter: n > 0 && page != "x",
+                select: { page, event_ts, n2: n * 2, user },
+                watermark: event_ts delay "2 minutes",
+                group_by: [window(event_ts, "1 minute"), page],
+                aggregate: { views: count(), total: sum(n2), users: count(user), lo: min(n2), mean: avg(n2) },
+                output_mode: update,
+                sink: console,
+            }
+        });
+        let expected = StreamPlan::single(
+            "click",
+            vec![
+                Field::new("page", DataType::String),
+                Field::new("event_ts", DataType::Timestamp),
+                Field::new("user", DataType::String),
+                Field::new("n", DataType::Int64),
+            ],
+            vec![
+                Op::Filter {
+                    predicate: "n > 0 AND page <> 'x'".into(),
+                },
+                Op::Select {
+                    columns: vec![
+                        SelectItem {
+                            expr: "page".into(),
+                            alias: "page".into(),
+                        },
+                        SelectItem {
+                            expr: "event_ts".into(),
+                            alias: "event_ts".into(),
+                        },
+                        SelectItem {
+                            expr: "n * 2".into(),
+                            alias: "n2".into(),
+                        },
+                        SelectItem {
+                            expr: "\"user\"".into(),
+                            alias: "user".into(),
+                        },
+                    ],
+                },
+                Op::Watermark {
+                    column: "event_ts".into(),
+                    delay: "2 minutes".into(),
+                },
+                Op::Aggregate {
+                    keys: vec![
+                        GroupKey::Window {
+                            window: WindowSpec {
+                                column: Some("event_ts".into()),
+                                expr: None,
+                                size: "1 minute".into(),
+                                slide: None,
+                            },
+                            alias: "window".into(),
+                        },
+                        GroupKey::Column {
+                            column: "page".into(),
+                        },
+                    ],
+                    aggs: vec![
+                        AggSpec {
+                            func: AggFn::Count,
+                            column: "*".into(),
+                            alias: "views".into(),
+                        },
+                        AggSpec {
+                            func: AggFn::Sum,
+                            column: "n2".into(),
+                            alias: "total".into(),
+                        },
+                        AggSpec {
+                            func: AggFn::Count,
+                            column: "user".into(),
+                            alias: "users".into(),
+                        },
+                        AggSpec {
+                            func: AggFn::Min,
+                            column: "n2".into(),
+                            alias: "lo".into(),
+                        },
+                        AggSpec {
+                            func: AggFn::Avg,
+                            column: "n2".into(),
+                            alias: "mean".into(),
+                        },
+                    ],
+                },
+            ],
+            OutputMode::Update,
+        );
+        assert_eq!(l.plan, expected);
+        assert_eq!(l.query_name, "page_views");
+        assert!(weir_plan::check(&l.plan).is_empty());
+        let mut errs = Errors::new();
+        let out = output_columns(&l, &mut errs);
+        assert!(errs.is_empty());
+        let shown: Vec<String> = out
+            .iter()
+            .map(|c| format!("{}: {}", c.name, rust_type_name(c.ty)))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "window: Window",
+                "page: String",
+                "views: i64",
+                "total: Option<i64>",
+                "users: i64",
+                "lo: Option<i64>",
+                "mean: Option<f64>"
+            ]
+        );
+    }
+
+    #[test]
+    fn rate_source_has_a_fixed_schema() {
+        let l = lower_ok(quote! {
+            query Lab { source: rate(rows_per_second = 5), select: { timestamp, odd: value % 2 == 1 }, sink: console }
+        });
+        assert_eq!(l.plan.sources.keys().collect::<Vec<_>>(), ["rate"]);
+        let mut errs = Errors::new();
+        let out = output_columns(&l, &mut errs);
+        assert_eq!(
+            out[0],
+            Col::new("timestamp", ColType::new(DataType::Timestamp))
+        );
+        assert_eq!(out[1], Col::new("odd", ColType::new(DataType::Bool)));
+
+        let mut errs = Errors::new();
+        let q = parse_query(
+            quote! { query Lab { source: rate, schema: S { a: i64 }, sink: console } },
+            &mut errs,
+        )
+        .unwrap();
+        lower(&q, &mut errs).unwrap();
+        assert_eq!(errs.diagnostics()[0].at, "schema");
+        assert!(errs.diagnostics()[0]
+            .message
+            .starts_with("the rate source has a fixed schema (timestamp: Timestamp, value: i64)"));
+    }
+
+    #[test]
+    fn select_types_must_be_inferable() {
+        let mut errs = Errors::new();
+        let q = parse_query(
+            quote! { query Q { source: rate, select: { h: hour(timestamp), h2: hour(timestamp) as i32 }, sink: console } },
+            &mut errs,
+        )
+        .unwrap();
+        let l = lower(&q, &mut errs).unwrap();
+        assert_eq!(errs.len(), 1);
+        let d = &errs.diagnostics()[0];
+        assert_eq!(d.at, "hour (timestamp)");
+        assert_eq!(
+            d.message,
+            "cannot infer the type of `h`: the macro does not know what `hour(timestamp)` returns\nhelp: state the type with `as`: `h: hour(timestamp) as i32` (or i64, f64, String, bool, Timestamp)"
+        );
+        assert_eq!(
+            l.plan.nodes[0].ops[0],
+            Op::Select {
+                columns: vec![
+                    SelectItem {
+                        expr: "hour(\"timestamp\")".into(),
+                        alias: "h".into()
+                    },
+                    SelectItem {
+                        expr: "CAST(hour(\"timestamp\") AS INT)".into(),
+                        alias: "h2".into()
+                    },
+                ]
+            }
+        );
+    }
+
+    #[test]
+    fn aggregates_over_computed_columns_are_typed() {
+        let mut errs = Errors::new();
+        let q = parse_query(
+            quote! { query Q { source: rate, select: { timestamp, s: lower("A"), v: value as f64 },
+                               group_by: [s], aggregate: { t: sum(s), m: max(v) }, output_mode: complete, sink: console } },
+            &mut errs,
+        )
+        .unwrap();
+        let l = lower(&q, &mut errs).unwrap();
+        let out = output_columns(&l, &mut errs);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs.diagnostics()[0].at, "s");
+        assert!(errs.diagnostics()[0]
+            .message
+            .starts_with("sum(s) is not defined on string columns"));
+        assert_eq!(
+            out.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["s", "m"]
+        );
+        assert_eq!(
+            lookup(&out, "m").unwrap().ty,
+            ColType::nullable(DataType::Float64)
+        );
+    }
+}

@@ -1,0 +1,700 @@
+//! The grammar of `stream_query!`: `query Name { key: value, ... }` with the
+//! keys in any order, each at most once. Each entry is parsed on its own, so
+//! one broken entry does not hide the mistakes in the others.
+
+use proc_macro2::{TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use syn::parse::{ParseStream, Parser};
+use syn::punctuated::Punctuated;
+use syn::{Attribute, Expr, Ident, LitStr, Token};
+use weir_plan::duration::parse_positive_duration_ms;
+use weir_plan::{AggFn, OutputMode};
+
+use crate::ast::*;
+use crate::connectors::{parse_sink, parse_source};
+use crate::errors::{suggestion_help, Errors};
+use crate::types::parse_rust_type;
+
+mod kw {
+    syn::custom_keyword!(query);
+    syn::custom_keyword!(delay);
+}
+
+/// The keys of a declaration, in the order the docs list them.
+pub const KEYS: &[&str] = &[
+    "source",
+    "schema",
+    "filter",
+    "select",
+    "watermark",
+    "group_by",
+    "aggregate",
+    "output_mode",
+    "trigger",
+    "sink",
+    "checkpoint",
+    "name",
+];
+
+/// Keys whose values shape the plan: if one of them is broken, the plan
+/// checks are skipped (they would report the consequences, not the cause).
+/// A source with a bad option still has its schema, so it is not one of them.
+const PLAN_KEYS: &[&str] = &[
+    "schema",
+    "filter",
+    "select",
+    "watermark",
+    "group_by",
+    "aggregate",
+    "output_mode",
+];
+
+/// Parses the macro input. Returns `None` only when not even the
+/// `query Name { ... }` frame parses; every other mistake is pushed to
+/// `errs` and parsing goes on.
+pub fn parse_query(input: TokenStream, errs: &mut Errors) -> Option<QueryDecl> {
+    let (attrs, ident, body) = match parse_frame.parse2(input) {
+        Ok(f) => f,
+        Err(e) => {
+            errs.syn(e);
+            return None;
+        }
+    };
+    let mut q = QueryDecl {
+        docs: vec![],
+        ident,
+        source: None,
+        schema: None,
+        filter: None,
+        select: None,
+        watermark: None,
+        group_by: None,
+        aggregate: None,
+        output_mode: None,
+        trigger: None,
+        sink: None,
+        checkpoint: None,
+        name: None,
+        schema_key: None,
+        incomplete: false,
+    };
+    for a in attrs {
+        if a.path().is_ident("doc") {
+            q.docs.push(a);
+        } else {
+            errs.spanned(&a, "only doc comments (`///`) are allowed on a query");
+        }
+    }
+    let mut seen: Vec<String> = vec![];
+    for entry in split_commas(body) {
+        let before = errs.len();
+        let key = parse_entry(&mut q, entry, &mut seen, errs);
+        if errs.len() > before && key.is_some_and(|k| PLAN_KEYS.contains(&k.as_str())) {
+            q.incomplete = true;
+        }
+    }
+    let required = [
+        ("source", q.source.is_some(), "add e.g. `source: rate(rows_per_second = 5)` or `source: files(path = \"data/in\", format = json)`"),
+        ("sink", q.sink.is_some(), "add e.g. `sink: console(truncate = false)`"),
+    ];
+    for (key, present, help) in required {
+        if !present && !seen.iter().any(|s| s == key) {
+            errs.spanned_help(
+                &q.ident,
+                format!("query `{}` has no `{key}:`", q.ident),
+                help,
+            );
+            if key == "source" {
+                q.incomplete = true;
+            }
+        }
+    }
+    Some(q)
+}
+
+/// `#[doc] query Name { body }`.
+fn parse_frame(input: ParseStream) -> syn::Result<(Vec<Attribute>, Ident, TokenStream)> {
+    let attrs = input.call(Attribute::parse_outer)?;
+    input
+        .parse::<kw::query>()
+        .map_err(|e| syn::Error::new(e.span(), "expected `query Name { ... }`"))?;
+    let ident: Ident = input.parse()?;
+    let content;
+    syn::braced!(content in input);
+    let body: TokenStream = content.parse()?;
+    if !input.is_empty() {
+        return Err(
+            input.error("one `stream_query!` declares one query; use one macro call per query")
+        );
+    }
+    Ok((attrs, ident, body))
+}
+
+/// Splits at the commas that are not inside a group; empty pieces are dropped.
+fn split_commas(body: TokenStream) -> Vec<TokenStream> {
+    let mut out = vec![];
+    let mut cur = TokenStream::new();
+    for tt in body {
+        match &tt {
+            TokenTree::Punct(p) if p.as_char() == ',' => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+            }
+            _ => cur.extend([tt]),
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// Parses one `key: value` into `q`; returns the key's name when it is known.
+fn parse_entry(
+    q: &mut QueryDecl,
+    entry: TokenStream,
+    seen: &mut Vec<String>,
+    errs: &mut Errors,
+) -> Option<String> {
+    let head = |input: ParseStream| -> syn::Result<(Ident, TokenStream)> {
+        let key = input.call(Ident::parse_any)?;
+        if !input.peek(Token![:]) || input.peek(Token![::]) {
+            return Err(syn::Error::new(
+                key.span(),
+                format!("expected `{key}: value`"),
+            ));
+        }
+        input.parse::<Token![:]>()?;
+        Ok((key, input.parse()?))
+    };
+    let (key, value) = match head.parse2(entry) {
+        Ok(kv) => kv,
+        Err(e) => {
+            errs.syn(e);
+            return None;
+        }
+    };
+    let name = key.to_string();
+    if !KEYS.contains(&name.as_str()) {
+        let help = match name.as_str() {
+            "format" => "the format is an option of the source or sink: `files(path = \"...\", format = json)`".to_string(),
+            "window" => "windows are grouping keys: `group_by: [window(event_ts, \"1 minute\")]`".to_string(),
+            _ => suggestion_help(&name, KEYS, "keys"),
+        };
+        errs.spanned_help(&key, format!("unknown key `{name}`"), help);
+        return None;
+    }
+    if seen.contains(&name) {
+        errs.spanned(
+            &key,
+            format!("`{name}:` is given twice; each key may appear once"),
+        );
+        return None;
+    }
+    seen.push(name.clone());
+    if value.is_empty() {
+        errs.spanned(&key, format!("`{name}:` needs a value"));
+        return Some(name);
+    }
+    let res: syn::Result<()> = match name.as_str() {
+        "source" => parse_source(value, errs).map(|s| q.source = s),
+        "sink" => parse_sink(value, errs).map(|s| q.sink = s),
+        "schema" => {
+            q.schema_key = Some(key.clone());
+            (|i: ParseStream| parse_schema(i, errs))
+                .parse2(value)
+                .map(|s| q.schema = Some(s))
+        }
+        "filter" => syn::parse2::<Expr>(value).map(|e| q.filter = Some(e)),
+        "select" => parse_select.parse2(value).map(|items| {
+            q.select = Some(SelectDecl {
+                key: key.clone(),
+                items,
+            })
+        }),
+        "watermark" => parse_watermark.parse2(value).map(|w| q.watermark = Some(w)),
+        "group_by" => (|i: ParseStream| parse_group_by(i, errs))
+            .parse2(value)
+            .map(|keys| {
+                q.group_by = Some(GroupByDecl {
+                    key: key.clone(),
+                    keys,
+                })
+            }),
+        "aggregate" => (|i: ParseStream| parse_aggregate(i, errs))
+            .parse2(value)
+            .map(|aggs| {
+                q.aggregate = Some(AggregateDecl {
+                    key: key.clone(),
+                    aggs,
+                })
+            }),
+        "output_mode" => (|i: ParseStream| parse_mode(i, errs))
+            .parse2(value)
+            .map(|m| q.output_mode = m),
+        "trigger" => (|i: ParseStream| parse_trigger(i, errs))
+            .parse2(value)
+            .map(|t| q.trigger = t),
+        "checkpoint" => (|i: ParseStream| parse_nonempty_str(i, errs, "checkpoint"))
+            .parse2(value)
+            .map(|s| q.checkpoint = s),
+        _ => (|i: ParseStream| parse_nonempty_str(i, errs, "name"))
+            .parse2(value)
+            .map(|s| q.name = s),
+    };
+    if let Err(e) = res {
+        errs.syn(e);
+    }
+    Some(name)
+}
+
+fn parse_nonempty_str(
+    input: ParseStream,
+    errs: &mut Errors,
+    key: &str,
+) -> syn::Result<Option<LitStr>> {
+    let s: LitStr = input
+        .parse()
+        .map_err(|e| syn::Error::new(e.span(), format!("`{key}:` takes a string literal")))?;
+    if s.value().trim().is_empty() {
+        errs.spanned(&s, format!("`{key}:` must not be empty"));
+        return Ok(None);
+    }
+    Ok(Some(s))
+}
+
+/// `Name { field: Type, ... }`.
+fn parse_schema(input: ParseStream, errs: &mut Errors) -> syn::Result<SchemaDecl> {
+    let ident: Ident = input.parse()?;
+    let content;
+    syn::braced!(content in input);
+    let raw = content.parse_terminated(syn::Field::parse_named, Token![,])?;
+    if raw.is_empty() {
+        errs.spanned(
+            &ident,
+            "the schema has no fields; declare at least one, e.g. `Click { page: String }`",
+        );
+    }
+    let mut fields: Vec<SchemaField> = vec![];
+    for f in raw {
+        let fident = f.ident.clone().expect("named field");
+        let name = fident.unraw().to_string();
+        let mut docs = vec![];
+        for a in f.attrs {
+            if a.path().is_ident("doc") {
+                docs.push(a);
+            } else {
+                errs.spanned(&a, "only doc comments (`///`) are allowed on schema fields");
+            }
+        }
+        if fields.iter().any(|g| g.name == name) {
+            errs.spanned(&fident, format!("the schema has two fields named `{name}`"));
+            continue;
+        }
+        match parse_rust_type(&f.ty) {
+            Ok(ty) => fields.push(SchemaField {
+                docs,
+                ident: fident,
+                name,
+                ty,
+            }),
+            Err(msg) => errs.spanned(&f.ty, msg),
+        }
+    }
+    Ok(SchemaDecl { ident, fields })
+}
+
+/// `{ column, name: expr, ... }`.
+fn parse_select(input: ParseStream) -> syn::Result<Vec<SelectItemDecl>> {
+    let content;
+    let braces = syn::braced!(content in input);
+    let mut items = vec![];
+    while !content.is_empty() {
+        if !content.peek(Ident) {
+            return Err(content.error("a select item is a column or `name: expression`"));
+        }
+        let alias: Ident = content.parse()?;
+        let expr = if content.peek(Token![:]) && !content.peek(Token![::]) {
+            content.parse::<Token![:]>()?;
+            Some(content.parse::<Expr>()?)
+        } else {
+            None
+        };
+        if !content.is_empty() {
+            if !content.peek(Token![,]) {
+                return Err(
+                    content.error("expected `,`; to compute a column, name it: `name: expression`")
+                );
+            }
+            content.parse::<Token![,]>()?;
+        }
+        items.push(SelectItemDecl { alias, expr });
+    }
+    if items.is_empty() {
+        return Err(syn::Error::new(
+            braces.span.join(),
+            "`select:` needs at least one column",
+        ));
+    }
+    Ok(items)
+}
+
+/// `column delay "duration"`.
+fn parse_watermark(input: ParseStream) -> syn::Result<WatermarkDecl> {
+    let column: Ident = input.parse()?;
+    input.parse::<kw::delay>().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            format!("expected `delay`, as in `watermark: {column} delay \"10 minutes\"`"),
+        )
+    })?;
+    let delay: LitStr = input.parse().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            "expected the delay as a string, e.g. \"10 minutes\"",
+        )
+    })?;
+    Ok(WatermarkDecl { column, delay })
+}
+
+/// `[window(col, "size"[, "slide"]), column, ...]`.
+fn parse_group_by(input: ParseStream, errs: &mut Errors) -> syn::Result<Vec<KeyDecl>> {
+    let content;
+    let brackets = syn::bracketed!(content in input);
+    let mut keys = vec![];
+    if content.is_empty() {
+        return Err(syn::Error::new(
+            brackets.span.join(),
+            "`group_by:` needs at least one key; leave it out to aggregate the whole stream",
+        ));
+    }
+    while !content.is_empty() {
+        let ident: Ident = content.parse()?;
+        if content.peek(syn::token::Paren) {
+            let args;
+            let parens = syn::parenthesized!(args in content);
+            let call = {
+                let mut t = ident.to_token_stream();
+                parens.surround(&mut t, |t| t.extend(args.fork().parse::<TokenStream>()));
+                t
+            };
+            if ident != "window" {
+                errs.spanned_help(
+                    &ident,
+                    format!("`{ident}(...)` cannot be a grouping key"),
+                    "group_by takes columns and window(column, size) or window(column, size, slide); compute other keys in `select:`",
+                );
+                let _: TokenStream = args.parse()?;
+            } else {
+                let column: Ident = args.parse()?;
+                args.parse::<Token![,]>()?;
+                let size: LitStr = args.parse()?;
+                let slide = if args.peek(Token![,]) && args.peek2(LitStr) {
+                    args.parse::<Token![,]>()?;
+                    Some(args.parse::<LitStr>()?)
+                } else {
+                    None
+                };
+                if args.peek(Token![,]) {
+                    args.parse::<Token![,]>()?;
+                }
+                if !args.is_empty() {
+                    return Err(args.error(
+                        "window takes (column, \"size\") or (column, \"size\", \"slide\")",
+                    ));
+                }
+                keys.push(KeyDecl::Window {
+                    tokens: call,
+                    column,
+                    size,
+                    slide,
+                });
+            }
+        } else {
+            keys.push(KeyDecl::Column(ident));
+        }
+        if !content.is_empty() {
+            content.parse::<Token![,]>()?;
+        }
+    }
+    Ok(keys)
+}
+
+/// The aggregate functions by name.
+const AGG_FNS: &[(&str, AggFn)] = &[
+    ("count", AggFn::Count),
+    ("sum", AggFn::Sum),
+    ("min", AggFn::Min),
+    ("max", AggFn::Max),
+    ("avg", AggFn::Avg),
+    ("count_distinct", AggFn::CountDistinct),
+];
+
+/// `{ name: func(column), ... }`.
+fn parse_aggregate(input: ParseStream, errs: &mut Errors) -> syn::Result<Vec<AggDecl>> {
+    let content;
+    let braces = syn::braced!(content in input);
+    let mut aggs = vec![];
+    let entries =
+        Punctuated::<(Ident, Ident, TokenStream, TokenStream), Token![,]>::parse_terminated_with(
+            &content,
+            |i| {
+                let alias: Ident = i.parse()?;
+                i.parse::<Token![:]>().map_err(|e| {
+                    syn::Error::new(e.span(), format!("expected `:`, as in `{alias}: count()`"))
+                })?;
+                let func: Ident = i.parse()?;
+                let args;
+                let parens = syn::parenthesized!(args in i);
+                let args: TokenStream = args.parse()?;
+                let mut call = func.to_token_stream();
+                parens.surround(&mut call, |t| t.extend(args.clone()));
+                Ok((alias, func, args, call))
+            },
+        )?;
+    if entries.is_empty() {
+        return Err(syn::Error::new(
+            braces.span.join(),
+            "`aggregate:` needs at least one aggregate, e.g. `{ n: count() }`",
+        ));
+    }
+    for (alias, func, args, call) in entries {
+        let name = func.to_string();
+        let Some((_, kind)) = AGG_FNS.iter().find(|(n, _)| *n == name) else {
+            let names: Vec<&str> = AGG_FNS.iter().map(|(n, _)| *n).collect();
+            let help = if name == "approx_count_distinct" {
+                "approx_count_distinct is not supported by weir yet".to_string()
+            } else {
+                suggestion_help(&name, &names, "aggregate functions")
+            };
+            errs.spanned_help(&func, format!("unknown aggregate function `{name}`"), help);
+            continue;
+        };
+        let arg = match parse_agg_arg.parse2(args) {
+            Ok(a) => a,
+            Err(e) => {
+                errs.syn(e);
+                continue;
+            }
+        };
+        if arg.is_none() && *kind != AggFn::Count {
+            errs.spanned_help(
+                &call,
+                format!("`{name}` needs a column"),
+                format!("write `{alias}: {name}(column)`"),
+            );
+            continue;
+        }
+        aggs.push(AggDecl {
+            alias,
+            kind: *kind,
+            arg,
+            call,
+        });
+    }
+    Ok(aggs)
+}
+
+/// `()`, `(*)` or `(column)`.
+fn parse_agg_arg(input: ParseStream) -> syn::Result<Option<Ident>> {
+    if input.is_empty() {
+        return Ok(None);
+    }
+    if input.peek(Token![*]) {
+        input.parse::<Token![*]>()?;
+        return Ok(None);
+    }
+    let col: Ident = input.parse().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            "aggregates take one column; compute expressions in `select:` first",
+        )
+    })?;
+    if !input.is_empty() {
+        return Err(
+            input.error("aggregates take one column; compute expressions in `select:` first")
+        );
+    }
+    Ok(Some(col))
+}
+
+fn parse_mode(input: ParseStream, errs: &mut Errors) -> syn::Result<Option<ModeDecl>> {
+    let ident: Ident = input.parse()?;
+    let mode = match ident.to_string().as_str() {
+        "append" => OutputMode::Append,
+        "update" => OutputMode::Update,
+        "complete" => OutputMode::Complete,
+        other => {
+            errs.spanned_help(
+                &ident,
+                format!("unknown output mode `{other}`"),
+                suggestion_help(other, &["append", "update", "complete"], "output modes"),
+            );
+            return Ok(None);
+        }
+    };
+    Ok(Some(ModeDecl { ident, mode }))
+}
+
+fn parse_trigger(input: ParseStream, errs: &mut Errors) -> syn::Result<Option<TriggerDecl>> {
+    let ident: Ident = input.parse()?;
+    let t = match ident.to_string().as_str() {
+        "processing_time" => {
+            let content;
+            syn::parenthesized!(content in input);
+            let lit: LitStr = content.parse()?;
+            match parse_positive_duration_ms(&lit.value()) {
+                Ok(ms) => TriggerDecl::ProcessingTime { lit, ms: ms as u64 },
+                Err(e) => {
+                    errs.spanned_help(
+                        &lit,
+                        format!("invalid trigger interval \"{}\": {e}", lit.value()),
+                        "write a positive duration like \"10 seconds\"; leave `trigger:` out to run micro-batches as soon as possible",
+                    );
+                    return Ok(None);
+                }
+            }
+        }
+        "available_now" => TriggerDecl::AvailableNow,
+        "once" => TriggerDecl::Once,
+        other => {
+            errs.spanned_help(
+                &ident,
+                format!("unknown trigger `{other}`"),
+                "triggers: processing_time(\"1 minute\"), available_now, once; leave `trigger:` out to run micro-batches as soon as possible",
+            );
+            return Ok(None);
+        }
+    };
+    if !input.is_empty() {
+        return Err(input.error("unexpected tokens after the trigger"));
+    }
+    Ok(Some(t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn parse(t: TokenStream) -> (Option<QueryDecl>, Vec<String>) {
+        let mut errs = Errors::new();
+        let q = parse_query(t, &mut errs);
+        (
+            q,
+            errs.diagnostics()
+                .iter()
+                .map(|d| format!("{}: {}", d.at, d.message))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn parses_a_full_declaration() {
+        let (q, e) = parse(quote! {
+            /// Page views per minute.
+            query PageViews {
+                source: files(path = "data/clicks", format = json, max_files_per_trigger = 10),
+                schema: Click { page: String, event_ts: Timestamp, user: Option<String>, n: i64 },
+                filter: n > 0 && page != "x",
+                select: { page, event_ts, n2: n * 2 },
+                watermark: event_ts delay "2 minutes",
+                group_by: [window(event_ts, "1 minute", "30 seconds"), page],
+                aggregate: { views: count(), total: sum(n2), all: count(*) },
+                output_mode: update,
+                trigger: processing_time("1 minute"),
+                sink: console(truncate = false, num_rows = 20),
+                checkpoint: "chk/page_views",
+                name: "page_views_1m",
+            }
+        });
+        assert!(e.is_empty(), "{e:?}");
+        let q = q.unwrap();
+        assert_eq!(q.docs.len(), 1);
+        assert_eq!(q.schema.as_ref().unwrap().fields.len(), 4);
+        assert_eq!(q.select.as_ref().unwrap().items.len(), 3);
+        let keys = &q.group_by.as_ref().unwrap().keys;
+        assert!(
+            matches!(&keys[0], KeyDecl::Window { slide: Some(s), .. } if s.value() == "30 seconds")
+        );
+        let aggs = &q.aggregate.as_ref().unwrap().aggs;
+        assert_eq!(
+            aggs.iter().map(|a| a.kind).collect::<Vec<_>>(),
+            [AggFn::Count, AggFn::Sum, AggFn::Count]
+        );
+        assert!(aggs[2].arg.is_none());
+        assert_eq!(aggs[1].call.to_string(), "sum (n2)");
+        assert!(matches!(
+            q.trigger,
+            Some(TriggerDecl::ProcessingTime { ms: 60_000, .. })
+        ));
+        assert_eq!(q.output_mode.unwrap().mode, OutputMode::Update);
+        assert!(!q.incomplete);
+    }
+
+    #[test]
+    fn reports_every_grammar_mistake() {
+        let (q, e) = parse(quote! {
+            query Q {
+                source: rate(),
+                fliter: value > 1,
+                output_mode: upsert,
+                trigger: processing_time("0 seconds"),
+                aggregate: { n: cnt(), s: sum() },
+                source: rate(),
+            }
+        });
+        assert!(q.unwrap().incomplete);
+        assert_eq!(
+            e,
+            [
+                "fliter: unknown key `fliter`\nhelp: did you mean `filter`? (keys: source, schema, filter, select, watermark, group_by, aggregate, output_mode, trigger, sink, checkpoint, name)",
+                "upsert: unknown output mode `upsert`\nhelp: output modes: append, update, complete",
+                "\"0 seconds\": invalid trigger interval \"0 seconds\": the duration must be greater than zero\nhelp: write a positive duration like \"10 seconds\"; leave `trigger:` out to run micro-batches as soon as possible",
+                "cnt: unknown aggregate function `cnt`\nhelp: did you mean `count`? (aggregate functions: count, sum, min, max, avg, count_distinct)",
+                "sum (): `sum` needs a column\nhelp: write `s: sum(column)`",
+                "source: `source:` is given twice; each key may appear once",
+                "Q: query `Q` has no `sink:`\nhelp: add e.g. `sink: console(truncate = false)`",
+            ]
+        );
+    }
+
+    #[test]
+    fn schema_and_select_mistakes() {
+        let (_, e) = parse(quote! {
+            query Q {
+                source: memory,
+                schema: S { a: u32, b: String, b: i64, #[serde(skip)] c: bool },
+                select: { a, b c },
+                sink: console,
+            }
+        });
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert!(e[0].starts_with("u32: unsupported column type `u32`"));
+        assert!(e[1].starts_with("b: the schema has two fields named `b`"));
+        assert!(e[2].contains("only doc comments"));
+        assert!(e[3].contains("expected `,`; to compute a column, name it"));
+    }
+
+    #[test]
+    fn watermark_needs_delay() {
+        let (_, e) = parse(
+            quote! { query Q { source: rate, watermark: timestamp "10 seconds", sink: console } },
+        );
+        assert_eq!(
+            e,
+            [": expected `delay`, as in `watermark: timestamp delay \"10 minutes\"`"]
+        );
+    }
+
+    #[test]
+    fn frame_errors() {
+        let (q, e) = parse(quote! { PageViews { } });
+        assert!(q.is_none());
+        assert_eq!(e, [": expected `query Name { ... }`"]);
+        let (_, e) = parse(quote! { query Q { source = rate, sink: console } });
+        assert_eq!(e[0], ": expected `source: value`");
+    }
+}

@@ -1,0 +1,220 @@
+//! A [`StreamPlan`] as Rust code that rebuilds it with struct literals
+//! through `::weir::plan`, so `Query::plan()` is the plan the macro checked.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+use weir_plan::{AggFn, GroupKey, JoinType, Op, OutputMode, StreamPlan, WatermarkPolicy};
+
+use crate::types::data_type_tokens;
+
+fn s(v: &str) -> TokenStream {
+    quote!(::std::string::String::from(#v))
+}
+
+fn opt_s(v: &Option<String>) -> TokenStream {
+    match v {
+        Some(v) => {
+            let v = s(v);
+            quote!(::std::option::Option::Some(#v))
+        }
+        None => quote!(::std::option::Option::None),
+    }
+}
+
+/// The output mode as a path.
+pub fn output_mode(m: OutputMode) -> TokenStream {
+    match m {
+        OutputMode::Append => quote!(::weir::plan::OutputMode::Append),
+        OutputMode::Update => quote!(::weir::plan::OutputMode::Update),
+        OutputMode::Complete => quote!(::weir::plan::OutputMode::Complete),
+    }
+}
+
+/// An aggregate function as a path.
+pub fn agg_fn(f: AggFn) -> TokenStream {
+    match f {
+        AggFn::Count => quote!(::weir::plan::AggFn::Count),
+        AggFn::Sum => quote!(::weir::plan::AggFn::Sum),
+        AggFn::Min => quote!(::weir::plan::AggFn::Min),
+        AggFn::Max => quote!(::weir::plan::AggFn::Max),
+        AggFn::Avg => quote!(::weir::plan::AggFn::Avg),
+        AggFn::CountDistinct => quote!(::weir::plan::AggFn::CountDistinct),
+    }
+}
+
+fn join_type(j: JoinType) -> TokenStream {
+    match j {
+        JoinType::Inner => quote!(Inner),
+        JoinType::LeftOuter => quote!(LeftOuter),
+        JoinType::RightOuter => quote!(RightOuter),
+        JoinType::FullOuter => quote!(FullOuter),
+        JoinType::LeftSemi => quote!(LeftSemi),
+        JoinType::LeftAnti => quote!(LeftAnti),
+    }
+}
+
+fn key(k: &GroupKey) -> TokenStream {
+    match k {
+        GroupKey::Window { window, alias } => {
+            let (column, expr, size, slide) = (
+                opt_s(&window.column),
+                opt_s(&window.expr),
+                s(&window.size),
+                opt_s(&window.slide),
+            );
+            let alias = s(alias);
+            quote!(::weir::plan::GroupKey::Window {
+                window: ::weir::plan::WindowSpec { column: #column, expr: #expr, size: #size, slide: #slide },
+                alias: #alias,
+            })
+        }
+        GroupKey::Column { column } => {
+            let c = s(column);
+            quote!(::weir::plan::GroupKey::Column { column: #c })
+        }
+    }
+}
+
+fn op(o: &Op) -> TokenStream {
+    match o {
+        Op::Filter { predicate } => {
+            let p = s(predicate);
+            quote!(::weir::plan::Op::Filter { predicate: #p })
+        }
+        Op::Select { columns } => {
+            let items = columns.iter().map(|c| {
+                let (e, a) = (s(&c.expr), s(&c.alias));
+                quote!(::weir::plan::SelectItem { expr: #e, alias: #a })
+            });
+            quote!(::weir::plan::Op::Select {
+                columns: ::std::vec![#(#items),*]
+            })
+        }
+        Op::WithColumn { name, expr } => {
+            let (n, e) = (s(name), s(expr));
+            quote!(::weir::plan::Op::WithColumn { name: #n, expr: #e })
+        }
+        Op::Watermark { column, delay } => {
+            let (c, d) = (s(column), s(delay));
+            quote!(::weir::plan::Op::Watermark { column: #c, delay: #d })
+        }
+        Op::Aggregate { keys, aggs } => {
+            let keys = keys.iter().map(key);
+            let aggs = aggs.iter().map(|a| {
+                let (f, c, al) = (agg_fn(a.func), s(&a.column), s(&a.alias));
+                quote!(::weir::plan::AggSpec { func: #f, column: #c, alias: #al })
+            });
+            quote!(::weir::plan::Op::Aggregate {
+                keys: ::std::vec![#(#keys),*],
+                aggs: ::std::vec![#(#aggs),*]
+            })
+        }
+        Op::Dedup {
+            columns,
+            within_watermark,
+        } => {
+            let cols = columns.iter().map(|c| s(c));
+            quote!(::weir::plan::Op::Dedup { columns: ::std::vec![#(#cols),*], within_watermark: #within_watermark })
+        }
+        Op::Join {
+            right,
+            how,
+            on,
+            using,
+        } => {
+            let (r, h, on) = (s(right), join_type(*how), opt_s(on));
+            let using = match using {
+                Some(u) => {
+                    let u = u.iter().map(|c| s(c));
+                    quote!(::std::option::Option::Some(::std::vec![#(#u),*]))
+                }
+                None => quote!(::std::option::Option::None),
+            };
+            quote!(::weir::plan::Op::Join { right: #r, how: ::weir::plan::JoinType::#h, on: #on, using: #using })
+        }
+        Op::Sort { by } => {
+            let by = by.iter().map(|k| {
+                let (c, d) = (s(&k.column), k.desc);
+                quote!(::weir::plan::SortKey { column: #c, desc: #d })
+            });
+            quote!(::weir::plan::Op::Sort {
+                by: ::std::vec![#(#by),*]
+            })
+        }
+        Op::Limit { n } => quote!(::weir::plan::Op::Limit { n: #n }),
+    }
+}
+
+/// An expression of type `::weir::plan::StreamPlan` equal to `plan`. Static
+/// tables are not written by the macro and come out empty.
+pub fn plan(plan: &StreamPlan) -> TokenStream {
+    let sources = plan.sources.iter().map(|(name, decl)| {
+        let name = s(name);
+        let fields = decl.schema.iter().map(|f| {
+            let (n, t) = (s(&f.name), data_type_tokens(f.dtype));
+            quote!(::weir::plan::Field { name: #n, dtype: #t })
+        });
+        quote!(sources.insert(#name, ::weir::plan::SourceDecl { schema: ::std::vec![#(#fields),*] });)
+    });
+    let nodes = plan.nodes.iter().map(|n| {
+        let (id, input) = (s(&n.id), s(&n.input));
+        let ops = n.ops.iter().map(op);
+        quote!(::weir::plan::Node { id: #id, input: #input, ops: ::std::vec![#(#ops),*] })
+    });
+    let result = s(&plan.result);
+    let mode = output_mode(plan.output_mode);
+    let no_data = plan.conf.no_data_batches;
+    let policy = match plan.conf.watermark_policy {
+        WatermarkPolicy::Min => quote!(Min),
+        WatermarkPolicy::Max => quote!(Max),
+    };
+    quote! {{
+        let mut sources = ::std::collections::BTreeMap::new();
+        #(#sources)*
+        ::weir::plan::StreamPlan {
+            sources,
+            statics: ::std::collections::BTreeMap::new(),
+            nodes: ::std::vec![#(#nodes),*],
+            result: #result,
+            output_mode: #mode,
+            conf: ::weir::plan::Conf {
+                no_data_batches: #no_data,
+                watermark_policy: ::weir::plan::WatermarkPolicy::#policy,
+            },
+        }
+    }}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_plan::{DataType, Field};
+
+    #[test]
+    fn writes_every_op_as_a_struct_literal() {
+        let p = StreamPlan::single(
+            "events",
+            vec![Field::new("ts", DataType::Timestamp)],
+            vec![
+                Op::Filter {
+                    predicate: "a > 1".into(),
+                },
+                Op::Watermark {
+                    column: "ts".into(),
+                    delay: "1 minute".into(),
+                },
+                Op::Limit { n: 3 },
+            ],
+            OutputMode::Update,
+        );
+        let t = plan(&p);
+        syn::parse2::<syn::Expr>(t.clone()).unwrap();
+        let t = t.to_string();
+        assert!(
+            t.contains("predicate : :: std :: string :: String :: from (\"a > 1\")"),
+            "{t}"
+        );
+        assert!(t.contains(":: weir :: plan :: OutputMode :: Update"));
+        assert!(t.contains("n : 3u64"));
+    }
+}

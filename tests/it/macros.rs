@@ -1,0 +1,134 @@
+//! Queries declared with `stream_query!` (the `ui-tests/pass` cases) run end
+//! to end through the engine, with typed rows in and out.
+
+use weir::source::MemoryStream;
+use weir::{Row, Session, SessionConfig, Trigger};
+
+use crate::pass_page_views::{writer_in, Click};
+use crate::pass_shop_totals::{start, Sale, ShopTotalsRow};
+
+#[test]
+fn typed_rows_in_typed_rows_out() {
+    let session = Session::new();
+    let stream = MemoryStream::of::<Sale>();
+    let q = start(&session, Box::new(stream.clone())).unwrap();
+    let sale = |shop: &str, amount, price| Sale {
+        shop: shop.into(),
+        amount,
+        price,
+    };
+    stream
+        .add_rows(&[
+            sale("north", 3, 2.5),
+            sale("south", 1, 1.0),
+            sale("north", 2, 0.5),
+        ])
+        .unwrap();
+    q.process_all_available().unwrap();
+    stream.add_rows(&[sale("south", 4, 4.0)]).unwrap();
+    q.process_all_available().unwrap();
+    let table = session
+        .memory_table("shop_totals")
+        .expect("the declared memory table");
+    q.stop().unwrap();
+    let mut rows: Vec<ShopTotalsRow> = table
+        .rows()
+        .iter()
+        .flat_map(|b| ShopTotalsRow::from_batch(b).unwrap())
+        .collect();
+    rows.sort_by(|a, b| a.shop.cmp(&b.shop));
+    assert_eq!(
+        rows,
+        vec![
+            ShopTotalsRow {
+                shop: "north".into(),
+                total: Some(5),
+                revenue: Some(3.0),
+                sales: 2
+            },
+            ShopTotalsRow {
+                shop: "south".into(),
+                total: Some(5),
+                revenue: Some(5.0),
+                sales: 2
+            },
+        ]
+    );
+}
+
+#[test]
+fn declared_page_views_write_parquet_once_windows_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output, chk) = (
+        dir.path().join("in"),
+        dir.path().join("out"),
+        dir.path().join("chk"),
+    );
+    std::fs::create_dir_all(&input).unwrap();
+    let session = Session::with_config(SessionConfig {
+        fsync_checkpoint: false,
+        ..SessionConfig::default()
+    });
+    let q = writer_in(
+        &session,
+        input.to_str().unwrap(),
+        output.to_str().unwrap(),
+        chk.to_str().unwrap(),
+    )
+    .unwrap()
+    .trigger(Trigger::Default)
+    .start()
+    .unwrap();
+    let clicks = |rows: &[(&str, &str, i64)]| -> String {
+        rows.iter()
+            .map(|(page, ts, n)| {
+                format!("{{\"page\":\"{page}\",\"event_ts\":\"{ts}\",\"user\":null,\"n\":{n}}}\n")
+            })
+            .collect()
+    };
+    std::fs::write(
+        input.join("1.json"),
+        clicks(&[
+            ("/a", "2024-01-01T12:00:10Z", 1),
+            ("/a", "2024-01-01T12:00:40Z", 2),
+            ("/health", "2024-01-01T12:00:50Z", 1),
+        ]),
+    )
+    .unwrap();
+    q.process_all_available().unwrap();
+    assert!(
+        weir::sink::file::committed_files(&output)
+            .unwrap()
+            .is_empty(),
+        "the window is still open"
+    );
+    std::fs::write(
+        input.join("2.json"),
+        clicks(&[("/b", "2024-01-01T12:05:00Z", 1)]),
+    )
+    .unwrap();
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    let files = weir::sink::file::committed_files(&output).unwrap();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(
+        files[0].to_string_lossy().contains("page=/a")
+            || files[0].to_string_lossy().contains("page=%2Fa"),
+        "{files:?}"
+    );
+    let f = std::fs::File::open(&files[0]).unwrap();
+    let batches: Vec<_> = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .build()
+        .unwrap()
+        .map(|b| b.unwrap())
+        .collect();
+    let rows = crate::common::rows_json(&batches);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["views"], 2);
+    assert_eq!(
+        rows[0]["total"], 6,
+        "n doubled by the select, /health filtered out"
+    );
+    let _ = Click::fields();
+}

@@ -1,0 +1,12 @@
+// A window size with a misspelt unit.
+weir_macros::stream_query! {
+    query Lab {
+        source: rate(rows_per_second = 5),
+        watermark: timestamp delay "10 seconds",
+        group_by: [window(timestamp, "10 minits")],
+        aggregate: { n: count() },
+        sink: console,
+    }
+}
+
+fn main() {}
