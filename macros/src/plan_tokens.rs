@@ -181,6 +181,8 @@ pub fn plan(plan: &StreamPlan) -> TokenStream {
                 no_data_batches: #no_data,
                 watermark_policy: ::weir::plan::WatermarkPolicy::#policy,
             },
+            sink: ::std::option::Option::None,
+            trigger: ::std::option::Option::None,
         }
     }}
 }

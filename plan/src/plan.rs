@@ -26,6 +26,69 @@ pub struct StreamPlan {
     /// Settings that change semantics.
     #[serde(default)]
     pub conf: Conf,
+    /// The sink, when known (rules check sink/mode combinations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink: Option<SinkDecl>,
+    /// The trigger, when known (rules check what continuous processing allows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<TriggerDecl>,
+}
+
+/// The sink as the rules see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SinkDecl {
+    /// Which sink.
+    pub kind: SinkKind,
+    /// Whether a checkpoint location was given.
+    pub checkpoint: bool,
+}
+
+/// The kinds of sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SinkKind {
+    /// Spark's `console`.
+    Console,
+    /// Spark's `memory`.
+    Memory,
+    /// Files (parquet, json, csv): append only.
+    File,
+    /// `foreach_batch`.
+    ForeachBatch,
+    /// Kafka: needs a `value` column.
+    Kafka,
+    /// Any other sink (user-defined).
+    Other,
+}
+
+impl SinkKind {
+    /// Spark's name for the sink format.
+    pub fn name(self) -> &'static str {
+        match self {
+            SinkKind::Console => "console",
+            SinkKind::Memory => "memory",
+            SinkKind::File => "file",
+            SinkKind::ForeachBatch => "foreachBatch",
+            SinkKind::Kafka => "kafka",
+            SinkKind::Other => "custom",
+        }
+    }
+}
+
+/// The trigger as the rules see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TriggerDecl {
+    /// As soon as possible.
+    Default,
+    /// Fixed interval (ms).
+    ProcessingTime(u64),
+    /// Everything available now, then stop.
+    AvailableNow,
+    /// One batch, then stop.
+    Once,
+    /// Continuous processing with a checkpoint interval (ms).
+    Continuous(u64),
 }
 
 /// A streaming source as the plan sees it: its schema.
@@ -427,6 +490,8 @@ impl StreamPlan {
             result: "result".into(),
             output_mode,
             conf: Conf::default(),
+            sink: None,
+            trigger: None,
         }
     }
 
