@@ -246,6 +246,18 @@ impl StreamWriter {
         let c = self.stream.session.conf();
         p.conf.no_data_batches = c.no_data_batches;
         p.conf.watermark_policy = c.watermark_policy;
+        p.sink = self.sink.as_ref().map(|s| weir_plan::SinkDecl {
+            kind: s.kind(),
+            checkpoint: self.checkpoint.is_some(),
+        });
+        p.trigger = Some(match self.trigger {
+            Trigger::Default => weir_plan::TriggerDecl::Default,
+            Trigger::ProcessingTime(d) => {
+                weir_plan::TriggerDecl::ProcessingTime(d.as_millis() as u64)
+            }
+            Trigger::AvailableNow => weir_plan::TriggerDecl::AvailableNow,
+            Trigger::Once => weir_plan::TriggerDecl::Once,
+        });
         p
     }
 

@@ -91,7 +91,10 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     let mut sink = sink.ok_or_else(|| {
         WeirError::Config("no sink: call .sink(...) or .foreach_batch(...) before start()".into())
     })?;
-    let needs_checkpoint = !matches!(sink.description().as_str(), d if d.starts_with("MemorySink") || d.contains("ConsoleTable"));
+    let needs_checkpoint = !matches!(
+        sink.kind(),
+        weir_plan::SinkKind::Console | weir_plan::SinkKind::Memory
+    );
     let chk_path = match checkpoint {
         Some(p) => std::path::PathBuf::from(p),
         None if needs_checkpoint => {

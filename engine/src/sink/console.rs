@@ -202,6 +202,10 @@ pub fn show_string(
 }
 
 impl Sink for ConsoleSink {
+    fn kind(&self) -> weir_plan::SinkKind {
+        weir_plan::SinkKind::Console
+    }
+
     fn description(&self) -> String {
         "org.apache.spark.sql.execution.streaming.ConsoleTable$".into()
     }

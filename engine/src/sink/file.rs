@@ -130,6 +130,10 @@ impl FileSink {
 }
 
 impl Sink for FileSink {
+    fn kind(&self) -> weir_plan::SinkKind {
+        weir_plan::SinkKind::File
+    }
+
     fn description(&self) -> String {
         format!("FileSink[{}]", self.path.display())
     }

@@ -25,6 +25,10 @@ impl ForeachBatchSink {
 }
 
 impl Sink for ForeachBatchSink {
+    fn kind(&self) -> weir_plan::SinkKind {
+        weir_plan::SinkKind::ForeachBatch
+    }
+
     fn description(&self) -> String {
         "ForeachBatchSink".into()
     }

@@ -83,6 +83,10 @@ impl MemorySink {
 }
 
 impl Sink for MemorySink {
+    fn kind(&self) -> weir_plan::SinkKind {
+        weir_plan::SinkKind::Memory
+    }
+
     fn description(&self) -> String {
         format!("MemorySink[{}]", self.name.as_deref().unwrap_or(""))
     }

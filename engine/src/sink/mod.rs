@@ -40,6 +40,10 @@ pub struct SinkContext {
 pub trait Sink: Send {
     /// A short description for progress reports.
     fn description(&self) -> String;
+    /// Which kind of sink this is (the streaming rules check sink/mode combinations).
+    fn kind(&self) -> weir_plan::SinkKind {
+        weir_plan::SinkKind::Other
+    }
     /// Called once when the query starts; reject unsupported modes here.
     fn open(&mut self, _ctx: &SinkContext) -> Result<()> {
         Ok(())
