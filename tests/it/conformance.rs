@@ -19,7 +19,7 @@ use crate::common::{iso_ms, rows_json};
 
 /// Scenario families this version does not implement yet (issue: state and
 /// joins). They must fail with a clear "not implemented" error, not wrongly.
-const NOT_YET: &[&str] = &["dedup_", "stream_static_", "stream_stream_"];
+const NOT_YET: &[&str] = &[];
 
 fn scenario_dir() -> PathBuf {
     std::env::var_os("WEIR_CONFORMANCE_DIR")

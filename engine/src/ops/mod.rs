@@ -2,12 +2,14 @@
 //! into operators over Arrow batches, run once per micro-batch.
 
 pub mod aggregate;
+pub mod dedup;
 pub mod functions;
+pub mod join;
 pub mod stateless;
 pub mod watermark;
 pub mod window;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -22,6 +24,8 @@ use crate::progress::StateOperatorProgress;
 use crate::state::StateStore;
 
 use aggregate::{AggExec, AggregateOp, KeyExec, Watermarks};
+use dedup::DedupOp;
+use join::JoinOp;
 use stateless::{ExprPlanner, FilterOp, ProjectOp};
 use watermark::{EventTimeStats, WatermarkOp};
 use window::{TimeSource, WindowAssigner};
@@ -36,10 +40,22 @@ pub enum OpExec {
     Watermark(WatermarkOp),
     /// Stateful aggregation.
     Aggregate(Box<AggregateOp>),
+    /// Deduplication.
+    Dedup(Box<DedupOp>),
+    /// A join; the right side comes from an earlier node or a static table.
+    Join(Box<JoinOp>, JoinRight),
     /// Sort (aggregations in complete mode).
     Sort(Vec<(usize, bool)>),
     /// Keep the first n rows (complete mode).
     Limit(usize),
+}
+
+/// The right side of a join.
+pub enum JoinRight {
+    /// An earlier node's output (stream-stream).
+    Node(usize),
+    /// A static table (stream-static; the rows live in the operator).
+    Static,
 }
 
 /// Where a node reads from.
@@ -82,7 +98,20 @@ pub struct Pipeline {
 #[derive(Clone)]
 struct NodeInfo {
     schema: SchemaRef,
-    watermarked: HashSet<String>,
+    /// Columns carrying a watermark, with its delay (ms).
+    watermarked: HashMap<String, i64>,
+    streaming: bool,
+}
+
+impl NodeInfo {
+    /// The first watermarked column in schema order.
+    fn event_time(&self) -> Option<(String, i64)> {
+        self.schema.fields().iter().find_map(|f| {
+            self.watermarked
+                .get(f.name())
+                .map(|d| (f.name().clone(), *d))
+        })
+    }
 }
 
 impl Pipeline {
@@ -106,7 +135,8 @@ impl Pipeline {
                         Input::Source(i),
                         NodeInfo {
                             schema: source_schemas[i].clone(),
-                            watermarked: HashSet::new(),
+                            watermarked: HashMap::new(),
+                            streaming: true,
                         },
                     )
                 } else if let Some(i) = plan.nodes.iter().position(|n| n.id == node.input) {
@@ -128,7 +158,8 @@ impl Pipeline {
                         Input::Static(rows.clone()),
                         NodeInfo {
                             schema,
-                            watermarked: HashSet::new(),
+                            watermarked: HashMap::new(),
+                            streaming: false,
                         },
                     )
                 } else {
@@ -164,24 +195,28 @@ impl Pipeline {
                             .map(|c| (c.expr.clone(), c.alias.clone()))
                             .collect();
                         let p = ProjectOp::select(&planner, &items, schema.clone())?;
-                        let mut wm = HashSet::new();
+                        let mut wm = HashMap::new();
                         for c in columns {
-                            if info.watermarked.contains(c.expr.trim()) {
-                                wm.insert(c.alias.clone());
+                            if let Some(d) = info.watermarked.get(c.expr.trim().trim_matches('"')) {
+                                wm.insert(c.alias.clone(), *d);
                             }
                         }
                         info = NodeInfo {
                             schema: p.schema(),
                             watermarked: wm,
+                            streaming: info.streaming,
                         };
                         ops.push(OpExec::Project(p));
                     }
                     Op::WithColumn { name, expr } => {
                         let p = ProjectOp::with_column(&planner, name, expr, schema.clone())?;
-                        if info.watermarked.contains(expr.trim()) {
-                            info.watermarked.insert(name.clone());
-                        } else {
-                            info.watermarked.remove(name);
+                        match info.watermarked.get(expr.trim().trim_matches('"')).copied() {
+                            Some(d) => {
+                                info.watermarked.insert(name.clone(), d);
+                            }
+                            None => {
+                                info.watermarked.remove(name);
+                            }
                         }
                         info.schema = p.schema();
                         ops.push(OpExec::Project(p));
@@ -192,20 +227,21 @@ impl Pipeline {
                         })?;
                         let w = WatermarkOp::new(delays.len(), idx(column)?, d);
                         delays.push(d);
-                        info.watermarked.insert(column.clone());
+                        info.watermarked.insert(column.clone(), d);
                         ops.push(OpExec::Watermark(w));
                     }
                     Op::Aggregate { keys, aggs } => {
                         let mut kx = Vec::new();
-                        let mut out_wm = HashSet::new();
+                        let mut out_wm = HashMap::new();
                         let mut windows = 0;
                         for k in keys {
                             match k {
                                 GroupKey::Column { column } => {
-                                    let wm = info.watermarked.contains(column);
-                                    if wm {
-                                        out_wm.insert(column.clone());
+                                    let wm = info.watermarked.get(column).copied();
+                                    if let Some(d) = wm {
+                                        out_wm.insert(column.clone(), d);
                                     }
+                                    let wm = wm.is_some();
                                     kx.push(KeyExec::Column {
                                         index: idx(column)?,
                                         name: column.clone(),
@@ -242,10 +278,11 @@ impl Pipeline {
                                         }
                                         None => size,
                                     };
-                                    let wm = info.watermarked.contains(&tc);
-                                    if wm {
-                                        out_wm.insert(alias.clone());
+                                    let wm = info.watermarked.get(&tc).copied();
+                                    if let Some(d) = wm {
+                                        out_wm.insert(alias.clone(), d);
                                     }
+                                    let wm = wm.is_some();
                                     kx.push(KeyExec::Window {
                                         assigner: WindowAssigner {
                                             source,
@@ -281,6 +318,7 @@ impl Pipeline {
                         info = NodeInfo {
                             schema: agg.schema(),
                             watermarked: out_wm,
+                            streaming: info.streaming,
                         };
                         ops.push(OpExec::Aggregate(Box::new(agg)));
                     }
@@ -297,11 +335,84 @@ impl Pipeline {
                         }
                         ops.push(OpExec::Limit(*n as usize));
                     }
-                    Op::Dedup { .. } | Op::Join { .. } => {
-                        return Err(WeirError::Config(format!(
-                            "the `{}` operation is not implemented yet in this version of weir",
-                            op.name()
-                        )));
+                    Op::Dedup {
+                        columns,
+                        within_watermark,
+                    } => {
+                        let keys = columns.iter().map(|c| idx(c)).collect::<Result<Vec<_>>>()?;
+                        let et = info
+                            .event_time()
+                            .map(|(c, d)| Ok::<_, WeirError>((idx(&c)?, d)))
+                            .transpose()?;
+                        let op =
+                            DedupOp::new(stateful, keys, et, *within_watermark, schema.clone())?;
+                        stateful += 1;
+                        ops.push(OpExec::Dedup(Box::new(op)));
+                    }
+                    Op::Join {
+                        right,
+                        how,
+                        on,
+                        using,
+                    } => {
+                        let (rinfo, rin, static_rows) = if let Some(j) =
+                            plan.nodes.iter().position(|n| n.id == *right)
+                        {
+                            let ri = infos.get(j).cloned().ok_or_else(|| {
+                                WeirError::Config(format!(
+                                    "join with `{right}` before it is defined"
+                                ))
+                            })?;
+                            (ri, JoinRight::Node(j), None)
+                        } else if let Some(rows) = statics.get(right) {
+                            let schema = rows.first().map(|b| b.schema()).unwrap_or_else(|| {
+                                plan.statics
+                                    .get(right)
+                                    .map(|s| crate::row::arrow_schema(&s.schema))
+                                    .unwrap_or_else(|| Arc::new(arrow::datatypes::Schema::empty()))
+                            });
+                            let all = concat_batches(&schema, rows)?;
+                            (
+                                NodeInfo {
+                                    schema,
+                                    watermarked: HashMap::new(),
+                                    streaming: false,
+                                },
+                                JoinRight::Static,
+                                Some(all),
+                            )
+                        } else {
+                            return Err(WeirError::Config(format!(
+                                "join with `{right}`, which is not a node or static table"
+                            )));
+                        };
+                        if !info.streaming && rinfo.streaming {
+                            return Err(WeirError::Config("a join with the static table on the left and the stream on the right: put the stream on the left".into()));
+                        }
+                        let is_static = static_rows.is_some();
+                        let op = JoinOp::new(
+                            if is_static { usize::MAX } else { stateful },
+                            &planner,
+                            *how,
+                            schema.clone(),
+                            rinfo.schema.clone(),
+                            on.as_deref(),
+                            using.as_deref(),
+                            info.event_time().map(|c| c.0).as_deref(),
+                            rinfo.event_time().map(|c| c.0).as_deref(),
+                            static_rows,
+                        )?;
+                        if !is_static {
+                            stateful += 1;
+                        }
+                        let mut wm = info.watermarked.clone();
+                        wm.extend(rinfo.watermarked.clone());
+                        info = NodeInfo {
+                            schema: op.schema(),
+                            watermarked: wm,
+                            streaming: true,
+                        };
+                        ops.push(OpExec::Join(Box::new(op), rin));
                     }
                 }
             }
@@ -334,39 +445,47 @@ impl Pipeline {
         self.watermark_delays.len()
     }
 
-    fn aggregates_mut(&mut self) -> impl Iterator<Item = &mut AggregateOp> {
+    fn stateful_mut(&mut self) -> impl Iterator<Item = &mut OpExec> {
         self.nodes
             .iter_mut()
             .flat_map(|n| n.ops.iter_mut())
-            .filter_map(|o| match o {
-                OpExec::Aggregate(a) => Some(a.as_mut()),
-                _ => None,
-            })
+            .filter(|o| o.is_stateful())
     }
 
-    fn aggregates(&self) -> impl Iterator<Item = &AggregateOp> {
+    fn stateful(&self) -> impl Iterator<Item = &OpExec> {
         self.nodes
             .iter()
             .flat_map(|n| n.ops.iter())
-            .filter_map(|o| match o {
-                OpExec::Aggregate(a) => Some(a.as_ref()),
-                _ => None,
-            })
+            .filter(|o| o.is_stateful())
     }
 
     /// Number of stateful operators.
     pub fn stateful_count(&self) -> usize {
-        self.aggregates().count()
+        self.stateful().count()
     }
 
-    /// Opens each stateful operator's store with `open(operator id)`.
+    /// Opens each stateful operator's stores with `open(operator id, store name)`
+    /// (name "" for single-store operators, "left"/"right" for joins).
     pub fn open_state(
         &mut self,
-        mut open: impl FnMut(usize) -> Result<Box<dyn StateStore>>,
+        mut open: impl FnMut(usize, &str) -> Result<Box<dyn StateStore>>,
     ) -> Result<()> {
-        for a in self.aggregates_mut() {
-            let s = open(a.id)?;
-            a.set_store(s);
+        for op in self.stateful_mut() {
+            match op {
+                OpExec::Aggregate(a) => {
+                    let s = open(a.id, "")?;
+                    a.set_store(s)
+                }
+                OpExec::Dedup(d) => {
+                    let s = open(d.id, "")?;
+                    d.set_store(s)
+                }
+                OpExec::Join(j, _) => {
+                    let (l, r) = (open(j.id, "left")?, open(j.id, "right")?);
+                    j.set_stores(l, r)?
+                }
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -405,6 +524,14 @@ impl Pipeline {
                     }
                     OpExec::Aggregate(a) => {
                         a.process(&batches, ctx.watermarks, mode, ctx.no_data)?
+                    }
+                    OpExec::Dedup(d) => d.process(&batches, ctx.watermarks)?,
+                    OpExec::Join(j, right) => {
+                        let r = match right {
+                            JoinRight::Node(k) => outputs[*k].clone().unwrap_or_default(),
+                            JoinRight::Static => vec![],
+                        };
+                        j.process(&batches, &r, ctx.watermarks)?
                     }
                     OpExec::Sort(keys) => {
                         if batches.is_empty() {
@@ -447,30 +574,66 @@ impl Pipeline {
 
     /// Commits every stateful operator's state as `version`.
     pub fn commit_state(&mut self, version: u64) -> Result<()> {
-        for a in self.aggregates_mut() {
-            a.commit(version)?;
+        for op in self.stateful_mut() {
+            match op {
+                OpExec::Aggregate(a) => a.commit(version)?,
+                OpExec::Dedup(d) => d.commit(version)?,
+                OpExec::Join(j, _) => j.commit(version)?,
+                _ => {}
+            }
         }
         Ok(())
     }
 
     /// Undoes every stateful operator's uncommitted changes.
-    pub fn abort_state(&mut self) {
-        for a in self.aggregates_mut() {
-            a.abort();
+    pub fn abort_state(&mut self) -> Result<()> {
+        for op in self.stateful_mut() {
+            match op {
+                OpExec::Aggregate(a) => a.abort(),
+                OpExec::Dedup(d) => d.abort(),
+                OpExec::Join(j, _) => j.abort()?,
+                _ => {}
+            }
         }
+        Ok(())
     }
 
     /// State metrics, downstream operator first (the order Spark reports).
     pub fn state_metrics(&self) -> Vec<StateOperatorProgress> {
-        let mut v: Vec<_> = self.aggregates().map(|a| a.metrics()).collect();
+        let mut v: Vec<_> = self
+            .stateful()
+            .filter_map(|o| match o {
+                OpExec::Aggregate(a) => Some(a.metrics()),
+                OpExec::Dedup(d) => Some(d.metrics()),
+                OpExec::Join(j, _) => Some(j.metrics()),
+                _ => None,
+            })
+            .collect();
         v.reverse();
         v
     }
 
     /// True when moving the watermark from `current` to `new_wm` makes a
-    /// stateful operator evict or emit (a no-data batch is then due).
+    /// stateful operator evict or emit (Spark's `shouldRunAnotherBatch`).
     pub fn needs_no_data_batch(&self, current: Option<i64>, new_wm: i64) -> bool {
-        self.aggregates()
-            .any(|a| a.needs_no_data_batch(self.mode, current, new_wm))
+        let moved = current.is_none_or(|c| new_wm > c);
+        moved
+            && self.stateful().any(|o| match o {
+                OpExec::Aggregate(_) => self.mode != OutputMode::Complete,
+                OpExec::Dedup(_) => true,
+                OpExec::Join(j, _) => j.needs_no_data_batch(),
+                _ => false,
+            })
+    }
+}
+
+impl OpExec {
+    /// True for operators that keep state across batches.
+    pub fn is_stateful(&self) -> bool {
+        match self {
+            OpExec::Aggregate(_) | OpExec::Dedup(_) => true,
+            OpExec::Join(j, _) => j.is_stateful(),
+            _ => false,
+        }
     }
 }

@@ -26,7 +26,6 @@ use crate::checkpoint::{Checkpoint, CommitEntry, OffsetEntry};
 use crate::dataset::StreamWriter;
 use crate::error::{Result, WeirError};
 use crate::ops::aggregate::Watermarks;
-use crate::ops::watermark::EventTimeStats;
 use crate::ops::{BatchContext, Pipeline};
 use crate::progress::{
     format_ms, QueryListener, QueryStartedEvent, QueryStatus, QueryTerminatedEvent, SinkProgress,
@@ -150,7 +149,11 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     let version = batch_id as u64; // state after batch N-1 is version N
     let sync = conf.fsync_checkpoint;
     let retain = conf.min_batches_to_retain;
-    pipeline.open_state(|op| provider.open(&chk.state_dir(op, 0), version, retain, sync))?;
+    pipeline.open_state(|op, name| {
+        let dir = chk.state_dir(op, 0);
+        let dir = if name.is_empty() { dir } else { dir.join(name) };
+        provider.open(&dir, version, retain, sync)
+    })?;
     let _ = partitions;
     for (i, (_, s)) in sources.iter_mut().enumerate() {
         s.open(&SourceContext {
@@ -501,12 +504,12 @@ impl Runner {
         let output = match self.pipeline.run(&inputs, &mut ctx) {
             Ok(o) => o,
             Err(e) => {
-                self.pipeline.abort_state();
+                let _ = self.pipeline.abort_state();
                 return Err(e);
             }
         };
         if let Err(e) = self.sink.add_batch(batch_id, &output) {
-            self.pipeline.abort_state();
+            let _ = self.pipeline.abort_state();
             return Err(e);
         }
         durations.insert("addBatch".into(), t.elapsed().as_millis() as i64);
@@ -604,10 +607,13 @@ impl Runner {
         let input_rate = since_last.map(|d| rows as f64 * 1000.0 / d).unwrap_or(0.0);
         let processed_rate = rows as f64 * 1000.0 / exec_ms;
         let mut event_time = BTreeMap::new();
-        let mut stats = EventTimeStats::default();
-        for s in &ctx.event_time {
-            stats.merge(s);
-        }
+        // Spark reports the first watermark operator (plan order) that saw rows.
+        let stats = ctx
+            .event_time
+            .iter()
+            .find(|s| s.count > 0)
+            .copied()
+            .unwrap_or_default();
         if stats.count > 0 {
             event_time.insert("min".into(), format_ms(stats.min));
             event_time.insert("max".into(), format_ms(stats.max));

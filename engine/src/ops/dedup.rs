@@ -1,0 +1,193 @@
+//! Streaming deduplication (Spark's `dropDuplicates` and
+//! `dropDuplicatesWithinWatermark`): a row passes the first time its key
+//! columns are seen; later rows with the same key are dropped.
+//!
+//! - Rows whose event time is at or before the previous batch's watermark are
+//!   dropped as late (counted raw, as Spark counts them), whether or not the
+//!   watermark column is part of the key.
+//! - `dropDuplicates` with the watermark column in the key: a key is evicted
+//!   once the watermark passes its event time. Without it in the key, keys
+//!   are kept forever.
+//! - `dropDuplicatesWithinWatermark`: a key is kept until the watermark
+//!   passes its first event time plus the watermark delay.
+//!
+//! State: key = the key columns in Arrow's row format; value = the time (µs)
+//! at or after which the key may be evicted (`i64::MAX`: never).
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use arrow::array::{AsArray, BooleanArray};
+use arrow::compute::{cast, filter_record_batch};
+use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+
+use crate::error::{Result, WeirError};
+use crate::ops::aggregate::Watermarks;
+use crate::progress::StateOperatorProgress;
+use crate::row::timestamp_type;
+use crate::state::StateStore;
+
+/// The deduplication operator.
+pub struct DedupOp {
+    /// Index among the query's stateful operators.
+    pub id: usize,
+    keys: Vec<usize>,
+    converter: RowConverter,
+    /// The watermarked event-time column and its delay (ms), if any.
+    event_time: Option<(usize, i64)>,
+    /// Whether the event-time column is one of the keys.
+    time_in_key: bool,
+    within_watermark: bool,
+    schema: SchemaRef,
+    store: Option<Box<dyn StateStore>>,
+    metrics: StateOperatorProgress,
+}
+
+impl DedupOp {
+    /// Dedup of `schema` rows on columns `keys`; `event_time` is the
+    /// watermarked column (index, delay ms) when the query has one.
+    pub fn new(
+        id: usize,
+        keys: Vec<usize>,
+        event_time: Option<(usize, i64)>,
+        within_watermark: bool,
+        schema: SchemaRef,
+    ) -> Result<DedupOp> {
+        let fields = keys
+            .iter()
+            .map(|i| SortField::new(schema.field(*i).data_type().clone()))
+            .collect();
+        let time_in_key = event_time.is_some_and(|(t, _)| keys.contains(&t));
+        let name = if within_watermark {
+            "dedupeWithinWatermark"
+        } else {
+            "dedupe"
+        };
+        Ok(DedupOp {
+            id,
+            keys,
+            converter: RowConverter::new(fields)?,
+            event_time,
+            time_in_key,
+            within_watermark,
+            schema,
+            store: None,
+            metrics: StateOperatorProgress::new(name),
+        })
+    }
+
+    /// The output schema (the input's).
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// Gives the operator its state store.
+    pub fn set_store(&mut self, store: Box<dyn StateStore>) {
+        self.store = Some(store);
+    }
+
+    /// This batch's metrics.
+    pub fn metrics(&self) -> StateOperatorProgress {
+        self.metrics.clone()
+    }
+
+    /// Runs one micro-batch.
+    pub fn process(&mut self, input: &[RecordBatch], wm: Watermarks) -> Result<Vec<RecordBatch>> {
+        let started = Instant::now();
+        let mut m = StateOperatorProgress::new(&self.metrics.operator_name);
+        let store = self
+            .store
+            .as_mut()
+            .ok_or_else(|| WeirError::Config("state store not opened".into()))?;
+        let late_us = wm.late_ms.map(|w| w.saturating_mul(1000));
+        let mut out = Vec::new();
+        let mut seen_now: HashSet<Vec<u8>> = HashSet::new();
+        for batch in input {
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            let times = match self.event_time {
+                Some((i, _)) => {
+                    let a = cast(batch.column(i), &timestamp_type())?;
+                    Some(
+                        a.as_primitive::<TimestampMicrosecondType>()
+                            .iter()
+                            .collect::<Vec<_>>(),
+                    )
+                }
+                None => None,
+            };
+            let cols: Vec<_> = self.keys.iter().map(|i| batch.column(*i).clone()).collect();
+            let rows = self.converter.convert_columns(&cols)?;
+            let mut keep = Vec::with_capacity(batch.num_rows());
+            for r in 0..batch.num_rows() {
+                let t = times.as_ref().and_then(|t| t[r]);
+                if let (Some(late), Some(t)) = (late_us, t) {
+                    if t <= late {
+                        m.num_rows_dropped_by_watermark += 1;
+                        keep.push(false);
+                        continue;
+                    }
+                }
+                let key = rows.row(r).data();
+                if seen_now.contains(key) || store.get(key).is_some() {
+                    keep.push(false);
+                    continue;
+                }
+                let expires = match (self.event_time, t) {
+                    (Some((_, delay)), Some(t)) if self.within_watermark => t + delay * 1000,
+                    (Some(_), Some(t)) if self.time_in_key => t,
+                    _ => i64::MAX,
+                };
+                store.put(key.to_vec(), expires.to_le_bytes().to_vec());
+                seen_now.insert(key.to_vec());
+                m.num_rows_updated += 1;
+                keep.push(true);
+            }
+            let b = filter_record_batch(batch, &BooleanArray::from(keep))?;
+            if b.num_rows() > 0 {
+                out.push(b);
+            }
+        }
+        m.all_updates_time_ms = started.elapsed().as_millis() as i64;
+        let t = Instant::now();
+        if let Some(ev) = wm.evict_ms {
+            let ev_us = ev.saturating_mul(1000);
+            let expired: Vec<Vec<u8>> = store
+                .iter()
+                .filter(|(_, v)| {
+                    v.len() == 8 && i64::from_le_bytes((*v).try_into().unwrap()) <= ev_us
+                })
+                .map(|(k, _)| k.to_vec())
+                .collect();
+            for k in expired {
+                store.remove(&k);
+                m.num_rows_removed += 1;
+            }
+        }
+        m.all_removals_time_ms = t.elapsed().as_millis() as i64;
+        m.num_rows_total = store.len() as i64;
+        m.memory_used_bytes = store.memory_used_bytes() as i64;
+        self.metrics = m;
+        Ok(out)
+    }
+
+    /// Commits this batch's state as `version`.
+    pub fn commit(&mut self, version: u64) -> Result<()> {
+        let t = Instant::now();
+        if let Some(s) = self.store.as_mut() {
+            s.commit(version)?;
+        }
+        self.metrics.commit_time_ms = t.elapsed().as_millis() as i64;
+        Ok(())
+    }
+
+    /// Undoes this batch's state changes.
+    pub fn abort(&mut self) {
+        if let Some(s) = self.store.as_mut() {
+            s.abort();
+        }
+    }
+}

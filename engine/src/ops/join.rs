@@ -1,0 +1,932 @@
+//! Joins: stream-static (a hash join of each micro-batch against a static
+//! table, no state) and stream-stream (Spark's symmetric hash join).
+//!
+//! Stream-stream, per micro-batch, with Spark's semantics:
+//! 1. input rows whose own event time is at or before the previous batch's
+//!    watermark are dropped as late (counted raw);
+//! 2. new left rows join the right side's state, then new right rows join the
+//!    left state including this batch's left rows, so each pair is found once;
+//! 3. new rows are added to their side's state with a matched flag;
+//! 4. with a time-range condition (`r.ts >= l.ts AND r.ts <= l.ts + INTERVAL
+//!    '15 minutes'`), each side gets a state watermark (global watermark plus
+//!    the bound the condition gives); rows at or before it can never match
+//!    again and are evicted. On an outer side an evicted row that never
+//!    matched is emitted with nulls for the other side.
+//!
+//! State: per side, key = join key (Arrow row format) + sequence number,
+//! value = event time, matched flag, the row (Arrow row format).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{new_null_array, Array, ArrayRef, AsArray, BooleanArray};
+use arrow::compute::{cast, concat_batches};
+use arrow::datatypes::{Field, Schema, SchemaRef, TimestampMicrosecondType};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+use datafusion::physical_plan::PhysicalExpr;
+use weir_plan::JoinType;
+
+use crate::error::{Result, WeirError};
+use crate::ops::aggregate::Watermarks;
+use crate::ops::stateless::{eval, ExprPlanner};
+use crate::progress::StateOperatorProgress;
+use crate::row::timestamp_type;
+use crate::state::StateStore;
+
+/// One stored row.
+#[derive(Clone, Debug)]
+struct Stored {
+    seq: u64,
+    ts: Option<i64>,
+    matched: bool,
+    row: Vec<u8>,
+}
+
+/// One side of a join.
+pub struct JoinSide {
+    schema: SchemaRef,
+    keys: Vec<usize>,
+    /// The watermarked event-time column.
+    time: Option<usize>,
+    /// Rows with event time <= watermark + this (ms) can never match again.
+    state_bound_ms: Option<i64>,
+    rows_conv: RowConverter,
+    index: HashMap<Vec<u8>, Vec<Stored>>,
+    count: usize,
+    next_seq: u64,
+    store: Option<Box<dyn StateStore>>,
+}
+
+impl JoinSide {
+    /// A side with these key columns and (optionally) watermarked event-time column.
+    pub fn new(schema: SchemaRef, keys: Vec<usize>, time: Option<usize>) -> Result<JoinSide> {
+        let fields = schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(JoinSide {
+            rows_conv: RowConverter::new(fields)?,
+            schema,
+            keys,
+            time,
+            state_bound_ms: None,
+            index: HashMap::new(),
+            count: 0,
+            next_seq: 0,
+            store: None,
+        })
+    }
+
+    fn store_key(key: &[u8], seq: u64) -> Vec<u8> {
+        let mut k = (key.len() as u32).to_le_bytes().to_vec();
+        k.extend_from_slice(key);
+        k.extend_from_slice(&seq.to_be_bytes());
+        k
+    }
+
+    fn store_value(s: &Stored) -> Vec<u8> {
+        let mut v = s.ts.unwrap_or(i64::MIN).to_le_bytes().to_vec();
+        v.push(s.matched as u8);
+        v.extend_from_slice(&s.row);
+        v
+    }
+
+    /// Loads the in-memory index from the store.
+    fn set_store(&mut self, store: Box<dyn StateStore>) -> Result<()> {
+        self.index.clear();
+        self.count = 0;
+        let bad =
+            || WeirError::Config("damaged join state entry (written by a different query?)".into());
+        for (k, v) in store.iter() {
+            let kl = u32::from_le_bytes(k.get(..4).ok_or_else(bad)?.try_into().map_err(|_| bad())?)
+                as usize;
+            let key = k.get(4..4 + kl).ok_or_else(bad)?.to_vec();
+            let seq = u64::from_be_bytes(
+                k.get(4 + kl..)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?,
+            );
+            let ts = i64::from_le_bytes(v.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+            let matched = *v.get(8).ok_or_else(bad)? == 1;
+            let row = v[9..].to_vec();
+            self.next_seq = self.next_seq.max(seq + 1);
+            self.index.entry(key).or_default().push(Stored {
+                seq,
+                ts: (ts != i64::MIN).then_some(ts),
+                matched,
+                row,
+            });
+            self.count += 1;
+        }
+        for v in self.index.values_mut() {
+            v.sort_by_key(|s| s.seq);
+        }
+        self.store = Some(store);
+        Ok(())
+    }
+
+    fn add(&mut self, key: Vec<u8>, ts: Option<i64>, matched: bool, row: Vec<u8>) {
+        let s = Stored {
+            seq: self.next_seq,
+            ts,
+            matched,
+            row,
+        };
+        self.next_seq += 1;
+        if let Some(st) = self.store.as_mut() {
+            st.put(Self::store_key(&key, s.seq), Self::store_value(&s));
+        }
+        self.index.entry(key).or_default().push(s);
+        self.count += 1;
+    }
+
+    fn mark_matched(&mut self, key: &[u8], seq: u64) {
+        if let Some(v) = self.index.get_mut(key) {
+            if let Some(s) = v.iter_mut().find(|s| s.seq == seq) {
+                if !s.matched {
+                    s.matched = true;
+                    if let Some(st) = self.store.as_mut() {
+                        st.put(Self::store_key(key, seq), Self::store_value(s));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes rows with event time <= `bound_us`; returns the removed rows.
+    fn evict(&mut self, bound_us: i64) -> Vec<Stored> {
+        let mut out = Vec::new();
+        let store = &mut self.store;
+        self.index.retain(|key, rows| {
+            rows.retain(|s| {
+                let expired = s.ts.is_some_and(|t| t <= bound_us);
+                if expired {
+                    if let Some(st) = store.as_mut() {
+                        st.remove(&JoinSide::store_key(key, s.seq));
+                    }
+                    out.push(s.clone());
+                }
+                !expired
+            });
+            !rows.is_empty()
+        });
+        self.count -= out.len();
+        out
+    }
+}
+
+/// New rows of one side in this batch.
+struct NewRows {
+    keys: Vec<Option<Vec<u8>>>,
+    rows: Vec<Vec<u8>>,
+    ts: Vec<Option<i64>>,
+}
+
+/// The join operator.
+pub struct JoinOp {
+    /// Index among stateful operators (stream-stream only).
+    pub id: usize,
+    how: JoinType,
+    left: JoinSide,
+    right: JoinSide,
+    key_conv: RowConverter,
+    /// Key types to cast the right side's keys to.
+    key_types: Vec<arrow::datatypes::DataType>,
+    condition: Option<Arc<dyn PhysicalExpr>>,
+    joined: SchemaRef,
+    /// Output column picks from the joined row (for USING joins); None: all.
+    project: Option<Vec<usize>>,
+    /// Coalesce pairs (left idx, right idx) for full outer USING keys.
+    coalesce: Vec<(usize, usize)>,
+    schema: SchemaRef,
+    /// Static right side (stream-static join).
+    static_right: Option<RecordBatch>,
+    metrics: StateOperatorProgress,
+}
+
+/// Parses `col`, `col + INTERVAL '15 minutes'`, `col - INTERVAL '...'` into (column, offset ms).
+fn time_term(tokens: &[weir_plan::sql::Token]) -> Option<(String, i64)> {
+    use weir_plan::sql::Token;
+    match tokens {
+        [Token::Ident(c)] => Some((c.clone(), 0)),
+        [Token::Ident(c), Token::Symbol(op), Token::Ident(kw), Token::Str(d)]
+            if kw.eq_ignore_ascii_case("interval") && (op == "+" || op == "-") =>
+        {
+            let ms = weir_plan::parse_duration_ms(d).ok()?;
+            Some((c.clone(), if op == "+" { ms } else { -ms }))
+        }
+        [Token::Ident(c), Token::Symbol(op), Token::Ident(kw), Token::Number(n), Token::Ident(unit)]
+            if kw.eq_ignore_ascii_case("interval") && (op == "+" || op == "-") =>
+        {
+            let ms = weir_plan::parse_duration_ms(&format!("{n} {unit}")).ok()?;
+            Some((c.clone(), if op == "+" { ms } else { -ms }))
+        }
+        _ => None,
+    }
+}
+
+/// From the join condition: for each side, the tightest lower bound of its
+/// event time relative to the other side's: `side >= other + c` gives `c`.
+fn state_bounds(
+    on: &str,
+    left_time: Option<&str>,
+    right_time: Option<&str>,
+) -> (Option<i64>, Option<i64>) {
+    use weir_plan::sql::{conjuncts, tokenize, Token};
+    let (Some(lt), Some(rt)) = (left_time, right_time) else {
+        return (None, None);
+    };
+    let (mut lb, mut rb): (Option<i64>, Option<i64>) = (None, None);
+    for c in conjuncts(on) {
+        let toks = tokenize(&c);
+        let Some(pos) = toks.iter().position(
+            |t| matches!(t, Token::Symbol(s) if ["<", "<=", ">", ">="].contains(&s.as_str())),
+        ) else {
+            continue;
+        };
+        let Token::Symbol(op) = &toks[pos] else {
+            continue;
+        };
+        let (Some((a, ao)), Some((b, bo))) = (time_term(&toks[..pos]), time_term(&toks[pos + 1..]))
+        else {
+            continue;
+        };
+        // Normalise to `x + xo >= y + yo`, i.e. x >= y + (yo - xo). Future
+        // rows of the other side have y > watermark, so x > watermark + c
+        // (strict) or x >= watermark + c: rows at or before the returned
+        // bound can never match. Spark's bound is one ms lower for `>=`.
+        let (x, xo, y, yo) = if op.starts_with('>') {
+            (a, ao, b, bo)
+        } else {
+            (b, bo, a, ao)
+        };
+        let strict = op == "<" || op == ">";
+        let c = yo - xo - if strict { 0 } else { 1 };
+        if x == lt && y == rt {
+            lb = Some(lb.map_or(c, |v: i64| v.max(c)));
+        } else if x == rt && y == lt {
+            rb = Some(rb.map_or(c, |v: i64| v.max(c)));
+        }
+    }
+    (lb, rb)
+}
+
+impl JoinOp {
+    /// Builds a join. `on` is the SQL condition, or `using` the shared key
+    /// columns. `left_time`/`right_time`: watermarked event-time columns.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: usize,
+        planner: &ExprPlanner,
+        how: JoinType,
+        left: SchemaRef,
+        right: SchemaRef,
+        on: Option<&str>,
+        using: Option<&[String]>,
+        left_time: Option<&str>,
+        right_time: Option<&str>,
+        static_right: Option<RecordBatch>,
+    ) -> Result<JoinOp> {
+        let mut fields: Vec<Field> = Vec::new();
+        for f in left.fields().iter().chain(right.fields().iter()) {
+            fields.push(f.as_ref().clone().with_nullable(true));
+        }
+        let names: Vec<&String> = fields.iter().map(|f| f.name()).collect();
+        let dup = names
+            .iter()
+            .enumerate()
+            .any(|(i, n)| names[..i].contains(n));
+        // Equi-join keys: USING columns, or `l = r` conjuncts of the ON condition.
+        let mut lk = Vec::new();
+        let mut rk = Vec::new();
+        let mut condition_sql = None;
+        let mut project = None;
+        let mut coalesce = Vec::new();
+        let joined: SchemaRef;
+        if let Some(cols) = using {
+            for c in cols {
+                lk.push(left.index_of(c).map_err(|_| {
+                    WeirError::Config(format!("join column `{c}` is not on the left side"))
+                })?);
+                rk.push(right.index_of(c).map_err(|_| {
+                    WeirError::Config(format!("join column `{c}` is not on the right side"))
+                })?);
+            }
+            // Internal names keep both sides apart; output is key, left rest, right rest.
+            let mut internal = Vec::new();
+            for f in left.fields() {
+                internal.push(Field::new(
+                    format!("l.{}", f.name()),
+                    f.data_type().clone(),
+                    true,
+                ));
+            }
+            for f in right.fields() {
+                internal.push(Field::new(
+                    format!("r.{}", f.name()),
+                    f.data_type().clone(),
+                    true,
+                ));
+            }
+            joined = Arc::new(Schema::new(internal));
+            let nl = left.fields().len();
+            let mut pick: Vec<usize> = lk.clone();
+            if how == JoinType::FullOuter || how == JoinType::RightOuter {
+                for (a, b) in lk.iter().zip(&rk) {
+                    coalesce.push((*a, nl + *b));
+                }
+            }
+            pick.extend((0..nl).filter(|i| !lk.contains(i)));
+            if how != JoinType::LeftSemi && how != JoinType::LeftAnti {
+                pick.extend(
+                    (0..right.fields().len())
+                        .filter(|i| !rk.contains(i))
+                        .map(|i| nl + i),
+                );
+            }
+            project = Some(pick);
+        } else {
+            let on = on.ok_or_else(|| WeirError::Config("a join needs `on` or `using`".into()))?;
+            if dup {
+                return Err(WeirError::Config(format!("join `{on}`: both sides have columns of the same name; rename one side with a select first")));
+            }
+            joined = Arc::new(Schema::new(fields.clone()));
+            for c in weir_plan::sql::conjuncts(on) {
+                if weir_plan::sql::comparison_op(&c).as_deref() != Some("=") {
+                    continue;
+                }
+                let toks = weir_plan::sql::tokenize(&c);
+                if let [weir_plan::sql::Token::Ident(a), weir_plan::sql::Token::Symbol(eq), weir_plan::sql::Token::Ident(b)] =
+                    toks.as_slice()
+                {
+                    if eq != "=" && eq != "==" {
+                        continue;
+                    }
+                    match (
+                        left.index_of(a),
+                        right.index_of(b),
+                        left.index_of(b),
+                        right.index_of(a),
+                    ) {
+                        (Ok(l), Ok(r), _, _) | (_, _, Ok(l), Ok(r)) => {
+                            lk.push(l);
+                            rk.push(r);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            condition_sql = Some(on.to_string());
+            if how == JoinType::LeftSemi || how == JoinType::LeftAnti {
+                project = Some((0..left.fields().len()).collect());
+            }
+        }
+        let condition = match &condition_sql {
+            Some(sql) => Some(planner.plan(sql, &joined)?),
+            None => None,
+        };
+        let key_types: Vec<_> = lk
+            .iter()
+            .map(|i| left.field(*i).data_type().clone())
+            .collect();
+        let key_conv = RowConverter::new(
+            key_types
+                .iter()
+                .map(|t| SortField::new(t.clone()))
+                .collect(),
+        )?;
+        let mut out_fields: Vec<Field> =
+            joined.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let schema = match &project {
+            Some(p) => {
+                let nl = left.fields().len();
+                Arc::new(Schema::new(
+                    p.iter()
+                        .map(|i| {
+                            let (src, j) = if *i < nl {
+                                (&left, *i)
+                            } else {
+                                (&right, *i - nl)
+                            };
+                            src.field(j).as_ref().clone().with_nullable(true)
+                        })
+                        .collect::<Vec<_>>(),
+                ))
+            }
+            None => {
+                for f in out_fields.iter_mut() {
+                    *f = f.clone().with_nullable(true);
+                }
+                Arc::new(Schema::new(out_fields))
+            }
+        };
+        let (lb, rb) = match &condition_sql {
+            Some(sql) => state_bounds(sql, left_time, right_time),
+            None => (None, None),
+        };
+        let mut lside = JoinSide::new(
+            left.clone(),
+            lk,
+            left_time.and_then(|c| left.index_of(c).ok()),
+        )?;
+        let mut rside = JoinSide::new(
+            right.clone(),
+            rk,
+            right_time.and_then(|c| right.index_of(c).ok()),
+        )?;
+        lside.state_bound_ms = lb;
+        rside.state_bound_ms = rb;
+        Ok(JoinOp {
+            id,
+            how,
+            left: lside,
+            right: rside,
+            key_conv,
+            key_types,
+            condition,
+            joined,
+            project,
+            coalesce,
+            schema,
+            static_right,
+            metrics: StateOperatorProgress::new("symmetricHashJoin"),
+        })
+    }
+
+    /// The output schema.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// True for a stream-stream join (it keeps state).
+    pub fn is_stateful(&self) -> bool {
+        self.static_right.is_none()
+    }
+
+    /// Gives both sides their state stores.
+    pub fn set_stores(
+        &mut self,
+        left: Box<dyn StateStore>,
+        right: Box<dyn StateStore>,
+    ) -> Result<()> {
+        self.left.set_store(left)?;
+        self.right.set_store(right)
+    }
+
+    /// This batch's metrics.
+    pub fn metrics(&self) -> StateOperatorProgress {
+        self.metrics.clone()
+    }
+
+    /// True when a watermark advance can evict state (Spark runs a no-data batch then).
+    pub fn needs_no_data_batch(&self) -> bool {
+        self.is_stateful()
+            && ((self.left.state_bound_ms.is_some() && self.left.time.is_some())
+                || (self.right.state_bound_ms.is_some() && self.right.time.is_some()))
+    }
+
+    fn new_rows(
+        &self,
+        side: &JoinSide,
+        batch: &RecordBatch,
+        late_us: Option<i64>,
+        dropped: &mut i64,
+    ) -> Result<NewRows> {
+        let n = batch.num_rows();
+        let ts: Vec<Option<i64>> = match side.time {
+            Some(i) => cast(batch.column(i), &timestamp_type())?
+                .as_primitive::<TimestampMicrosecondType>()
+                .iter()
+                .collect(),
+            None => vec![None; n],
+        };
+        let mut keep: Vec<bool> = vec![true; n];
+        if let Some(late) = late_us {
+            for (k, t) in keep.iter_mut().zip(&ts) {
+                if t.is_some_and(|t| t <= late) {
+                    *k = false;
+                    *dropped += 1;
+                }
+            }
+        }
+        let batch = arrow::compute::filter_record_batch(batch, &BooleanArray::from(keep.clone()))?;
+        let ts: Vec<Option<i64>> = ts
+            .into_iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(t, _)| t)
+            .collect();
+        let key_cols = side
+            .keys
+            .iter()
+            .zip(&self.key_types)
+            .map(|(i, t)| Ok(cast(batch.column(*i), t)?))
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let key_rows = self.key_conv.convert_columns(&key_cols)?;
+        let keys = (0..batch.num_rows())
+            .map(|r| {
+                if key_cols.iter().any(|c| c.is_null(r)) {
+                    None
+                } else {
+                    Some(key_rows.row(r).data().to_vec())
+                }
+            })
+            .collect();
+        let all = side.rows_conv.convert_columns(batch.columns())?;
+        let rows = (0..batch.num_rows())
+            .map(|r| all.row(r).data().to_vec())
+            .collect();
+        Ok(NewRows { keys, rows, ts })
+    }
+
+    fn decode(side: &JoinSide, rows: &[&[u8]]) -> Result<Vec<ArrayRef>> {
+        if rows.is_empty() {
+            return Ok(side
+                .schema
+                .fields()
+                .iter()
+                .map(|f| new_null_array(f.data_type(), 0))
+                .collect());
+        }
+        let parser = side.rows_conv.parser();
+        Ok(side
+            .rows_conv
+            .convert_rows(rows.iter().map(|r| parser.parse(r)))?)
+    }
+
+    /// Evaluates candidate pairs; returns which match.
+    fn matches(&self, pairs: &[(&[u8], &[u8])]) -> Result<(Vec<bool>, Option<RecordBatch>)> {
+        if pairs.is_empty() {
+            return Ok((vec![], None));
+        }
+        let l = Self::decode(&self.left, &pairs.iter().map(|p| p.0).collect::<Vec<_>>())?;
+        let r = Self::decode(&self.right, &pairs.iter().map(|p| p.1).collect::<Vec<_>>())?;
+        let batch = RecordBatch::try_new(self.joined.clone(), l.into_iter().chain(r).collect())?;
+        let mask: Vec<bool> = match &self.condition {
+            Some(c) => {
+                let m = eval(c, &batch)?;
+                let m = m
+                    .as_boolean_opt()
+                    .ok_or_else(|| WeirError::Config("join condition is not boolean".into()))?;
+                (0..m.len()).map(|i| m.is_valid(i) && m.value(i)).collect()
+            }
+            None => vec![true; batch.num_rows()],
+        };
+        Ok((mask, Some(batch)))
+    }
+
+    fn output(&self, joined: &RecordBatch) -> Result<RecordBatch> {
+        let mut cols: Vec<ArrayRef> = joined.columns().to_vec();
+        for (a, b) in &self.coalesce {
+            let m = arrow::compute::is_null(&cols[*a])?;
+            cols[*a] = arrow::compute::kernels::zip::zip(&m, &cols[*b], &cols[*a])?;
+        }
+        let cols = match &self.project {
+            Some(p) => p.iter().map(|i| cols[*i].clone()).collect(),
+            None => cols,
+        };
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            cols,
+            &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(joined.num_rows())),
+        )?)
+    }
+
+    /// Rows of one side padded with nulls for the other.
+    fn null_padded(&self, left_side: bool, rows: &[&[u8]]) -> Result<RecordBatch> {
+        let (l, r) = if left_side {
+            (
+                Self::decode(&self.left, rows)?,
+                self.right
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| new_null_array(f.data_type(), rows.len()))
+                    .collect::<Vec<_>>(),
+            )
+        } else {
+            (
+                self.left
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| new_null_array(f.data_type(), rows.len()))
+                    .collect::<Vec<_>>(),
+                Self::decode(&self.right, rows)?,
+            )
+        };
+        let joined = RecordBatch::try_new(self.joined.clone(), l.into_iter().chain(r).collect())?;
+        self.output(&joined)
+    }
+
+    fn matched_output(
+        &self,
+        mask: &[bool],
+        joined: Option<RecordBatch>,
+    ) -> Result<Option<RecordBatch>> {
+        let Some(j) = joined else { return Ok(None) };
+        let b = arrow::compute::filter_record_batch(&j, &BooleanArray::from(mask.to_vec()))?;
+        Ok((b.num_rows() > 0).then(|| self.output(&b)).transpose()?)
+    }
+
+    /// Runs one micro-batch with this batch's rows of each side.
+    pub fn process(
+        &mut self,
+        left: &[RecordBatch],
+        right: &[RecordBatch],
+        wm: Watermarks,
+    ) -> Result<Vec<RecordBatch>> {
+        let started = Instant::now();
+        let mut m = StateOperatorProgress::new("symmetricHashJoin");
+        let lb = concat_batches(&self.left.schema, left)?;
+        let late_us = wm.late_ms.map(|w| w.saturating_mul(1000));
+        let mut out = Vec::new();
+        if let Some(stat) = self.static_right.clone() {
+            // Stream-static: hash join against the static table, no state.
+            let ln = self.new_rows(&self.left, &lb, None, &mut 0)?;
+            let rn = self.new_rows(&self.right, &stat, None, &mut 0)?;
+            let mut by_key: HashMap<&[u8], Vec<usize>> = HashMap::new();
+            for (i, k) in rn.keys.iter().enumerate() {
+                if let Some(k) = k {
+                    by_key.entry(k.as_slice()).or_default().push(i);
+                }
+            }
+            let mut pairs = Vec::new();
+            let mut owner = Vec::new();
+            for (i, k) in ln.keys.iter().enumerate() {
+                for j in k
+                    .as_ref()
+                    .and_then(|k| by_key.get(k.as_slice()))
+                    .into_iter()
+                    .flatten()
+                {
+                    pairs.push((ln.rows[i].as_slice(), rn.rows[*j].as_slice()));
+                    owner.push(i);
+                }
+            }
+            let (mask, joined) = self.matches(&pairs)?;
+            let mut matched = vec![false; ln.rows.len()];
+            for (p, ok) in owner.iter().zip(&mask) {
+                if *ok {
+                    matched[*p] = true;
+                }
+            }
+            if self.how == JoinType::LeftSemi || self.how == JoinType::LeftAnti {
+                let want = self.how == JoinType::LeftSemi;
+                let rows: Vec<&[u8]> = ln
+                    .rows
+                    .iter()
+                    .zip(&matched)
+                    .filter(|(_, m)| **m == want)
+                    .map(|(r, _)| r.as_slice())
+                    .collect();
+                if !rows.is_empty() {
+                    out.push(self.null_padded(true, &rows)?);
+                }
+                return Ok(out);
+            }
+            out.extend(self.matched_output(&mask, joined)?);
+            if self.how == JoinType::LeftOuter {
+                let rows: Vec<&[u8]> = ln
+                    .rows
+                    .iter()
+                    .zip(&matched)
+                    .filter(|(_, m)| !**m)
+                    .map(|(r, _)| r.as_slice())
+                    .collect();
+                if !rows.is_empty() {
+                    out.push(self.null_padded(true, &rows)?);
+                }
+            }
+            return Ok(out);
+        }
+        let rb = concat_batches(&self.right.schema, right)?;
+        let mut dropped = 0;
+        let ln = self.new_rows(&self.left, &lb, late_us, &mut dropped)?;
+        let rn = self.new_rows(&self.right, &rb, late_us, &mut dropped)?;
+        m.num_rows_dropped_by_watermark = dropped;
+        // Candidate pairs: (left ref, right ref) where a ref is New(i) or State(key, seq).
+        #[derive(Clone, Copy)]
+        enum Ref<'a> {
+            New(usize),
+            State(&'a [u8], u64, &'a [u8]),
+        }
+        let mut pairs: Vec<(Ref, Ref)> = Vec::new();
+        for (i, k) in ln.keys.iter().enumerate() {
+            let Some(k) = k else { continue };
+            for s in self.right.index.get(k).into_iter().flatten() {
+                pairs.push((Ref::New(i), Ref::State(k, s.seq, &s.row)));
+            }
+        }
+        let mut left_new_by_key: HashMap<&[u8], Vec<usize>> = HashMap::new();
+        for (i, k) in ln.keys.iter().enumerate() {
+            if let Some(k) = k {
+                left_new_by_key.entry(k.as_slice()).or_default().push(i);
+            }
+        }
+        for (j, k) in rn.keys.iter().enumerate() {
+            let Some(k) = k else { continue };
+            for s in self.left.index.get(k).into_iter().flatten() {
+                pairs.push((Ref::State(k, s.seq, &s.row), Ref::New(j)));
+            }
+            for i in left_new_by_key.get(k.as_slice()).into_iter().flatten() {
+                pairs.push((Ref::New(*i), Ref::New(j)));
+            }
+        }
+        let bytes: Vec<(&[u8], &[u8])> = pairs
+            .iter()
+            .map(|(l, r)| {
+                let lb: &[u8] = match l {
+                    Ref::New(i) => &ln.rows[*i],
+                    Ref::State(_, _, row) => row,
+                };
+                let rb: &[u8] = match r {
+                    Ref::New(j) => &rn.rows[*j],
+                    Ref::State(_, _, row) => row,
+                };
+                (lb, rb)
+            })
+            .collect();
+        let (mask, joined) = self.matches(&bytes)?;
+        let mut l_new_matched = vec![false; ln.rows.len()];
+        let mut r_new_matched = vec![false; rn.rows.len()];
+        let mut l_state_matched: Vec<(Vec<u8>, u64)> = Vec::new();
+        let mut r_state_matched: Vec<(Vec<u8>, u64)> = Vec::new();
+        let mut semi_emit: Vec<Vec<u8>> = Vec::new();
+        for ((l, r), ok) in pairs.iter().zip(&mask) {
+            if !*ok {
+                continue;
+            }
+            match l {
+                Ref::New(i) => l_new_matched[*i] = true,
+                Ref::State(k, s, row) => {
+                    if self.how == JoinType::LeftSemi
+                        && !self.left.index[*k].iter().any(|x| x.seq == *s && x.matched)
+                        && !l_state_matched.iter().any(|(kk, ss)| kk == k && ss == s)
+                    {
+                        semi_emit.push(row.to_vec());
+                    }
+                    l_state_matched.push((k.to_vec(), *s))
+                }
+            }
+            match r {
+                Ref::New(j) => r_new_matched[*j] = true,
+                Ref::State(k, s, _) => r_state_matched.push((k.to_vec(), *s)),
+            }
+        }
+        if self.how == JoinType::LeftSemi {
+            for (i, matched) in l_new_matched.iter().enumerate() {
+                if *matched {
+                    semi_emit.push(ln.rows[i].clone());
+                }
+            }
+            if !semi_emit.is_empty() {
+                let refs: Vec<&[u8]> = semi_emit.iter().map(Vec::as_slice).collect();
+                out.push(self.null_padded(true, &refs)?);
+            }
+        } else {
+            out.extend(self.matched_output(&mask, joined)?);
+        }
+        for (k, s) in l_state_matched {
+            self.left.mark_matched(&k, s);
+        }
+        for (k, s) in r_state_matched {
+            self.right.mark_matched(&k, s);
+        }
+        // Store new rows unless they are already below their side's state watermark.
+        let ev_us = wm.evict_ms.map(|w| w.saturating_mul(1000));
+        let left_outer = matches!(self.how, JoinType::LeftOuter | JoinType::FullOuter);
+        let right_outer = matches!(self.how, JoinType::RightOuter | JoinType::FullOuter);
+        let mut unstored_unmatched: (Vec<Vec<u8>>, Vec<Vec<u8>>) = (vec![], vec![]);
+        for (is_left, nr, matched) in [(true, &ln, &l_new_matched), (false, &rn, &r_new_matched)] {
+            for i in 0..nr.rows.len() {
+                let side = if is_left {
+                    &mut self.left
+                } else {
+                    &mut self.right
+                };
+                let below = match (side.state_bound_ms, nr.ts[i], ev_us) {
+                    (Some(c), Some(t), Some(ev)) => t <= ev + c * 1000,
+                    _ => false,
+                };
+                let Some(k) = nr.keys[i].clone() else {
+                    if !matched[i] {
+                        if is_left {
+                            unstored_unmatched.0.push(nr.rows[i].clone())
+                        } else {
+                            unstored_unmatched.1.push(nr.rows[i].clone())
+                        }
+                    }
+                    continue;
+                };
+                if below {
+                    if !matched[i] {
+                        if is_left {
+                            unstored_unmatched.0.push(nr.rows[i].clone())
+                        } else {
+                            unstored_unmatched.1.push(nr.rows[i].clone())
+                        }
+                    }
+                    continue;
+                }
+                side.add(k, nr.ts[i], matched[i], nr.rows[i].clone());
+                m.num_rows_updated += 1;
+            }
+        }
+        if left_outer && !unstored_unmatched.0.is_empty() {
+            let r: Vec<&[u8]> = unstored_unmatched.0.iter().map(Vec::as_slice).collect();
+            out.push(self.null_padded(true, &r)?);
+        }
+        if right_outer && !unstored_unmatched.1.is_empty() {
+            let r: Vec<&[u8]> = unstored_unmatched.1.iter().map(Vec::as_slice).collect();
+            out.push(self.null_padded(false, &r)?);
+        }
+        m.all_updates_time_ms = started.elapsed().as_millis() as i64;
+        // Evict what can never match again; outer sides emit their unmatched rows.
+        let t = Instant::now();
+        if let Some(ev) = ev_us {
+            for is_left in [true, false] {
+                let side = if is_left {
+                    &mut self.left
+                } else {
+                    &mut self.right
+                };
+                let (Some(c), Some(_)) = (side.state_bound_ms, side.time) else {
+                    continue;
+                };
+                let removed = side.evict(ev + c * 1000);
+                let outer = if is_left { left_outer } else { right_outer };
+                if !outer {
+                    // Spark counts removals of the outer side's state elsewhere (not in numRowsRemoved).
+                    m.num_rows_removed += removed.len() as i64;
+                }
+                if outer {
+                    let rows: Vec<&[u8]> = removed
+                        .iter()
+                        .filter(|s| !s.matched)
+                        .map(|s| s.row.as_slice())
+                        .collect();
+                    if !rows.is_empty() {
+                        out.push(self.null_padded(is_left, &rows)?);
+                    }
+                }
+            }
+        }
+        m.all_removals_time_ms = t.elapsed().as_millis() as i64;
+        m.num_rows_total = (self.left.count + self.right.count) as i64;
+        m.memory_used_bytes = [&self.left, &self.right]
+            .iter()
+            .filter_map(|s| s.store.as_ref())
+            .map(|s| s.memory_used_bytes() as i64)
+            .sum();
+        self.metrics = m;
+        Ok(out)
+    }
+
+    /// Commits both sides' state as `version`.
+    pub fn commit(&mut self, version: u64) -> Result<()> {
+        let t = Instant::now();
+        for s in [&mut self.left, &mut self.right] {
+            if let Some(st) = s.store.as_mut() {
+                st.commit(version)?;
+            }
+        }
+        self.metrics.commit_time_ms = t.elapsed().as_millis() as i64;
+        Ok(())
+    }
+
+    /// Undoes this batch's state changes (and reloads the index).
+    pub fn abort(&mut self) -> Result<()> {
+        for s in [&mut self.left, &mut self.right] {
+            if let Some(mut st) = s.store.take() {
+                st.abort();
+                s.set_store(st)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_range_conditions_bound_each_side() {
+        let (l, r) = state_bounds(
+            "click_ad_id = imp_ad_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '15 minutes'",
+            Some("imp_ts"),
+            Some("click_ts"),
+        );
+        assert_eq!(l, Some(-15 * 60_000 - 1));
+        assert_eq!(r, Some(-1));
+        assert_eq!(
+            state_bounds("a = b", Some("imp_ts"), Some("click_ts")),
+            (None, None)
+        );
+    }
+}
