@@ -321,7 +321,23 @@ impl Runner {
     }
 
     fn run(mut self) {
-        let result = self.run_loop();
+        // A panic (a bug, or a panicking foreach_batch closure) ends the query
+        // with an error instead of leaving waiters hanging.
+        let result =
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_loop())) {
+                Ok(r) => r,
+                Err(p) => {
+                    let msg = p
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    let _ = self.pipeline.abort_state();
+                    Err(WeirError::Config(format!(
+                        "the query thread panicked: {msg}"
+                    )))
+                }
+            };
         for (_, s) in self.sources.iter_mut() {
             s.stop();
         }
@@ -332,6 +348,14 @@ impl Runner {
                 Some(Arc::new(e))
             }
         };
+        // Listeners hear of the end before anyone waiting on the query wakes up.
+        for l in &self.listeners {
+            l.on_query_terminated(&QueryTerminatedEvent {
+                id: self.shared.id.clone(),
+                run_id: self.shared.run_id.clone(),
+                exception: error.as_ref().map(|e| e.to_string()),
+            });
+        }
         {
             let mut st = self.shared.state.lock().unwrap();
             st.active = false;
@@ -343,13 +367,6 @@ impl Runner {
             };
         }
         self.shared.cond.notify_all();
-        for l in &self.listeners {
-            l.on_query_terminated(&QueryTerminatedEvent {
-                id: self.shared.id.clone(),
-                run_id: self.shared.run_id.clone(),
-                exception: error.as_ref().map(|e| e.to_string()),
-            });
-        }
         self.session.notify_terminated();
     }
 
