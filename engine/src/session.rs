@@ -106,9 +106,22 @@ impl SessionConfig {
                 | "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider" => {
                     self.state_store = Arc::new(MemoryStateProvider)
                 }
+                #[cfg(feature = "rocksdb")]
+                "rocksdb"
+                | "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider" => {
+                    self.state_store = Arc::new(crate::state::RocksDbStateProvider)
+                }
+                #[cfg(not(feature = "rocksdb"))]
+                "rocksdb"
+                | "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider" => {
+                    return Err(WeirError::Config(
+                        "the RocksDB state store needs weir built with the `rocksdb` feature"
+                            .into(),
+                    ))
+                }
                 _ => {
                     return Err(WeirError::Config(format!(
-                        "unknown state store provider `{value}` (available: memory)"
+                        "unknown state store provider `{value}` (available: memory, rocksdb)"
                     )))
                 }
             },

@@ -70,14 +70,16 @@ struct Run {
 }
 
 impl Run {
-    fn new(plan: StreamPlan, checkpoint: PathBuf) -> Run {
-        let conf = SessionConfig {
+    fn new(plan: StreamPlan, checkpoint: PathBuf, provider: &str) -> Run {
+        let mut conf = SessionConfig {
             no_data_batches: plan.conf.no_data_batches,
             watermark_policy: plan.conf.watermark_policy,
             fsync_checkpoint: false,
             polling_delay: Duration::from_millis(1),
             ..SessionConfig::default()
         };
+        conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+            .unwrap();
         let session = Session::with_config(conf);
         let streams = plan
             .sources
@@ -255,11 +257,11 @@ fn compare_batch(
 }
 
 /// Runs one scenario; Ok(()) when weir matches Spark batch for batch.
-fn run_scenario(name: &str, sc: &Value) -> Result<(), String> {
+fn run_scenario(name: &str, sc: &Value, provider: &str) -> Result<(), String> {
     let plan: StreamPlan =
         serde_json::from_value(sc["plan"].clone()).map_err(|e| format!("plan: {e}"))?;
     let chk = tempfile::tempdir().unwrap();
-    let run = Run::new(plan, chk.path().join("chk"));
+    let run = Run::new(plan, chk.path().join("chk"), provider);
     if let Some(msg) = sc.get("rejected").and_then(|m| m.as_str()) {
         return match run.start() {
             Ok((q, _)) => {
@@ -347,14 +349,13 @@ fn run_scenario(name: &str, sc: &Value) -> Result<(), String> {
     }
 }
 
-#[test]
-fn conformance_with_spark_3_5_1() {
+fn conformance(provider: &str) {
     let mut failures = Vec::new();
     let mut by_family: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for (name, sc) in scenarios() {
         let family = name.split('_').next().unwrap_or("").to_string();
         let pending = NOT_YET.iter().any(|p| name.starts_with(p)) && sc.get("rejected").is_none();
-        let result = run_scenario(&name, &sc);
+        let result = run_scenario(&name, &sc, provider);
         let e = by_family.entry(family).or_default();
         e.1 += 1;
         match (&result, pending) {
@@ -367,13 +368,25 @@ fn conformance_with_spark_3_5_1() {
             (Err(msg), false) => failures.push(format!("{name}:\n    {msg}")),
         }
     }
-    eprintln!("conformance (passed/total by family): {by_family:?}");
+    eprintln!("conformance on the {provider} state store (passed/total by family): {by_family:?}");
     assert!(
         failures.is_empty(),
         "{} scenario(s) differ from Spark:\n{}",
         failures.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn conformance_with_spark_3_5_1() {
+    conformance("memory");
+}
+
+/// The same scenarios on the RocksDB state store.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn conformance_with_spark_3_5_1_on_rocksdb() {
+    conformance("rocksdb");
 }
 
 #[test]

@@ -625,7 +625,7 @@ impl AggregateOp {
             for (k, g) in partial {
                 let merged = match store.get(&k) {
                     Some(old) => {
-                        let mut old = Self::decode_group_with(&self.aggs, &self.kinds, old)?;
+                        let mut old = Self::decode_group_with(&self.aggs, &self.kinds, &old)?;
                         for (a, o) in old.accs.iter_mut().zip(&g.accs) {
                             a.merge(o);
                         }
@@ -657,7 +657,7 @@ impl AggregateOp {
                         let g = Self::decode_group_with(
                             &self.aggs,
                             &self.kinds,
-                            store.get(&k).unwrap(),
+                            &store.get(&k).unwrap(),
                         )?;
                         evicted.push((k.clone(), g));
                     }
@@ -675,7 +675,7 @@ impl AggregateOp {
                     .map(|(k, v)| {
                         Ok((
                             k.to_vec(),
-                            Self::decode_group_with(&self.aggs, &self.kinds, v)?,
+                            Self::decode_group_with(&self.aggs, &self.kinds, &v)?,
                         ))
                     })
                     .collect::<Result<Vec<_>>>()?

@@ -158,7 +158,7 @@ impl DedupOp {
             let expired: Vec<Vec<u8>> = store
                 .iter()
                 .filter(|(_, v)| {
-                    v.len() == 8 && i64::from_le_bytes((*v).try_into().unwrap()) <= ev_us
+                    v.len() == 8 && i64::from_le_bytes(v[..].try_into().unwrap()) <= ev_us
                 })
                 .map(|(k, _)| k.to_vec())
                 .collect();

@@ -3,6 +3,7 @@
 //! every [`SNAPSHOT_INTERVAL`] versions. Files carry a checksum; a damaged
 //! file is an error naming it, never silently empty state.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -37,7 +38,8 @@ fn fnv(data: &[u8]) -> u64 {
     h
 }
 
-fn encode<'a>(entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>) -> Vec<u8> {
+/// Encodes entries (value None: a deletion) with a header and checksum.
+pub(crate) fn encode<'a>(entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
     for (k, v) in entries {
         out.extend_from_slice(&(k.len() as u32).to_le_bytes());
@@ -57,7 +59,8 @@ fn encode<'a>(entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>) -> Ve
 
 type Entry = (Vec<u8>, Option<Vec<u8>>);
 
-fn decode(path: &Path, data: &[u8]) -> Result<Vec<Entry>> {
+/// Decodes what [`encode`] wrote; a damaged file is an error naming it.
+pub(crate) fn decode(path: &Path, data: &[u8]) -> Result<Vec<Entry>> {
     let bad = |why: &str| {
         WeirError::checkpoint(path, format!("damaged state file ({why}); restore it from a backup or start with a new checkpoint location"))
     };
@@ -148,9 +151,33 @@ impl MemoryStateStore {
     }
 }
 
+/// Keeps `retain` versions restorable: removes files below the newest
+/// snapshot that is at least `retain` versions old.
+pub(crate) fn purge_old(dir: &Path, version: u64, retain: u64) {
+    if version <= retain {
+        return;
+    }
+    let keep_snap = ((version - retain) / SNAPSHOT_INTERVAL) * SNAPSHOT_INTERVAL;
+    if keep_snap == 0 {
+        return;
+    }
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let v: Option<u64> = name.split('.').next().and_then(|n| n.parse().ok());
+            if matches!(v, Some(v) if v < keep_snap)
+                && (name.ends_with(".delta") || name.ends_with(".snapshot"))
+            {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 impl StateStore for MemoryStateStore {
-    fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.map.get(key).map(Vec::as_slice)
+    fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+        self.map.get(key).map(|v| Cow::Borrowed(v.as_slice()))
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
@@ -169,8 +196,12 @@ impl StateStore for MemoryStateStore {
         }
     }
 
-    fn iter(&self) -> Box<dyn Iterator<Item = (&[u8], &[u8])> + '_> {
-        Box::new(self.map.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))
+    fn iter(&self) -> Box<dyn Iterator<Item = (Cow<'_, [u8]>, Cow<'_, [u8]>)> + '_> {
+        Box::new(
+            self.map
+                .iter()
+                .map(|(k, v)| (Cow::Borrowed(k.as_slice()), Cow::Borrowed(v.as_slice()))),
+        )
     }
 
     fn len(&self) -> usize {
@@ -201,24 +232,7 @@ impl StateStore for MemoryStateStore {
             )?;
         }
         self.undo.clear();
-        // Keep `retain` versions restorable: drop files below the newest
-        // snapshot that is at least `retain` versions old.
-        if version > self.retain {
-            let floor = version - self.retain;
-            let keep_snap = (floor / SNAPSHOT_INTERVAL) * SNAPSHOT_INTERVAL;
-            if keep_snap > 0 {
-                if let Ok(rd) = fs::read_dir(&self.dir) {
-                    for e in rd.flatten() {
-                        let name = e.file_name();
-                        let name = name.to_string_lossy();
-                        let v: Option<u64> = name.split('.').next().and_then(|n| n.parse().ok());
-                        if matches!(v, Some(v) if v < keep_snap) {
-                            let _ = fs::remove_file(e.path());
-                        }
-                    }
-                }
-            }
-        }
+        purge_old(&self.dir, version, self.retain);
         Ok(())
     }
 
@@ -255,11 +269,11 @@ mod tests {
         s.abort();
         assert_eq!(s.len(), 2);
         let v1 = MemoryStateStore::open(dir.path(), 1, 100, false).unwrap();
-        assert_eq!(v1.get(b"a"), Some(&b"1"[..]));
+        assert_eq!(v1.get(b"a").as_deref(), Some(&b"1"[..]));
         assert_eq!(v1.len(), 2);
         let v2 = MemoryStateStore::open(dir.path(), 2, 100, false).unwrap();
         assert_eq!(v2.get(b"a"), None);
-        assert_eq!(v2.get(b"c"), Some(&b"3"[..]));
+        assert_eq!(v2.get(b"c").as_deref(), Some(&b"3"[..]));
     }
 
     #[test]

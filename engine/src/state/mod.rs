@@ -7,23 +7,28 @@
 //! batch `v - 1`, as in Spark.
 
 pub mod memory;
+#[cfg(feature = "rocksdb")]
+pub mod rocksdb;
 
+use std::borrow::Cow;
 use std::path::Path;
 
 use crate::error::Result;
 
+#[cfg(feature = "rocksdb")]
+pub use self::rocksdb::{RocksDbStateProvider, RocksDbStateStore};
 pub use memory::MemoryStateStore;
 
 /// One operator partition's versioned key/value state.
 pub trait StateStore: Send {
-    /// The value of `key`.
-    fn get(&self, key: &[u8]) -> Option<&[u8]>;
+    /// The value of `key` (borrowed where the store can).
+    fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>>;
     /// Sets `key`.
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>);
     /// Removes `key`.
     fn remove(&mut self, key: &[u8]);
     /// All pairs (including this batch's uncommitted writes).
-    fn iter(&self) -> Box<dyn Iterator<Item = (&[u8], &[u8])> + '_>;
+    fn iter(&self) -> Box<dyn Iterator<Item = (Cow<'_, [u8]>, Cow<'_, [u8]>)> + '_>;
     /// Number of keys.
     fn len(&self) -> usize;
     /// True when there are no keys.

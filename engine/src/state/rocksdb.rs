@@ -1,0 +1,291 @@
+//! The RocksDB state store (Spark's `RocksDBStateStoreProvider`): keyed state
+//! lives in a RocksDB instance on disk instead of the heap, so it can grow
+//! past memory. Durability is the same as the in-memory store's: each
+//! committed version's changes go to `<version>.delta` (and a full
+//! `<version>.snapshot` every few versions) under the checkpoint, in the same
+//! format, so a checkpoint can be reopened by either provider. The RocksDB
+//! instance (`rocksdb/` beside the deltas) is a cache of the latest version:
+//! a marker file names the version it holds, and it is rebuilt from the
+//! deltas whenever the marker is missing (a batch was in flight) or names
+//! another version.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rocksdb::{IteratorMode, Options, WriteBatch, DB};
+
+use super::memory::{decode, encode, SNAPSHOT_INTERVAL};
+use super::{StateStore, StateStoreProvider};
+use crate::checkpoint::write_atomic;
+use crate::error::{Result, WeirError};
+
+/// Opens [`RocksDbStateStore`]s.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RocksDbStateProvider;
+
+impl StateStoreProvider for RocksDbStateProvider {
+    fn name(&self) -> &'static str {
+        "rocksdb"
+    }
+    fn open(
+        &self,
+        dir: &Path,
+        version: u64,
+        retain: u64,
+        sync: bool,
+    ) -> Result<Box<dyn StateStore>> {
+        Ok(Box::new(RocksDbStateStore::open(
+            dir, version, retain, sync,
+        )?))
+    }
+}
+
+/// One operator partition's state in RocksDB.
+pub struct RocksDbStateStore {
+    dir: PathBuf,
+    db: DB,
+    /// Keys touched this batch with their previous values (abort and delta).
+    undo: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    len: usize,
+    retain: u64,
+    sync: bool,
+    dirty: bool,
+}
+
+fn db_err(dir: &Path, e: rocksdb::Error) -> WeirError {
+    WeirError::checkpoint(dir, format!("RocksDB: {e}"))
+}
+
+impl RocksDbStateStore {
+    fn marker(dir: &Path) -> PathBuf {
+        dir.join("rocksdb.version")
+    }
+
+    /// Opens the store in `dir` at committed `version`.
+    pub fn open(dir: &Path, version: u64, retain: u64, sync: bool) -> Result<RocksDbStateStore> {
+        fs::create_dir_all(dir).map_err(|e| WeirError::io(dir, e))?;
+        let db_dir = dir.join("rocksdb");
+        let cached = fs::read_to_string(Self::marker(dir))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        if cached != Some(version) && db_dir.exists() {
+            fs::remove_dir_all(&db_dir).map_err(|e| WeirError::io(&db_dir, e))?;
+        }
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        let db = DB::open(&opts, &db_dir).map_err(|e| db_err(&db_dir, e))?;
+        let mut s = RocksDbStateStore {
+            dir: dir.to_path_buf(),
+            db,
+            undo: HashMap::new(),
+            len: 0,
+            retain: retain.max(1),
+            sync,
+            dirty: false,
+        };
+        if cached != Some(version) && version > 0 {
+            s.rebuild(version)?;
+        }
+        s.len = s.db.iterator(IteratorMode::Start).count();
+        Ok(s)
+    }
+
+    /// Loads version `version` from the snapshot and deltas under the checkpoint.
+    fn rebuild(&mut self, version: u64) -> Result<()> {
+        let mut base = 0;
+        let mut wb = WriteBatch::default();
+        for v in (1..=version).rev() {
+            let p = self.dir.join(format!("{v}.snapshot"));
+            if p.exists() {
+                let data = fs::read(&p).map_err(|e| WeirError::io(&p, e))?;
+                for (k, v) in decode(&p, &data)? {
+                    if let Some(v) = v {
+                        wb.put(k, v);
+                    }
+                }
+                base = v;
+                break;
+            }
+        }
+        self.db.write(wb).map_err(|e| db_err(&self.dir, e))?;
+        for v in base + 1..=version {
+            let p = self.dir.join(format!("{v}.delta"));
+            let data = fs::read(&p).map_err(|e| {
+                WeirError::checkpoint(&p, format!("state version {v} is missing or unreadable ({e}); the checkpoint is incomplete: restore it or start with a new checkpoint location"))
+            })?;
+            let mut wb = WriteBatch::default();
+            for (k, val) in decode(&p, &data)? {
+                match val {
+                    Some(val) => wb.put(k, val),
+                    None => wb.delete(k),
+                }
+            }
+            self.db.write(wb).map_err(|e| db_err(&self.dir, e))?;
+        }
+        Ok(())
+    }
+
+    fn read(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.db.get(key).ok().flatten()
+    }
+
+    fn touch(&mut self, key: &[u8]) -> bool {
+        if !self.dirty {
+            // The cached instance no longer equals a committed version until commit.
+            let _ = fs::remove_file(Self::marker(&self.dir));
+            self.dirty = true;
+        }
+        let old = self.read(key);
+        let existed = old.is_some();
+        self.undo.entry(key.to_vec()).or_insert(old);
+        existed
+    }
+}
+
+impl StateStore for RocksDbStateStore {
+    fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+        self.read(key).map(Cow::Owned)
+    }
+
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        if !self.touch(&key) {
+            self.len += 1;
+        }
+        if let Err(e) = self.db.put(&key, &value) {
+            tracing::error!("RocksDB put failed: {e}");
+        }
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        if self.touch(key) {
+            self.len -= 1;
+        }
+        if let Err(e) = self.db.delete(key) {
+            tracing::error!("RocksDB delete failed: {e}");
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = (Cow<'_, [u8]>, Cow<'_, [u8]>)> + '_> {
+        Box::new(
+            self.db
+                .iterator(IteratorMode::Start)
+                .flatten()
+                .map(|(k, v)| (Cow::Owned(k.into_vec()), Cow::Owned(v.into_vec()))),
+        )
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn commit(&mut self, version: u64) -> Result<()> {
+        let changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = self
+            .undo
+            .keys()
+            .map(|k| (k.clone(), self.read(k)))
+            .collect();
+        let delta = encode(changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
+        write_atomic(
+            &self.dir.join(format!("{version}.delta")),
+            &delta,
+            self.sync,
+        )?;
+        if version % SNAPSHOT_INTERVAL == 0 {
+            let all: Vec<(Vec<u8>, Vec<u8>)> = self
+                .db
+                .iterator(IteratorMode::Start)
+                .flatten()
+                .map(|(k, v)| (k.into_vec(), v.into_vec()))
+                .collect();
+            let snap = encode(all.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))));
+            write_atomic(
+                &self.dir.join(format!("{version}.snapshot")),
+                &snap,
+                self.sync,
+            )?;
+        }
+        if self.sync {
+            self.db.flush().map_err(|e| db_err(&self.dir, e))?;
+        }
+        write_atomic(
+            &Self::marker(&self.dir),
+            version.to_string().as_bytes(),
+            self.sync,
+        )?;
+        self.undo.clear();
+        self.dirty = false;
+        super::memory::purge_old(&self.dir, version, self.retain);
+        Ok(())
+    }
+
+    fn abort(&mut self) {
+        let mut wb = WriteBatch::default();
+        for (k, old) in self.undo.drain() {
+            match old {
+                Some(v) => wb.put(k, v),
+                None => wb.delete(k),
+            }
+        }
+        let _ = self.db.write(wb);
+        self.len = self.db.iterator(IteratorMode::Start).count();
+    }
+
+    fn memory_used_bytes(&self) -> usize {
+        [
+            "rocksdb.cur-size-all-mem-tables",
+            "rocksdb.estimate-table-readers-mem",
+            "rocksdb.block-cache-usage",
+        ]
+        .iter()
+        .filter_map(|p| self.db.property_int_value(*p).ok().flatten())
+        .sum::<u64>() as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_restore_abort_and_share_the_memory_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = RocksDbStateStore::open(dir.path(), 0, 100, false).unwrap();
+        s.put(b"a".to_vec(), b"1".to_vec());
+        s.put(b"b".to_vec(), b"2".to_vec());
+        s.commit(1).unwrap();
+        s.remove(b"a");
+        s.put(b"c".to_vec(), b"3".to_vec());
+        s.commit(2).unwrap();
+        s.put(b"d".to_vec(), b"4".to_vec());
+        s.abort();
+        assert_eq!(s.len(), 2);
+        drop(s);
+        // The cached instance is reused at its version...
+        let v2 = RocksDbStateStore::open(dir.path(), 2, 100, false).unwrap();
+        assert_eq!(v2.get(b"c").as_deref(), Some(&b"3"[..]));
+        assert_eq!(v2.len(), 2);
+        drop(v2);
+        // ...and rebuilt from the deltas for an older one.
+        let v1 = RocksDbStateStore::open(dir.path(), 1, 100, false).unwrap();
+        assert_eq!(v1.get(b"a").as_deref(), Some(&b"1"[..]));
+        assert_eq!(v1.get(b"c"), None);
+        drop(v1);
+        let m = super::super::MemoryStateStore::open(dir.path(), 2, 100, false).unwrap();
+        assert_eq!(m.get(b"c").as_deref(), Some(&b"3"[..]));
+    }
+
+    #[test]
+    fn a_batch_in_flight_at_a_crash_is_not_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = RocksDbStateStore::open(dir.path(), 0, 100, false).unwrap();
+        s.put(b"a".to_vec(), b"1".to_vec());
+        s.commit(1).unwrap();
+        s.put(b"half".to_vec(), b"x".to_vec()); // then the process dies
+        drop(s);
+        let s = RocksDbStateStore::open(dir.path(), 1, 100, false).unwrap();
+        assert_eq!(s.get(b"half"), None);
+        assert_eq!(s.len(), 1);
+    }
+}
