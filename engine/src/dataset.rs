@@ -3,23 +3,26 @@
 //! Builder methods never fail; [`StreamWriter::start`] checks the whole query
 //! with the same rules the `stream_query!` macro applies at compile time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use arrow::record_batch::RecordBatch;
-use weir_plan::{AggSpec, GroupKey, Node, Op, OutputMode, SelectItem, SourceDecl, StreamPlan};
+use weir_plan::{
+    AggSpec, GroupKey, JoinType, Node, Op, OutputMode, SelectItem, SourceDecl, StreamPlan,
+};
 
 use crate::error::{Result, WeirError};
 use crate::query::{StreamingQuery, Trigger};
 use crate::session::Session;
 use crate::sink::{BoxSink, ForeachBatchSink};
 use crate::source::BoxSource;
+use crate::table::StaticTable;
 
 /// A streaming table: sources and the operations on them.
 pub struct DataStream {
     pub(crate) session: Session,
     pub(crate) plan: StreamPlan,
     pub(crate) sources: BTreeMap<String, BoxSource>,
-    pub(crate) statics: BTreeMap<String, Vec<RecordBatch>>,
+    pub(crate) statics: BTreeMap<String, StaticTable>,
 }
 
 impl DataStream {
@@ -51,6 +54,18 @@ impl DataStream {
         sources: BTreeMap<String, BoxSource>,
         statics: BTreeMap<String, Vec<RecordBatch>>,
     ) -> Result<DataStream> {
+        let statics = statics
+            .into_iter()
+            .map(|(name, rows)| {
+                let schema = plan
+                    .statics
+                    .get(&name)
+                    .map(|s| crate::row::arrow_schema(&s.schema))
+                    .or_else(|| rows.first().map(|b| b.schema()))
+                    .unwrap_or_else(|| std::sync::Arc::new(arrow::datatypes::Schema::empty()));
+                (name, StaticTable::from_batches(schema, rows))
+            })
+            .collect();
         for name in plan.sources.keys() {
             if !sources.contains_key(name) {
                 return Err(WeirError::Config(format!("no source given for `{name}`")));
@@ -151,6 +166,140 @@ impl DataStream {
         self.push(Op::Limit { n })
     }
 
+    /// Joins with another stream (a stream-stream join, Spark's symmetric
+    /// hash join) or, with [`DataStream::join_static`], a static table.
+    /// This stream is the left side.
+    ///
+    /// ```no_run
+    /// # use weir_engine::{dataset::JoinOn, plan::JoinType, source::MemoryStream, Session};
+    /// # let (s, imps, clicks) = (Session::new(), MemoryStream::new(&[]), MemoryStream::new(&[]));
+    /// let joined = s.read_stream(imps).with_watermark("imp_ts", "10 minutes").join(
+    ///     s.read_stream(clicks).with_watermark("click_ts", "20 minutes"),
+    ///     "click_ad_id = imp_ad_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '15 minutes'",
+    ///     JoinType::LeftOuter,
+    /// );
+    /// ```
+    pub fn join(mut self, other: DataStream, on: impl Into<JoinOn>, how: JoinType) -> DataStream {
+        let right = self.absorb(other);
+        self.push_join(right, on.into(), how)
+    }
+
+    /// Joins with a static table (stream on the left): inner or left outer,
+    /// the table re-read as its [`StaticTable::refresh_every`] says.
+    pub fn join_static(
+        mut self,
+        name: &str,
+        table: StaticTable,
+        on: impl Into<JoinOn>,
+        how: JoinType,
+    ) -> DataStream {
+        let name = self.fresh(name);
+        self.plan.statics.insert(
+            name.clone(),
+            weir_plan::StaticDecl {
+                schema: crate::row::plan_fields(&table.schema()),
+                rows: vec![],
+            },
+        );
+        self.statics.insert(name.clone(), table);
+        self.push_join(name, on.into(), how)
+    }
+
+    fn taken(&self, name: &str) -> bool {
+        self.plan.sources.contains_key(name)
+            || self.plan.statics.contains_key(name)
+            || self.plan.nodes.iter().any(|n| n.id == name)
+    }
+
+    fn fresh(&self, base: &str) -> String {
+        if !self.taken(base) {
+            return base.to_string();
+        }
+        (1..)
+            .map(|i| format!("{base}_{i}"))
+            .find(|n| !self.taken(n))
+            .expect("an unused name")
+    }
+
+    /// Moves another stream's sources, tables and nodes into this plan under
+    /// fresh names; returns the name of its result node.
+    fn absorb(&mut self, other: DataStream) -> String {
+        let mut rename: HashMap<String, String> = HashMap::new();
+        for (name, src) in other.sources {
+            let new = self.fresh(&name);
+            if let Some(d) = other.plan.sources.get(&name) {
+                self.plan.sources.insert(new.clone(), d.clone());
+            }
+            self.sources.insert(new.clone(), src);
+            rename.insert(name, new);
+        }
+        for (name, t) in other.statics {
+            let new = self.fresh(&name);
+            if let Some(d) = other.plan.statics.get(&name) {
+                self.plan.statics.insert(new.clone(), d.clone());
+            }
+            self.statics.insert(new.clone(), t);
+            rename.insert(name, new);
+        }
+        for node in &other.plan.nodes {
+            let new = self.fresh(&format!("{}_right", node.id));
+            rename.insert(node.id.clone(), new.clone());
+            // Reserve the id now so the next node gets another.
+            self.plan.nodes.push(Node {
+                id: new,
+                input: String::new(),
+                ops: vec![],
+            });
+        }
+        let at = self.plan.nodes.len() - other.plan.nodes.len();
+        for (i, node) in other.plan.nodes.into_iter().enumerate() {
+            let slot = &mut self.plan.nodes[at + i];
+            slot.input = rename.get(&node.input).cloned().unwrap_or(node.input);
+            slot.ops = node
+                .ops
+                .into_iter()
+                .map(|op| match op {
+                    Op::Join {
+                        right,
+                        how,
+                        on,
+                        using,
+                    } => Op::Join {
+                        right: rename.get(&right).cloned().unwrap_or(right),
+                        how,
+                        on,
+                        using,
+                    },
+                    other => other,
+                })
+                .collect();
+        }
+        rename
+            .get(&other.plan.result)
+            .cloned()
+            .unwrap_or(other.plan.result)
+    }
+
+    fn push_join(mut self, right: String, on: JoinOn, how: JoinType) -> DataStream {
+        let id = self.fresh("joined");
+        let (on, using) = match on {
+            JoinOn::Expr(e) => (Some(e), None),
+            JoinOn::Using(u) => (None, Some(u)),
+        };
+        self.plan.nodes.push(Node {
+            id: id.clone(),
+            input: self.plan.result.clone(),
+            ops: vec![Op::Join {
+                right,
+                how,
+                on,
+                using,
+            }],
+        });
+        self.plan.result = id;
+        self
+    }
+
     /// The plan built so far.
     pub fn plan(&self) -> &StreamPlan {
         &self.plan
@@ -166,6 +315,35 @@ impl DataStream {
             checkpoint: None,
             sink: None,
         }
+    }
+}
+
+/// A join condition: a SQL expression over both sides' columns, or the
+/// names of columns both sides have (`USING`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum JoinOn {
+    /// `ON <sql>`.
+    Expr(String),
+    /// `USING (cols)`: output has each key once, then the left's other
+    /// columns, then the right's.
+    Using(Vec<String>),
+}
+
+impl From<&str> for JoinOn {
+    fn from(s: &str) -> JoinOn {
+        JoinOn::Expr(s.to_string())
+    }
+}
+
+impl<const N: usize> From<[&str; N]> for JoinOn {
+    fn from(cols: [&str; N]) -> JoinOn {
+        JoinOn::Using(cols.iter().map(|c| c.to_string()).collect())
+    }
+}
+
+impl From<Vec<String>> for JoinOn {
+    fn from(cols: Vec<String>) -> JoinOn {
+        JoinOn::Using(cols)
     }
 }
 

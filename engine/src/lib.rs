@@ -36,6 +36,7 @@ pub mod session;
 pub mod sink;
 pub mod source;
 pub mod state;
+pub mod table;
 
 pub use arrow;
 pub use dataset::{DataStream, GroupedStream, StreamWriter};
@@ -44,4 +45,5 @@ pub use progress::{QueryListener, QueryStatus, StateOperatorProgress, StreamingQ
 pub use query::{StreamingQuery, Trigger};
 pub use row::{ArrowValue, Row, Timestamp, Window};
 pub use session::{Session, SessionConfig};
+pub use table::StaticTable;
 pub use weir_plan as plan;

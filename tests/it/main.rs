@@ -3,6 +3,7 @@
 
 mod common;
 mod conformance;
+mod joins;
 mod macros;
 mod recovery;
 mod sinks;

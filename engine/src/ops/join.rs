@@ -203,8 +203,8 @@ pub struct JoinOp {
     /// Coalesce pairs (left idx, right idx) for full outer USING keys.
     coalesce: Vec<(usize, usize)>,
     schema: SchemaRef,
-    /// Static right side (stream-static join).
-    static_right: Option<RecordBatch>,
+    /// Static right side (stream-static join): the table, its rows, when read.
+    static_right: Option<(crate::table::StaticTable, RecordBatch, Instant)>,
     metrics: StateOperatorProgress,
 }
 
@@ -289,7 +289,7 @@ impl JoinOp {
         using: Option<&[String]>,
         left_time: Option<&str>,
         right_time: Option<&str>,
-        static_right: Option<RecordBatch>,
+        static_right: Option<(crate::table::StaticTable, RecordBatch)>,
     ) -> Result<JoinOp> {
         let mut fields: Vec<Field> = Vec::new();
         for f in left.fields().iter().chain(right.fields().iter()) {
@@ -452,7 +452,7 @@ impl JoinOp {
             project,
             coalesce,
             schema,
-            static_right,
+            static_right: static_right.map(|(t, b)| (t, b, Instant::now())),
             metrics: StateOperatorProgress::new("symmetricHashJoin"),
         })
     }
@@ -630,7 +630,7 @@ impl JoinOp {
     ) -> Result<Option<RecordBatch>> {
         let Some(j) = joined else { return Ok(None) };
         let b = arrow::compute::filter_record_batch(&j, &BooleanArray::from(mask.to_vec()))?;
-        Ok((b.num_rows() > 0).then(|| self.output(&b)).transpose()?)
+        (b.num_rows() > 0).then(|| self.output(&b)).transpose()
     }
 
     /// Runs one micro-batch with this batch's rows of each side.
@@ -645,7 +645,18 @@ impl JoinOp {
         let lb = concat_batches(&self.left.schema, left)?;
         let late_us = wm.late_ms.map(|w| w.saturating_mul(1000));
         let mut out = Vec::new();
-        if let Some(stat) = self.static_right.clone() {
+        if let Some((table, _, loaded)) = &self.static_right {
+            if table
+                .refresh()
+                .is_some_and(|every| loaded.elapsed() >= every)
+            {
+                // A slowly changing dimension: read it again.
+                let rows = concat_batches(&table.schema(), &table.load()?)?;
+                let t = table.clone();
+                self.static_right = Some((t, rows, Instant::now()));
+            }
+        }
+        if let Some(stat) = self.static_right.as_ref().map(|s| s.1.clone()) {
             // Stream-static: hash join against the static table, no state.
             let ln = self.new_rows(&self.left, &lb, None, &mut 0)?;
             let rn = self.new_rows(&self.right, &stat, None, &mut 0)?;
@@ -803,6 +814,7 @@ impl JoinOp {
         let right_outer = matches!(self.how, JoinType::RightOuter | JoinType::FullOuter);
         let mut unstored_unmatched: (Vec<Vec<u8>>, Vec<Vec<u8>>) = (vec![], vec![]);
         for (is_left, nr, matched) in [(true, &ln, &l_new_matched), (false, &rn, &r_new_matched)] {
+            #[allow(clippy::needless_range_loop)]
             for i in 0..nr.rows.len() {
                 let side = if is_left {
                     &mut self.left

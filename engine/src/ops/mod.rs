@@ -10,7 +10,6 @@ pub mod watermark;
 pub mod window;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::compute::{
@@ -120,7 +119,7 @@ impl Pipeline {
     pub fn compile(
         plan: &StreamPlan,
         source_schemas: &[SchemaRef],
-        statics: &BTreeMap<String, Vec<RecordBatch>>,
+        statics: &BTreeMap<String, crate::table::StaticTable>,
     ) -> Result<Pipeline> {
         let planner = ExprPlanner::new();
         let source_names: Vec<&String> = plan.sources.keys().collect();
@@ -147,15 +146,10 @@ impl Pipeline {
                         ))
                     })?;
                     (Input::Node(i), info)
-                } else if let Some(rows) = statics.get(&node.input) {
-                    let schema = rows.first().map(|b| b.schema()).unwrap_or_else(|| {
-                        plan.statics
-                            .get(&node.input)
-                            .map(|s| crate::row::arrow_schema(&s.schema))
-                            .unwrap_or_else(|| Arc::new(arrow::datatypes::Schema::empty()))
-                    });
+                } else if let Some(table) = statics.get(&node.input) {
+                    let schema = table.schema();
                     (
-                        Input::Static(rows.clone()),
+                        Input::Static(table.load()?),
                         NodeInfo {
                             schema,
                             watermarked: HashMap::new(),
@@ -355,37 +349,31 @@ impl Pipeline {
                         on,
                         using,
                     } => {
-                        let (rinfo, rin, static_rows) = if let Some(j) =
-                            plan.nodes.iter().position(|n| n.id == *right)
-                        {
-                            let ri = infos.get(j).cloned().ok_or_else(|| {
-                                WeirError::Config(format!(
-                                    "join with `{right}` before it is defined"
-                                ))
-                            })?;
-                            (ri, JoinRight::Node(j), None)
-                        } else if let Some(rows) = statics.get(right) {
-                            let schema = rows.first().map(|b| b.schema()).unwrap_or_else(|| {
-                                plan.statics
-                                    .get(right)
-                                    .map(|s| crate::row::arrow_schema(&s.schema))
-                                    .unwrap_or_else(|| Arc::new(arrow::datatypes::Schema::empty()))
-                            });
-                            let all = concat_batches(&schema, rows)?;
-                            (
-                                NodeInfo {
-                                    schema,
-                                    watermarked: HashMap::new(),
-                                    streaming: false,
-                                },
-                                JoinRight::Static,
-                                Some(all),
-                            )
-                        } else {
-                            return Err(WeirError::Config(format!(
-                                "join with `{right}`, which is not a node or static table"
-                            )));
-                        };
+                        let (rinfo, rin, static_rows) =
+                            if let Some(j) = plan.nodes.iter().position(|n| n.id == *right) {
+                                let ri = infos.get(j).cloned().ok_or_else(|| {
+                                    WeirError::Config(format!(
+                                        "join with `{right}` before it is defined"
+                                    ))
+                                })?;
+                                (ri, JoinRight::Node(j), None)
+                            } else if let Some(table) = statics.get(right) {
+                                let schema = table.schema();
+                                let all = (table.clone(), concat_batches(&schema, &table.load()?)?);
+                                (
+                                    NodeInfo {
+                                        schema,
+                                        watermarked: HashMap::new(),
+                                        streaming: false,
+                                    },
+                                    JoinRight::Static,
+                                    Some(all),
+                                )
+                            } else {
+                                return Err(WeirError::Config(format!(
+                                    "join with `{right}`, which is not a node or static table"
+                                )));
+                            };
                         if !info.streaming && rinfo.streaming {
                             return Err(WeirError::Config("a join with the static table on the left and the stream on the right: put the stream on the left".into()));
                         }

@@ -1,0 +1,168 @@
+//! Joins built with the run-time builder: stream-static with a table that
+//! is re-read on a schedule, and stream-stream with watermarks and a time
+//! range (outer rows emitted once the watermark guarantees no match).
+
+use std::time::Duration;
+
+use serde_json::json;
+use weir::dataset::JoinOn;
+use weir::plan::{DataType, Field, JoinType};
+use weir::sink::MemorySink;
+use weir::source::{FileFormat, MemoryStream};
+use weir::{Session, SessionConfig, StaticTable};
+
+use crate::common::rows_json;
+
+fn session() -> Session {
+    Session::with_config(SessionConfig {
+        fsync_checkpoint: false,
+        ..SessionConfig::default()
+    })
+}
+
+fn write_dims(path: &std::path::Path, name_of_a: &str) {
+    let fields = vec![
+        Field::new("key", DataType::String),
+        Field::new("name", DataType::String),
+    ];
+    let batch = weir::row::batch_from_arrays(
+        fields,
+        vec![
+            <String as weir::ArrowValue>::to_array(vec!["a".into(), "b".into()]),
+            <String as weir::ArrowValue>::to_array(vec![name_of_a.into(), "Beta".into()]),
+        ],
+    )
+    .unwrap();
+    let tmp = path.with_extension("tmp");
+    let f = std::fs::File::create(&tmp).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(f, batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    std::fs::rename(tmp, path).unwrap();
+}
+
+#[test]
+fn stream_static_left_outer_join_rereads_a_slowly_changing_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let dims_dir = dir.path().join("dims");
+    std::fs::create_dir_all(&dims_dir).unwrap();
+    write_dims(&dims_dir.join("dims.parquet"), "Alpha");
+    let dims = StaticTable::files(
+        &dims_dir,
+        FileFormat::Parquet,
+        vec![
+            Field::new("key", DataType::String),
+            Field::new("name", DataType::String),
+        ],
+    )
+    .refresh_every(Duration::from_millis(200));
+    let events = MemoryStream::new(&[
+        Field::new("key", DataType::String),
+        Field::new("value", DataType::Int64),
+    ]);
+    let sink = MemorySink::new("");
+    let table = sink.table();
+    let q = session()
+        .read_stream(events.clone())
+        .join_static("dims", dims, ["key"], JoinType::LeftOuter)
+        .write_stream()
+        .sink(sink)
+        .start()
+        .unwrap();
+    events
+        .add_json(&[
+            json!({"key": "a", "value": 1}),
+            json!({"key": "z", "value": 2}),
+        ])
+        .unwrap();
+    q.process_all_available().unwrap();
+    write_dims(&dims_dir.join("dims.parquet"), "Alpha v2");
+    std::thread::sleep(Duration::from_millis(300));
+    events.add_json(&[json!({"key": "a", "value": 3})]).unwrap();
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    let batches = table.batches();
+    let first: Vec<_> = rows_json(&batches[0].1);
+    assert!(
+        first.contains(&json!({"key": "a", "value": 1, "name": "Alpha"})),
+        "{first:?}"
+    );
+    assert!(
+        first.contains(&json!({"key": "z", "value": 2, "name": null})),
+        "unmatched stream rows keep their nulls: {first:?}"
+    );
+    assert_eq!(
+        rows_json(&batches[1].1),
+        vec![json!({"key": "a", "value": 3, "name": "Alpha v2"})]
+    );
+}
+
+#[test]
+fn stream_stream_left_outer_join_emits_unmatched_rows_when_the_watermark_passes() {
+    let chk = tempfile::tempdir().unwrap();
+    let imps = MemoryStream::new(&[
+        Field::new("imp_id", DataType::Int64),
+        Field::new("imp_ts", DataType::Timestamp),
+    ]);
+    let clicks = MemoryStream::new(&[
+        Field::new("click_id", DataType::Int64),
+        Field::new("click_ts", DataType::Timestamp),
+    ]);
+    let s = session();
+    let sink = MemorySink::new("");
+    let table = sink.table();
+    let q = s
+        .read_stream(imps.clone())
+        .with_watermark("imp_ts", "10 minutes")
+        .join(
+            s.read_stream(clicks.clone()).with_watermark("click_ts", "10 minutes"),
+            JoinOn::Expr("click_id = imp_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '5 minutes'".into()),
+            JoinType::LeftOuter,
+        )
+        .write_stream()
+        .sink(sink)
+        .checkpoint_location(chk.path().to_str().unwrap())
+        .start()
+        .unwrap();
+    imps.add_json(&[
+        json!({"imp_id": 1, "imp_ts": "2024-01-01T12:00:00Z"}),
+        json!({"imp_id": 2, "imp_ts": "2024-01-01T12:01:00Z"}),
+    ])
+    .unwrap();
+    clicks
+        .add_json(&[json!({"click_id": 1, "click_ts": "2024-01-01T12:03:00Z"})])
+        .unwrap();
+    q.process_all_available().unwrap();
+    let matched: Vec<_> = table
+        .batches()
+        .iter()
+        .flat_map(|(_, b)| rows_json(b))
+        .collect();
+    assert_eq!(
+        matched,
+        vec![
+            json!({"imp_id": 1, "imp_ts": "2024-01-01T12:00:00Z", "click_id": 1, "click_ts": "2024-01-01T12:03:00Z"})
+        ]
+    );
+    // Time moves on: impression 2 can no longer be clicked within 5 minutes.
+    imps.add_json(&[json!({"imp_id": 3, "imp_ts": "2024-01-01T12:30:00Z"})])
+        .unwrap();
+    clicks
+        .add_json(&[json!({"click_id": 9, "click_ts": "2024-01-01T12:30:00Z"})])
+        .unwrap();
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    let all: Vec<_> = table
+        .batches()
+        .iter()
+        .flat_map(|(_, b)| rows_json(b))
+        .collect();
+    assert!(all.contains(&json!({"imp_id": 2, "imp_ts": "2024-01-01T12:01:00Z", "click_id": null, "click_ts": null})), "{all:?}");
+    let p = q.last_progress().unwrap();
+    assert_eq!(p.state_operators[0].operator_name, "symmetricHashJoin");
+    assert!(
+        p.state_operators[0].num_rows_total < 5,
+        "state was evicted: {:?}",
+        p.state_operators[0]
+    );
+}
