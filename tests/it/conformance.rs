@@ -80,6 +80,10 @@ impl Run {
         };
         conf.set("spark.sql.streaming.stateStore.providerClass", provider)
             .unwrap();
+        // The RocksDB run also spreads state over several partitions.
+        if provider == "rocksdb" {
+            conf.set("spark.sql.shuffle.partitions", "4").unwrap();
+        }
         let session = Session::with_config(conf);
         let streams = plan
             .sources

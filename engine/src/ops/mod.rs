@@ -91,6 +91,7 @@ pub struct Pipeline {
     mode: OutputMode,
     /// Delay (ms) of each watermark operator, by id.
     pub watermark_delays: Vec<i64>,
+    partitions: usize,
 }
 
 /// Compile-time bookkeeping of one node's output.
@@ -420,6 +421,7 @@ impl Pipeline {
             schema: infos[result].schema.clone(),
             mode: plan.output_mode,
             watermark_delays: delays,
+            partitions: 1,
         })
     }
 
@@ -586,6 +588,11 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Sets the number of state partitions (reported in metrics).
+    pub fn set_partitions(&mut self, n: usize) {
+        self.partitions = n;
+    }
+
     /// State metrics, downstream operator first (the order Spark reports).
     pub fn state_metrics(&self) -> Vec<StateOperatorProgress> {
         let mut v: Vec<_> = self
@@ -597,6 +604,12 @@ impl Pipeline {
                 _ => None,
             })
             .collect();
+        for m in &mut v {
+            m.num_shuffle_partitions = self.partitions as i64;
+            // A join keeps one store per side in each partition.
+            let per = if m.operator_name == "symmetricHashJoin" { 2 } else { 1 };
+            m.num_state_store_instances = (self.partitions * per) as i64;
+        }
         v.reverse();
         v
     }

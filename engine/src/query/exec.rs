@@ -34,6 +34,7 @@ use crate::progress::{
 use crate::session::Session;
 use crate::sink::{BoxSink, SinkContext};
 use crate::source::{BoxSource, Offset, SourceContext};
+use crate::state::PartitionedStore;
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -150,11 +151,15 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     let sync = conf.fsync_checkpoint;
     let retain = conf.min_batches_to_retain;
     pipeline.open_state(|op, name| {
-        let dir = chk.state_dir(op, 0);
-        let dir = if name.is_empty() { dir } else { dir.join(name) };
-        provider.open(&dir, version, retain, sync)
+        let mut parts = Vec::with_capacity(partitions);
+        for p in 0..partitions.max(1) {
+            let dir = chk.state_dir(op, p);
+            let dir = if name.is_empty() { dir } else { dir.join(name) };
+            parts.push(provider.open(&dir, version, retain, sync)?);
+        }
+        Ok(if parts.len() == 1 { parts.pop().expect("one partition") } else { Box::new(PartitionedStore::new(parts)) })
     })?;
-    let _ = partitions;
+    pipeline.set_partitions(partitions.max(1));
     for (i, (_, s)) in sources.iter_mut().enumerate() {
         s.open(&SourceContext {
             metadata_dir: chk.source_dir(i),

@@ -43,6 +43,69 @@ pub trait StateStore: Send {
     fn memory_used_bytes(&self) -> usize;
 }
 
+/// An operator's state split by key hash over `n` partition stores
+/// (`spark.sql.shuffle.partitions`), each versioned on its own under
+/// `state/<operator>/<partition>/`. The hash is stable across runs and
+/// machines, so a restarted query finds every key in its partition.
+pub struct PartitionedStore {
+    parts: Vec<Box<dyn StateStore>>,
+}
+
+/// The partition of `key` among `n` (FNV-1a: stable everywhere).
+pub fn partition_of(key: &[u8], n: usize) -> usize {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in key {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    (h % n.max(1) as u64) as usize
+}
+
+impl PartitionedStore {
+    /// Partition stores in key-hash order.
+    pub fn new(parts: Vec<Box<dyn StateStore>>) -> PartitionedStore {
+        PartitionedStore { parts }
+    }
+
+    fn part(&self, key: &[u8]) -> usize {
+        partition_of(key, self.parts.len())
+    }
+}
+
+impl StateStore for PartitionedStore {
+    fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+        self.parts[self.part(key)].get(key)
+    }
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        let p = self.part(&key);
+        self.parts[p].put(key, value)
+    }
+    fn remove(&mut self, key: &[u8]) {
+        let p = self.part(key);
+        self.parts[p].remove(key)
+    }
+    fn iter(&self) -> Box<dyn Iterator<Item = (Cow<'_, [u8]>, Cow<'_, [u8]>)> + '_> {
+        Box::new(self.parts.iter().flat_map(|p| p.iter()))
+    }
+    fn len(&self) -> usize {
+        self.parts.iter().map(|p| p.len()).sum()
+    }
+    fn commit(&mut self, version: u64) -> Result<()> {
+        for p in &mut self.parts {
+            p.commit(version)?;
+        }
+        Ok(())
+    }
+    fn abort(&mut self) {
+        for p in &mut self.parts {
+            p.abort();
+        }
+    }
+    fn memory_used_bytes(&self) -> usize {
+        self.parts.iter().map(|p| p.memory_used_bytes()).sum()
+    }
+}
+
 /// Opens state stores: selected by session config, like Spark's
 /// `spark.sql.streaming.stateStore.providerClass`.
 pub trait StateStoreProvider: Send + Sync {
