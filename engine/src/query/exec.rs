@@ -36,6 +36,21 @@ use crate::sink::{BoxSink, SinkContext};
 use crate::source::{BoxSource, Offset, SourceContext};
 use crate::state::PartitionedStore;
 
+/// Crash-testing hook: with `WEIR_FAILPOINT=<point>:<batch id>` in the
+/// environment the process aborts (no unwinding, no cleanup: like a kill)
+/// when batch `<batch id>` reaches `<point>` (`after_state_commit`: state
+/// version committed, commit log not yet written).
+fn failpoint(point: &str, batch_id: i64) {
+    if let Ok(v) = std::env::var("WEIR_FAILPOINT") {
+        if v.split_once(':')
+            .is_some_and(|(p, b)| p == point && b.parse() == Ok(batch_id))
+        {
+            eprintln!("weir: failpoint {point} at batch {batch_id}: aborting");
+            std::process::abort();
+        }
+    }
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -157,7 +172,11 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
             let dir = if name.is_empty() { dir } else { dir.join(name) };
             parts.push(provider.open(&dir, version, retain, sync)?);
         }
-        Ok(if parts.len() == 1 { parts.pop().expect("one partition") } else { Box::new(PartitionedStore::new(parts)) })
+        Ok(if parts.len() == 1 {
+            parts.pop().expect("one partition")
+        } else {
+            Box::new(PartitionedStore::new(parts))
+        })
     })?;
     pipeline.set_partitions(partitions.max(1));
     for (i, (_, s)) in sources.iter_mut().enumerate() {
@@ -537,6 +556,7 @@ impl Runner {
         durations.insert("addBatch".into(), t.elapsed().as_millis() as i64);
         let t = Instant::now();
         self.pipeline.commit_state(batch_id as u64 + 1)?;
+        failpoint("after_state_commit", batch_id);
         // The next watermark from this batch's event times.
         let mut op_wms = self.op_wms.clone();
         for (i, stats) in ctx.event_time.iter().enumerate() {
