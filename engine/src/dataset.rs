@@ -314,6 +314,7 @@ impl DataStream {
             name: None,
             checkpoint: None,
             sink: None,
+            late_sink: None,
         }
     }
 }
@@ -376,6 +377,7 @@ pub struct StreamWriter {
     pub(crate) name: Option<String>,
     pub(crate) checkpoint: Option<String>,
     pub(crate) sink: Option<BoxSink>,
+    pub(crate) late_sink: Option<BoxSink>,
 }
 
 impl StreamWriter {
@@ -406,6 +408,16 @@ impl StreamWriter {
     /// The sink.
     pub fn sink(mut self, s: impl Into<BoxSink>) -> Self {
         self.sink = Some(s.into());
+        self
+    }
+
+    /// Beyond Spark: rows that stateful operators drop as late (behind the
+    /// watermark) go to this second sink, with the batch id, instead of only
+    /// being counted in `numRowsDroppedByWatermark`. Rows arrive in the schema
+    /// of the operator's input (for a join, each side's). For an aggregation,
+    /// a row is sent here when every window it falls in had closed.
+    pub fn late_rows_to(mut self, s: impl Into<BoxSink>) -> Self {
+        self.late_sink = Some(s.into());
         self
     }
 

@@ -265,3 +265,51 @@ fn walk(p: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn late_rows_go_to_a_side_output_instead_of_vanishing() {
+    let chk = tempfile::tempdir().unwrap();
+    let stream = MemoryStream::new(&fields());
+    let late = MemorySink::new("");
+    let late_table = late.table();
+    let q = session()
+        .read_stream(stream.clone())
+        .with_watermark("ts", "10 minutes")
+        .group_by(vec![window("ts", "10 minutes"), col("key")])
+        .agg(vec![count_star("count")])
+        .write_stream()
+        .output_mode(OutputMode::Append)
+        .sink(MemorySink::new(""))
+        .late_rows_to(late)
+        .checkpoint_location(chk.path().to_str().unwrap())
+        .start()
+        .unwrap();
+    stream
+        .add_json(&[json!({"ts": "2024-01-01T12:30:00Z", "key": "a", "value": 1})])
+        .unwrap();
+    q.process_all_available().unwrap();
+    // The watermark is now 12:20: a 12:05 row's window [12:00, 12:10) has closed.
+    stream
+        .add_json(&[
+            json!({"ts": "2024-01-01T12:05:00Z", "key": "late", "value": 2}),
+            json!({"ts": "2024-01-01T12:25:00Z", "key": "ok", "value": 3}),
+        ])
+        .unwrap();
+    q.process_all_available().unwrap();
+    let p = q.recent_progress();
+    q.stop().unwrap();
+    let dropped: i64 = p
+        .iter()
+        .map(|p| p.state_operators[0].num_rows_dropped_by_watermark)
+        .sum();
+    assert_eq!(dropped, 1);
+    let late_rows: Vec<_> = late_table
+        .batches()
+        .iter()
+        .flat_map(|(_, b)| crate::common::rows_json(b))
+        .collect();
+    assert_eq!(
+        late_rows,
+        vec![json!({"ts": "2024-01-01T12:05:00Z", "key": "late", "value": 2})]
+    );
+}

@@ -570,6 +570,41 @@ impl AggregateOp {
         Ok(groups)
     }
 
+    /// The input rows this batch drops as late in full (every window they
+    /// fall in is closed), for the late-rows side output.
+    pub fn late_rows(
+        &self,
+        input: &[RecordBatch],
+        wm: Watermarks,
+        mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        let (Some(ki), Some(late)) = (self.watermark_key, wm.late_ms) else {
+            return Ok(vec![]);
+        };
+        if mode == OutputMode::Complete {
+            return Ok(vec![]);
+        }
+        let mut out = Vec::new();
+        for b in input {
+            let late = match &self.keys[ki] {
+                KeyExec::Window { assigner, .. } => match assigner.source {
+                    crate::ops::window::TimeSource::Column(c) => {
+                        let (size, slide) = (assigner.size_us, assigner.slide_us);
+                        crate::ops::watermark::late_rows(b, c, late, |t| {
+                            t - t.rem_euclid(slide) + size
+                        })?
+                    }
+                    crate::ops::window::TimeSource::WindowTime(_) => None,
+                },
+                KeyExec::Column { index, .. } => {
+                    crate::ops::watermark::late_rows(b, *index, late, |t| t)?
+                }
+            };
+            out.extend(late);
+        }
+        Ok(out)
+    }
+
     /// Runs one micro-batch: input rows in, output rows per `mode` out.
     pub fn process(
         &mut self,

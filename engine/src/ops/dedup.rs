@@ -93,6 +93,18 @@ impl DedupOp {
         self.metrics.clone()
     }
 
+    /// The input rows this batch drops as late, for the late-rows side output.
+    pub fn late_rows(&self, input: &[RecordBatch], wm: Watermarks) -> Result<Vec<RecordBatch>> {
+        let (Some((c, _)), Some(late)) = (self.event_time, wm.late_ms) else {
+            return Ok(vec![]);
+        };
+        let mut out = Vec::new();
+        for b in input {
+            out.extend(crate::ops::watermark::late_rows(b, c, late, |t| t)?);
+        }
+        Ok(out)
+    }
+
     /// Runs one micro-batch.
     pub fn process(&mut self, input: &[RecordBatch], wm: Watermarks) -> Result<Vec<RecordBatch>> {
         let started = Instant::now();

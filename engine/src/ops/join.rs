@@ -633,6 +633,31 @@ impl JoinOp {
         (b.num_rows() > 0).then(|| self.output(&b)).transpose()
     }
 
+    /// This batch's rows of each side that are dropped as late (left, right),
+    /// for the late-rows side output.
+    pub fn late_rows(
+        &self,
+        left: &[RecordBatch],
+        right: &[RecordBatch],
+        wm: Watermarks,
+    ) -> Result<Vec<RecordBatch>> {
+        let Some(late) = wm.late_ms else {
+            return Ok(vec![]);
+        };
+        if !self.is_stateful() {
+            return Ok(vec![]);
+        }
+        let mut out = Vec::new();
+        for (side, batches) in [(&self.left, left), (&self.right, right)] {
+            if let Some(c) = side.time {
+                for b in batches {
+                    out.extend(crate::ops::watermark::late_rows(b, c, late, |t| t)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Runs one micro-batch with this batch's rows of each side.
     pub fn process(
         &mut self,

@@ -10,6 +10,7 @@ pub mod watermark;
 pub mod window;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::compute::{
@@ -81,6 +82,10 @@ pub struct BatchContext {
     pub no_data: bool,
     /// Event-time statistics per watermark operator.
     pub event_time: Vec<EventTimeStats>,
+    /// Collect the rows stateful operators drop as late (a side output is set).
+    pub collect_late: bool,
+    /// The rows dropped as late in this batch (when collected).
+    pub late_rows: Vec<RecordBatch>,
 }
 
 /// A compiled query.
@@ -92,6 +97,7 @@ pub struct Pipeline {
     /// Delay (ms) of each watermark operator, by id.
     pub watermark_delays: Vec<i64>,
     partitions: usize,
+    late_schema: Option<SchemaRef>,
 }
 
 /// Compile-time bookkeeping of one node's output.
@@ -128,6 +134,7 @@ impl Pipeline {
         let mut nodes = Vec::new();
         let mut delays = Vec::new();
         let mut stateful = 0usize;
+        let mut late_schema: Option<SchemaRef> = None;
         for node in &plan.nodes {
             let (input, mut info) =
                 if let Some(i) = source_names.iter().position(|n| **n == node.input) {
@@ -166,6 +173,9 @@ impl Pipeline {
             let mut ops = Vec::new();
             for op in &node.ops {
                 let schema = info.schema.clone();
+                if late_schema.is_none() && (op.is_stateful() || matches!(op, Op::Join { .. })) {
+                    late_schema = Some(schema.clone());
+                }
                 let idx = |c: &str| -> Result<usize> {
                     schema.index_of(c).map_err(|_| {
                         WeirError::Config(format!(
@@ -422,6 +432,7 @@ impl Pipeline {
             mode: plan.output_mode,
             watermark_delays: delays,
             partitions: 1,
+            late_schema,
         })
     }
 
@@ -513,14 +524,27 @@ impl Pipeline {
                         batches
                     }
                     OpExec::Aggregate(a) => {
+                        if ctx.collect_late {
+                            ctx.late_rows
+                                .extend(a.late_rows(&batches, ctx.watermarks, mode)?);
+                        }
                         a.process(&batches, ctx.watermarks, mode, ctx.no_data)?
                     }
-                    OpExec::Dedup(d) => d.process(&batches, ctx.watermarks)?,
+                    OpExec::Dedup(d) => {
+                        if ctx.collect_late {
+                            ctx.late_rows.extend(d.late_rows(&batches, ctx.watermarks)?);
+                        }
+                        d.process(&batches, ctx.watermarks)?
+                    }
                     OpExec::Join(j, right) => {
                         let r = match right {
                             JoinRight::Node(k) => outputs[*k].clone().unwrap_or_default(),
                             JoinRight::Static => vec![],
                         };
+                        if ctx.collect_late {
+                            ctx.late_rows
+                                .extend(j.late_rows(&batches, &r, ctx.watermarks)?);
+                        }
                         j.process(&batches, &r, ctx.watermarks)?
                     }
                     OpExec::Sort(keys) => {
@@ -588,6 +612,13 @@ impl Pipeline {
         Ok(())
     }
 
+    /// The schema of rows the first stateful operator drops as late.
+    pub fn late_schema(&self) -> SchemaRef {
+        self.late_schema
+            .clone()
+            .unwrap_or_else(|| Arc::new(arrow::datatypes::Schema::empty()))
+    }
+
     /// Sets the number of state partitions (reported in metrics).
     pub fn set_partitions(&mut self, n: usize) {
         self.partitions = n;
@@ -607,7 +638,11 @@ impl Pipeline {
         for m in &mut v {
             m.num_shuffle_partitions = self.partitions as i64;
             // A join keeps one store per side in each partition.
-            let per = if m.operator_name == "symmetricHashJoin" { 2 } else { 1 };
+            let per = if m.operator_name == "symmetricHashJoin" {
+                2
+            } else {
+                1
+            };
             m.num_state_store_instances = (self.partitions * per) as i64;
         }
         v.reverse();

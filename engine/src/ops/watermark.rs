@@ -93,3 +93,25 @@ impl WatermarkOp {
         Ok(())
     }
 }
+
+/// The rows of `batch` whose event time (column `column`, mapped by
+/// `horizon` to the last instant they still count for, e.g. their window's
+/// end) is at or before `late_ms`: the rows a stateful operator drops as late.
+pub fn late_rows(
+    batch: &RecordBatch,
+    column: usize,
+    late_ms: i64,
+    horizon: impl Fn(i64) -> i64,
+) -> Result<Option<RecordBatch>> {
+    let ts = arrow::compute::cast(batch.column(column), &crate::row::timestamp_type())?;
+    let bound = late_ms.saturating_mul(1000);
+    let mask: arrow::array::BooleanArray = ts
+        .as_primitive::<TimestampMicrosecondType>()
+        .iter()
+        .map(|t| Some(t.is_some_and(|t| horizon(t) <= bound)))
+        .collect();
+    if mask.true_count() == 0 {
+        return Ok(None);
+    }
+    Ok(Some(arrow::compute::filter_record_batch(batch, &mask)?))
+}

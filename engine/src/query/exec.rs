@@ -84,6 +84,7 @@ struct Runner {
     /// Each watermark operator's own watermark.
     op_wms: Vec<Option<i64>>,
     pending: Option<PendingBatch>,
+    late_sink: Option<BoxSink>,
     last_trigger_ms: Option<i64>,
     idle_reported: bool,
 }
@@ -96,6 +97,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         name,
         checkpoint,
         sink,
+        late_sink,
     } = w;
     let session = stream.session.clone();
     let conf = session.conf().clone();
@@ -196,6 +198,16 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         memory_tables: session.inner.memory_tables.clone(),
     })?;
 
+    let mut late_sink = late_sink;
+    if let Some(l) = late_sink.as_mut() {
+        l.open(&SinkContext {
+            query_name: name.clone().map(|n| format!("{n}_late_rows")),
+            checkpoint_dir: chk.root().to_path_buf(),
+            output_mode: OutputMode::Append,
+            schema: pipeline.late_schema(),
+            memory_tables: session.inner.memory_tables.clone(),
+        })?;
+    }
     let explain = explain(&plan, &sources, sink.description(), trigger);
     let shared = Arc::new(QueryShared {
         id: meta.id.clone(),
@@ -235,6 +247,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         next_wm,
         op_wms,
         pending,
+        late_sink,
         last_trigger_ms: None,
         idle_reported: false,
     };
@@ -540,6 +553,8 @@ impl Runner {
             watermarks,
             no_data,
             event_time: vec![],
+            collect_late: self.late_sink.is_some(),
+            late_rows: vec![],
         };
         let t = Instant::now();
         let output = match self.pipeline.run(&inputs, &mut ctx) {
@@ -552,6 +567,12 @@ impl Runner {
         if let Err(e) = self.sink.add_batch(batch_id, &output) {
             let _ = self.pipeline.abort_state();
             return Err(e);
+        }
+        if let Some(late) = self.late_sink.as_mut() {
+            if let Err(e) = late.add_batch(batch_id, &ctx.late_rows) {
+                let _ = self.pipeline.abort_state();
+                return Err(e);
+            }
         }
         durations.insert("addBatch".into(), t.elapsed().as_millis() as i64);
         let t = Instant::now();
@@ -707,6 +728,5 @@ impl Runner {
         while st.progress.len() > keep {
             st.progress.pop_front();
         }
-        let _ = OutputMode::Append;
     }
 }
