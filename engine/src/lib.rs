@@ -37,6 +37,8 @@ pub mod sink;
 pub mod source;
 pub mod state;
 pub mod table;
+#[cfg(feature = "ui")]
+pub mod ui;
 
 pub use arrow;
 pub use dataset::{DataStream, GroupedStream, StreamWriter};

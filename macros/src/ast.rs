@@ -21,16 +21,28 @@ pub struct QueryDecl {
     pub filter: Option<Expr>,
     /// `select:`.
     pub select: Option<SelectDecl>,
+    /// `with_column:`.
+    pub with_column: Option<SelectDecl>,
     /// `watermark:`.
     pub watermark: Option<WatermarkDecl>,
+    /// `drop_duplicates:`.
+    pub drop_duplicates: Option<ColumnsDecl>,
+    /// `drop_duplicates_within_watermark:`.
+    pub drop_duplicates_within_watermark: Option<ColumnsDecl>,
     /// `group_by:`.
     pub group_by: Option<GroupByDecl>,
     /// `aggregate:`.
     pub aggregate: Option<AggregateDecl>,
+    /// `order_by:`.
+    pub order_by: Option<OrderByDecl>,
+    /// `limit:`.
+    pub limit: Option<LimitDecl>,
     /// `output_mode:`.
     pub output_mode: Option<ModeDecl>,
     /// `trigger:`.
     pub trigger: Option<TriggerDecl>,
+    /// The `trigger:` value as written (errors about the trigger point here).
+    pub trigger_tokens: Option<TokenStream>,
     /// `sink:`.
     pub sink: Option<SinkDecl>,
     /// `checkpoint:`.
@@ -140,12 +152,36 @@ pub struct SchemaField {
     pub ty: ColType,
 }
 
-/// `select: { item, ... }`.
+/// `select: { item, ... }` (and `with_column: { name: expr, ... }`).
 pub struct SelectDecl {
-    /// The `select` key (an error about the select as a whole points here).
+    /// The `select` (or `with_column`) key: an error about the entry as a whole points here.
     pub key: Ident,
     /// The items in order.
     pub items: Vec<SelectItemDecl>,
+}
+
+/// `drop_duplicates: [column, ...]` (and `drop_duplicates_within_watermark:`).
+pub struct ColumnsDecl {
+    /// The key as written.
+    pub key: Ident,
+    /// The columns in order.
+    pub columns: Vec<Ident>,
+}
+
+/// `order_by: [column, column desc, ...]`.
+pub struct OrderByDecl {
+    /// The `order_by` key.
+    pub key: Ident,
+    /// The sort keys, most significant first: the column and whether it is descending.
+    pub keys: Vec<(Ident, bool)>,
+}
+
+/// `limit: N`.
+pub struct LimitDecl {
+    /// The `limit` key.
+    pub key: Ident,
+    /// How many rows.
+    pub n: u64,
 }
 
 /// `name: expr` or a bare column.
@@ -158,6 +194,8 @@ pub struct SelectItemDecl {
 
 /// `watermark: column delay "duration"`.
 pub struct WatermarkDecl {
+    /// The `watermark` key.
+    pub key: Ident,
     /// The event-time column.
     pub column: Ident,
     /// The delay.
@@ -230,10 +268,21 @@ pub enum TriggerDecl {
     AvailableNow,
     /// `once`.
     Once,
+    /// `continuous("1 second")`: Spark's continuous processing, the
+    /// checkpoint interval in milliseconds. weir checks the rules of
+    /// continuous processing but cannot run it yet.
+    Continuous {
+        /// The interval as written.
+        lit: LitStr,
+        /// The interval in milliseconds.
+        ms: u64,
+    },
 }
 
 /// `sink: kind(options)`.
 pub struct SinkDecl {
+    /// The kind as written (`files`): errors about the sink point here.
+    pub ident: Ident,
     /// The kind with its options.
     pub kind: Sink,
 }
@@ -263,6 +312,13 @@ pub enum Sink {
     },
     /// `foreach_batch(f)`.
     ForeachBatch(Expr),
+    /// `kafka(bootstrap_servers, topic)`: checked, not generated yet.
+    Kafka {
+        /// `host:port,...`.
+        bootstrap_servers: String,
+        /// The topic written to.
+        topic: String,
+    },
 }
 
 impl Sink {
@@ -273,6 +329,18 @@ impl Sink {
             Sink::Memory { .. } => "memory",
             Sink::Files { .. } => "files",
             Sink::ForeachBatch(_) => "foreach_batch",
+            Sink::Kafka { .. } => "kafka",
+        }
+    }
+
+    /// The kind as the plan's rules see it.
+    pub fn kind(&self) -> weir_plan::SinkKind {
+        match self {
+            Sink::Console { .. } => weir_plan::SinkKind::Console,
+            Sink::Memory { .. } => weir_plan::SinkKind::Memory,
+            Sink::Files { .. } => weir_plan::SinkKind::File,
+            Sink::ForeachBatch(_) => weir_plan::SinkKind::ForeachBatch,
+            Sink::Kafka { .. } => weir_plan::SinkKind::Kafka,
         }
     }
 }

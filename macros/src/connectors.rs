@@ -117,6 +117,10 @@ const SINKS: &[(&str, &[Spec])] = &[
         ],
     ),
     ("foreach_batch", &[]),
+    (
+        "kafka",
+        &[req("bootstrap_servers", Kind::Str), req("topic", Kind::Str)],
+    ),
 ];
 
 /// A checked option value.
@@ -222,6 +226,7 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
         };
         let f: Expr = syn::parse2(args)?;
         return Ok(Some(SinkDecl {
+            ident,
             kind: Sink::ForeachBatch(f),
         }));
     }
@@ -234,6 +239,10 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
         "memory" => Sink::Memory {
             name: take_str(&mut v, "name"),
         },
+        "kafka" => Sink::Kafka {
+            bootstrap_servers: take_str(&mut v, "bootstrap_servers").unwrap_or_default(),
+            topic: take_str(&mut v, "topic").unwrap_or_default(),
+        },
         _ => Sink::Files {
             path: take_str(&mut v, "path").unwrap_or_default(),
             format: take_format(&mut v).unwrap_or(FileFormat::Parquet),
@@ -243,7 +252,7 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
             },
         },
     };
-    Ok(Some(SinkDecl { kind }))
+    Ok(Some(SinkDecl { ident, kind }))
 }
 
 fn take_str(v: &mut BTreeMap<&'static str, Val>, name: &str) -> Option<String> {
@@ -556,6 +565,25 @@ mod tests {
         assert!(matches!(s.kind, Sink::ForeachBatch(_)));
         assert!(parse_sink(quote!(console(truncate = false) extra), &mut errs).is_err());
         parse_sink(quote!(consol), &mut errs).unwrap();
-        assert_eq!(errs.diagnostics()[0].message, "unknown sink `consol`\nhelp: did you mean `console`? (sinks: console, memory, files, foreach_batch)");
+        assert_eq!(errs.diagnostics()[0].message, "unknown sink `consol`\nhelp: did you mean `console`? (sinks: console, memory, files, foreach_batch, kafka)");
+        let mut errs = Errors::new();
+        let s = parse_sink(
+            quote!(kafka(bootstrap_servers = "localhost:9092", topic = "out")),
+            &mut errs,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(s.ident, "kafka");
+        assert!(matches!(s.kind, Sink::Kafka { ref topic, .. } if topic == "out"));
+        parse_sink(
+            quote!(kafka(bootstrap_servers = "localhost:9092")),
+            &mut errs,
+        )
+        .unwrap();
+        assert_eq!(
+            errs.diagnostics()[0].message,
+            "the kafka sink needs the option `topic`\nhelp: add `topic = \"...\"`"
+        );
     }
 }

@@ -36,9 +36,35 @@ pub fn explain(q: &QueryDecl, l: &Lowered, output: &[Col]) -> String {
                     .collect::<Vec<_>>()
                     .join(", "),
             ),
+            Op::WithColumn { name, expr } => row("with col", format!("{expr} AS {name}")),
             Op::Watermark { column, delay } => {
                 row("watermark", format!("{column} delay \"{delay}\""))
             }
+            Op::Dedup {
+                columns,
+                within_watermark,
+            } => row(
+                if *within_watermark {
+                    "dedup wm"
+                } else {
+                    "dedup"
+                },
+                columns.join(", "),
+            ),
+            Op::Sort { by } => row(
+                "order by",
+                by.iter()
+                    .map(|k| {
+                        if k.desc {
+                            format!("{} DESC", k.column)
+                        } else {
+                            k.column.clone()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+            Op::Limit { n } => row("limit", n.to_string()),
             Op::Aggregate { keys, aggs } => {
                 if !keys.is_empty() {
                     row(
@@ -86,6 +112,9 @@ pub fn explain(q: &QueryDecl, l: &Lowered, output: &[Col]) -> String {
             }
             Some(TriggerDecl::AvailableNow) => "available_now".into(),
             Some(TriggerDecl::Once) => "once".into(),
+            Some(TriggerDecl::Continuous { lit, ms }) => {
+                format!("continuous(\"{}\") = {ms} ms", lit.value())
+            }
         },
     );
     let sink = q
@@ -189,6 +218,13 @@ fn sink_text(s: &Sink, query_name: &str) -> String {
             }
         }
         Sink::ForeachBatch(_) => return "foreach_batch(<function>)".into(),
+        Sink::Kafka {
+            bootstrap_servers,
+            topic,
+        } => {
+            o.push(format!("bootstrap_servers = \"{bootstrap_servers}\""));
+            o.push(format!("topic = \"{topic}\""));
+        }
     }
     call(s.name(), o)
 }

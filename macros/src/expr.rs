@@ -11,6 +11,10 @@
 //! | `is_null(x)`             | `x IS NULL`            |
 //! | `like(x, "a%")`          | `x LIKE 'a%'`          |
 //! | `lower(x)`               | `lower(x)`             |
+//! | `row_number().over(partition_by(k), order_by(t))` | `row_number() OVER (PARTITION BY k ORDER BY t)` |
+//!
+//! (Window functions translate, so that the plan's rule can refuse them on a
+//! stream as Spark does: only time windows, in `group_by:`, are supported.)
 
 use proc_macro2::TokenStream;
 use quote::ToTokens;
@@ -253,6 +257,7 @@ impl Tr<'_, '_> {
             Expr::Binary(b) => self.binary(b),
             Expr::Call(c) => self.call(c),
             Expr::Cast(c) => self.cast(c),
+            Expr::MethodCall(m) if m.method == "over" => self.over(m),
             Expr::MethodCall(m) => {
                 let name = &m.method;
                 self.errs.spanned_help(
@@ -541,6 +546,7 @@ impl Tr<'_, '_> {
                 | "reverse" | "lpad" | "rpad" | "substr" | "substring" | "replace" | "concat"
                 | "concat_ws" => Ty::Known(DataType::String),
                 "length" | "char_length" | "character_length" => Ty::Known(DataType::Int32),
+                "row_number" | "rank" | "dense_rank" | "ntile" => Ty::Known(DataType::Int32),
                 "sqrt" | "ln" | "log10" | "log2" | "exp" | "power" | "pow" | "round" | "floor"
                 | "ceil" => Ty::Known(DataType::Float64),
                 "abs" | "coalesce" => first.unwrap_or(Ty::Unknown(c.to_token_stream())),
@@ -557,6 +563,37 @@ impl Tr<'_, '_> {
             prec: ATOM,
             ty,
             nullable,
+        }
+    }
+
+    /// `f(...).over(partition_by(a, ...), order_by(b, ...))`: a SQL window function.
+    fn over(&mut self, m: &syn::ExprMethodCall) -> Node {
+        let func = self.expr(&m.receiver);
+        let mut spec = vec![];
+        for arg in &m.args {
+            let clause = match arg {
+                Expr::Call(c) => match &*c.func {
+                    Expr::Path(p) if p.path.is_ident("partition_by") => Some(("PARTITION BY", c)),
+                    Expr::Path(p) if p.path.is_ident("order_by") => Some(("ORDER BY", c)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some((words, c)) = clause else {
+                self.errs.spanned_help(
+                    arg,
+                    "`.over(...)` takes partition_by(columns) and order_by(columns)",
+                    "e.g. `row_number().over(partition_by(user), order_by(ts))`",
+                );
+                return Node::poisoned();
+            };
+            let cols: Vec<String> = c.args.iter().map(|a| self.expr(a).sql).collect();
+            spec.push(format!("{words} {}", cols.join(", ")));
+        }
+        Node {
+            sql: format!("{} OVER ({})", func.at(ATOM), spec.join(" ")),
+            prec: ATOM,
+            ..func
         }
     }
 
@@ -703,6 +740,20 @@ mod tests {
         );
         assert_eq!(sql(parse_quote!(n as f64 / 2.0)), "CAST(n AS DOUBLE) / 2.0");
         assert_eq!(sql(parse_quote!(1_000 < n)), "1000 < n");
+    }
+
+    #[test]
+    fn translates_window_functions() {
+        let (t, errs) = tr(parse_quote!(
+            row_number().over(partition_by(page), order_by(ts))
+        ));
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(t.sql, "row_number() OVER (PARTITION BY page ORDER BY ts)");
+        assert!(matches!(t.ty, Inferred::Known(c) if c == ColType::new(DataType::Int32)));
+        let names: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["page", "ts"]);
+        let (_, errs) = tr(parse_quote!(rank().over(rows(1))));
+        assert_eq!(errs.diagnostics()[0].at, "rows (1)");
     }
 
     #[test]

@@ -3,16 +3,19 @@
 //! every violation the plan check finds can point at what caused it.
 //!
 //! The ops run in a fixed order, whatever order the keys are written in:
-//! `filter` → `select` → `watermark` → `group_by` + `aggregate`.
+//! `filter` → `select` → `with_column` → `watermark` → `drop_duplicates` →
+//! `drop_duplicates_within_watermark` → `group_by` + `aggregate` →
+//! `order_by` → `limit`.
 
 use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use weir_plan::{
-    AggFn, AggSpec, DataType, Field, GroupKey, Op, OutputMode, SelectItem, StreamPlan, WindowSpec,
+    AggFn, AggSpec, DataType, Field, GroupKey, Op, OutputMode, SelectItem, SinkDecl, SortKey,
+    StreamPlan, WindowSpec,
 };
 
-use crate::ast::{KeyDecl, QueryDecl, Source};
+use crate::ast::{KeyDecl, QueryDecl, SelectItemDecl, Source, TriggerDecl};
 use crate::errors::Errors;
 use crate::expr::{sql_ident, translate, ColumnRef, Inferred};
 use crate::types::{lookup, rust_type_name, Col, ColType};
@@ -25,9 +28,10 @@ pub struct Lowered {
     pub query_name: String,
     /// The source's columns.
     pub input: Vec<Col>,
-    /// The columns the aggregate sees (after filter and select).
+    /// The columns the aggregate sees (after filter, select and with_column).
     pub pre_agg: Vec<Col>,
-    /// Select items computed from an expression (not a bare column).
+    /// Columns computed from an expression (select items that are not a
+    /// bare column, and with_column entries).
     pub derived: Vec<String>,
     /// Where each plan position came from.
     pub spans: SpanTable,
@@ -42,6 +46,10 @@ pub struct SpanTable {
     /// Where an output-mode error points when the mode is the default:
     /// the `aggregate:` (or `group_by:`) key.
     pub mode_fallback: Option<TokenStream>,
+    /// The sink's kind as written (sink and checkpoint errors point here).
+    pub sink: Option<TokenStream>,
+    /// The `trigger:` value, when given.
+    pub trigger: Option<TokenStream>,
     /// One entry per op of the result node, in op order.
     pub ops: Vec<OpSpans>,
 }
@@ -62,12 +70,42 @@ pub enum OpSpans {
         /// One per item.
         items: Vec<ItemSpans>,
     },
+    /// One entry of `with_column:`.
+    WithColumn {
+        /// The expression.
+        expr: TokenStream,
+        /// Its column references.
+        columns: Vec<ColumnRef>,
+        /// The names of the columns it can see.
+        visible: Vec<String>,
+    },
     /// `watermark:`.
     Watermark {
+        /// The `watermark` key.
+        key: TokenStream,
         /// The column.
         column: TokenStream,
         /// The delay literal.
         delay: TokenStream,
+    },
+    /// `drop_duplicates:` or `drop_duplicates_within_watermark:`.
+    Dedup {
+        /// The key as written.
+        key: TokenStream,
+        /// One per column.
+        columns: Vec<TokenStream>,
+    },
+    /// `order_by:`.
+    Sort {
+        /// The `order_by` key.
+        key: TokenStream,
+        /// One per sort key (its column).
+        columns: Vec<TokenStream>,
+    },
+    /// `limit:`.
+    Limit {
+        /// The `limit` key.
+        key: TokenStream,
     },
     /// `group_by:` + `aggregate:`.
     Aggregate {
@@ -211,53 +249,28 @@ pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
 
     let mut pre_agg = input.clone();
     let mut derived = vec![];
+    // The names the next op sees (typed or not, unlike `pre_agg`).
+    let mut visible: Vec<String> = input.iter().map(|c| c.name.clone()).collect();
     if let Some(sel) = &q.select {
         let mut columns = vec![];
         let mut items = vec![];
         let mut env = vec![];
         for item in &sel.items {
-            let alias = item.alias.unraw().to_string();
-            let (sql, ty, refs, expr_tokens) = match &item.expr {
-                None => (
-                    sql_ident(&alias),
-                    lookup(&input, &alias).map(|c| c.ty),
-                    vec![ColumnRef {
-                        name: alias.clone(),
-                        tokens: item.alias.to_token_stream(),
-                    }],
-                    item.alias.to_token_stream(),
-                ),
-                Some(e) => {
-                    derived.push(alias.clone());
-                    let t = translate(e, &input, errs);
-                    let ty = match t.ty {
-                        Inferred::Known(ty) => Some(ty),
-                        Inferred::Unknown(what) => {
-                            errs.spanned_help(
-                                e,
-                                format!(
-                                    "cannot infer the type of `{alias}`: the macro does not know what `{}` returns",
-                                    what.to_string().replace(" (", "(")
-                                ),
-                                format!("state the type with `as`: `{alias}: {} as i32` (or i64, f64, String, bool, Timestamp)", e.to_token_stream().to_string().replace(" (", "(")),
-                            );
-                            None
-                        }
-                        Inferred::Poisoned => None,
-                    };
-                    (t.sql, ty, t.columns, e.to_token_stream())
-                }
-            };
-            if let Some(ty) = ty {
-                env.push(Col::new(alias.clone(), ty));
+            let t = lower_item(item, &input, &mut derived, errs);
+            if let Some(ty) = t.ty {
+                env.push(Col::new(t.alias.clone(), ty));
             }
-            columns.push(SelectItem { expr: sql, alias });
+            columns.push(SelectItem {
+                expr: t.sql,
+                alias: t.alias,
+            });
             items.push(ItemSpans {
                 alias: item.alias.to_token_stream(),
-                expr: expr_tokens,
-                columns: refs,
+                expr: t.tokens,
+                columns: t.columns,
             });
         }
+        visible = columns.iter().map(|c| c.alias.clone()).collect();
         pre_agg = env;
         ops.push(Op::Select { columns });
         spans.push(OpSpans::Select {
@@ -266,15 +279,54 @@ pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
         });
     }
 
+    if let Some(wc) = &q.with_column {
+        for item in &wc.items {
+            let t = lower_item(item, &pre_agg, &mut derived, errs);
+            pre_agg.retain(|c| c.name != t.alias);
+            if let Some(ty) = t.ty {
+                pre_agg.push(Col::new(t.alias.clone(), ty));
+            }
+            spans.push(OpSpans::WithColumn {
+                expr: t.tokens,
+                columns: t.columns,
+                visible: visible.clone(),
+            });
+            if !visible.contains(&t.alias) {
+                visible.push(t.alias.clone());
+            }
+            ops.push(Op::WithColumn {
+                name: t.alias,
+                expr: t.sql,
+            });
+        }
+    }
+
     if let Some(w) = &q.watermark {
         ops.push(Op::Watermark {
             column: w.column.unraw().to_string(),
             delay: w.delay.value(),
         });
         spans.push(OpSpans::Watermark {
+            key: w.key.to_token_stream(),
             column: w.column.to_token_stream(),
             delay: w.delay.to_token_stream(),
         });
+    }
+
+    for (decl, within_watermark) in [
+        (&q.drop_duplicates, false),
+        (&q.drop_duplicates_within_watermark, true),
+    ] {
+        if let Some(d) = decl {
+            ops.push(Op::Dedup {
+                columns: d.columns.iter().map(|c| c.unraw().to_string()).collect(),
+                within_watermark,
+            });
+            spans.push(OpSpans::Dedup {
+                key: d.key.to_token_stream(),
+                columns: d.columns.iter().map(|c| c.to_token_stream()).collect(),
+            });
+        }
     }
 
     let mut mode_fallback = None;
@@ -354,6 +406,29 @@ pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
         (None, None) => {}
     }
 
+    if let Some(o) = &q.order_by {
+        ops.push(Op::Sort {
+            by: o
+                .keys
+                .iter()
+                .map(|(c, desc)| SortKey {
+                    column: c.unraw().to_string(),
+                    desc: *desc,
+                })
+                .collect(),
+        });
+        spans.push(OpSpans::Sort {
+            key: o.key.to_token_stream(),
+            columns: o.keys.iter().map(|(c, _)| c.to_token_stream()).collect(),
+        });
+    }
+    if let Some(l) = &q.limit {
+        ops.push(Op::Limit { n: l.n });
+        spans.push(OpSpans::Limit {
+            key: l.key.to_token_stream(),
+        });
+    }
+
     let mode = q
         .output_mode
         .as_ref()
@@ -363,7 +438,18 @@ pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
         .iter()
         .map(|c| Field::new(c.name.clone(), c.ty.dtype))
         .collect();
-    let plan = StreamPlan::single(source_name, fields, ops, mode);
+    let mut plan = StreamPlan::single(source_name, fields, ops, mode);
+    plan.sink = q.sink.as_ref().map(|s| SinkDecl {
+        kind: s.kind.kind(),
+        checkpoint: q.checkpoint.is_some(),
+    });
+    plan.trigger = Some(match &q.trigger {
+        None => weir_plan::TriggerDecl::Default,
+        Some(TriggerDecl::ProcessingTime { ms, .. }) => weir_plan::TriggerDecl::ProcessingTime(*ms),
+        Some(TriggerDecl::AvailableNow) => weir_plan::TriggerDecl::AvailableNow,
+        Some(TriggerDecl::Once) => weir_plan::TriggerDecl::Once,
+        Some(TriggerDecl::Continuous { ms, .. }) => weir_plan::TriggerDecl::Continuous(*ms),
+    });
     let query_name = q
         .name
         .as_ref()
@@ -379,9 +465,67 @@ pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
             query: q.ident.to_token_stream(),
             output_mode: q.output_mode.as_ref().map(|m| m.ident.to_token_stream()),
             mode_fallback,
+            sink: q.sink.as_ref().map(|s| s.ident.to_token_stream()),
+            trigger: q.trigger_tokens.clone(),
             ops: spans,
         },
     })
+}
+
+/// A select or with_column item, lowered.
+struct LoweredItem {
+    alias: String,
+    sql: String,
+    ty: Option<ColType>,
+    columns: Vec<ColumnRef>,
+    tokens: TokenStream,
+}
+
+/// Translates one `name: expr` (or bare column) over the columns `env`;
+/// an expression whose type cannot be inferred is an error asking for `as`.
+fn lower_item(
+    item: &SelectItemDecl,
+    env: &[Col],
+    derived: &mut Vec<String>,
+    errs: &mut Errors,
+) -> LoweredItem {
+    let alias = item.alias.unraw().to_string();
+    let Some(e) = &item.expr else {
+        return LoweredItem {
+            sql: sql_ident(&alias),
+            ty: lookup(env, &alias).map(|c| c.ty),
+            columns: vec![ColumnRef {
+                name: alias.clone(),
+                tokens: item.alias.to_token_stream(),
+            }],
+            tokens: item.alias.to_token_stream(),
+            alias,
+        };
+    };
+    derived.push(alias.clone());
+    let t = translate(e, env, errs);
+    let ty = match t.ty {
+        Inferred::Known(ty) => Some(ty),
+        Inferred::Unknown(what) => {
+            errs.spanned_help(
+                e,
+                format!(
+                    "cannot infer the type of `{alias}`: the macro does not know what `{}` returns",
+                    what.to_string().replace(" (", "(")
+                ),
+                format!("state the type with `as`: `{alias}: {} as i32` (or i64, f64, String, bool, Timestamp)", e.to_token_stream().to_string().replace(" (", "(")),
+            );
+            None
+        }
+        Inferred::Poisoned => None,
+    };
+    LoweredItem {
+        alias,
+        sql: t.sql,
+        ty,
+        columns: t.columns,
+        tokens: e.to_token_stream(),
+    }
 }
 
 /// The result's columns with their Rust-side types: names, order and plan
@@ -408,13 +552,32 @@ pub fn output_columns(l: &Lowered, errs: &mut Errors) -> Vec<Col> {
 
 /// The result columns as the macro types them.
 fn macro_output(l: &Lowered, errs: &mut Errors) -> Vec<Col> {
-    let Some(Op::Aggregate { keys, aggs }) = l.plan.nodes[0].ops.last() else {
+    let Some((agg_op, keys, aggs)) =
+        l.plan.nodes[0]
+            .ops
+            .iter()
+            .enumerate()
+            .find_map(|(i, o)| match o {
+                Op::Aggregate { keys, aggs } => Some((i, keys, aggs)),
+                _ => None,
+            })
+    else {
         return l.pre_agg.clone();
     };
-    let Some(OpSpans::Aggregate {
-        aggs: agg_spans, ..
-    }) = l.spans.ops.last()
-    else {
+    // The columns the aggregate sees, as the plan types them: where the plan
+    // knows a type, its own check reports a mistyped aggregate.
+    let plan_input = {
+        let mut p = l.plan.clone();
+        p.nodes[0].ops.truncate(agg_op);
+        weir_plan::resolve(&p)
+            .0
+            .remove(&p.result)
+            .unwrap_or_default()
+    };
+    let Some(agg_spans) = l.spans.ops.iter().find_map(|o| match o {
+        OpSpans::Aggregate { aggs, .. } => Some(aggs),
+        _ => None,
+    }) else {
         return vec![];
     };
     let mut out = vec![];
@@ -440,22 +603,31 @@ fn macro_output(l: &Lowered, errs: &mut Errors) -> Vec<Col> {
         };
         match a.func.result_type(Some(input.ty.dtype)) {
             Some(t) => out.push(Col::new(a.alias.clone(), ColType::nullable(t))),
-            // Resolution reports this for source columns; computed ones are ours.
-            None if l.derived.contains(&a.column) => errs.spanned_help(
-                sp.arg.as_ref().unwrap_or(&sp.call),
-                format!(
-                    "{}({}) is not defined on {} columns (`{}` is {})",
-                    a.func.name(),
-                    a.column,
-                    input.ty.dtype,
-                    a.column,
-                    rust_type_name(input.ty)
-                ),
-                match a.func {
-                    AggFn::Sum | AggFn::Avg => "sum and avg take int32, int64 or float64 columns",
-                    _ => "min and max take numbers, strings, booleans and timestamps",
-                },
-            ),
+            // Resolution reports this where it knows the type (source columns,
+            // casts); the other computed columns are ours.
+            None if l.derived.contains(&a.column)
+                && plan_input
+                    .column(&a.column)
+                    .is_none_or(|c| c.dtype.is_none()) =>
+            {
+                errs.spanned_help(
+                    sp.arg.as_ref().unwrap_or(&sp.call),
+                    format!(
+                        "{}({}) is not defined on {} columns (`{}` is {})",
+                        a.func.name(),
+                        a.column,
+                        input.ty.dtype,
+                        a.column,
+                        rust_type_name(input.ty)
+                    ),
+                    match a.func {
+                        AggFn::Sum | AggFn::Avg => {
+                            "sum and avg take int32, int64 or float64 columns"
+                        }
+                        _ => "min and max take numbers, strings, booleans and timestamps",
+                    },
+                )
+            }
             None => {}
         }
     }
@@ -581,6 +753,12 @@ mod tests {
             ],
             OutputMode::Update,
         );
+        let mut expected = expected;
+        expected.sink = Some(SinkDecl {
+            kind: weir_plan::SinkKind::Console,
+            checkpoint: false,
+        });
+        expected.trigger = Some(weir_plan::TriggerDecl::Default);
         assert_eq!(l.plan, expected);
         assert_eq!(l.query_name, "page_views");
         assert!(weir_plan::check(&l.plan).is_empty());
@@ -663,6 +841,24 @@ mod tests {
                 ]
             }
         );
+    }
+
+    #[test]
+    fn a_mistyped_aggregate_over_a_cast_is_reported_once() {
+        let mut errs = Errors::new();
+        let q = parse_query(
+            quote! { query Q { source: rate, select: { timestamp, s: value as String },
+            group_by: [timestamp], aggregate: { t: sum(s) }, output_mode: update, sink: console } },
+            &mut errs,
+        )
+        .unwrap();
+        let l = lower(&q, &mut errs).unwrap();
+        crate::check::check_plan(&l, &mut errs);
+        output_columns(&l, &mut errs);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs.diagnostics()[0]
+            .message
+            .starts_with("sum(s) is not defined on string columns"));
     }
 
     #[test]

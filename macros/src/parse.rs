@@ -27,9 +27,14 @@ pub const KEYS: &[&str] = &[
     "schema",
     "filter",
     "select",
+    "with_column",
     "watermark",
+    "drop_duplicates",
+    "drop_duplicates_within_watermark",
     "group_by",
     "aggregate",
+    "order_by",
+    "limit",
     "output_mode",
     "trigger",
     "sink",
@@ -44,9 +49,14 @@ const PLAN_KEYS: &[&str] = &[
     "schema",
     "filter",
     "select",
+    "with_column",
     "watermark",
+    "drop_duplicates",
+    "drop_duplicates_within_watermark",
     "group_by",
     "aggregate",
+    "order_by",
+    "limit",
     "output_mode",
 ];
 
@@ -68,11 +78,17 @@ pub fn parse_query(input: TokenStream, errs: &mut Errors) -> Option<QueryDecl> {
         schema: None,
         filter: None,
         select: None,
+        with_column: None,
         watermark: None,
+        drop_duplicates: None,
+        drop_duplicates_within_watermark: None,
         group_by: None,
         aggregate: None,
+        order_by: None,
+        limit: None,
         output_mode: None,
         trigger: None,
+        trigger_tokens: None,
         sink: None,
         checkpoint: None,
         name: None,
@@ -214,7 +230,44 @@ fn parse_entry(
                 items,
             })
         }),
-        "watermark" => parse_watermark.parse2(value).map(|w| q.watermark = Some(w)),
+        "with_column" => parse_with_column.parse2(value).map(|items| {
+            q.with_column = Some(SelectDecl {
+                key: key.clone(),
+                items,
+            })
+        }),
+        "watermark" => (|i: ParseStream| parse_watermark(i, &key))
+            .parse2(value)
+            .map(|w| q.watermark = Some(w)),
+        "drop_duplicates" | "drop_duplicates_within_watermark" => {
+            (|i: ParseStream| parse_columns(i, &name))
+                .parse2(value)
+                .map(|columns| {
+                    let d = Some(ColumnsDecl {
+                        key: key.clone(),
+                        columns,
+                    });
+                    if name == "drop_duplicates" {
+                        q.drop_duplicates = d;
+                    } else {
+                        q.drop_duplicates_within_watermark = d;
+                    }
+                })
+        }
+        "order_by" => parse_order_by.parse2(value).map(|keys| {
+            q.order_by = Some(OrderByDecl {
+                key: key.clone(),
+                keys,
+            })
+        }),
+        "limit" => (|i: ParseStream| parse_limit(i, errs))
+            .parse2(value)
+            .map(|n| {
+                q.limit = n.map(|n| LimitDecl {
+                    key: key.clone(),
+                    n,
+                })
+            }),
         "group_by" => (|i: ParseStream| parse_group_by(i, errs))
             .parse2(value)
             .map(|keys| {
@@ -234,9 +287,12 @@ fn parse_entry(
         "output_mode" => (|i: ParseStream| parse_mode(i, errs))
             .parse2(value)
             .map(|m| q.output_mode = m),
-        "trigger" => (|i: ParseStream| parse_trigger(i, errs))
-            .parse2(value)
-            .map(|t| q.trigger = t),
+        "trigger" => {
+            q.trigger_tokens = Some(value.clone());
+            (|i: ParseStream| parse_trigger(i, errs))
+                .parse2(value)
+                .map(|t| q.trigger = t)
+        }
         "checkpoint" => (|i: ParseStream| parse_nonempty_str(i, errs, "checkpoint"))
             .parse2(value)
             .map(|s| q.checkpoint = s),
@@ -308,6 +364,11 @@ fn parse_schema(input: ParseStream, errs: &mut Errors) -> syn::Result<SchemaDecl
 
 /// `{ column, name: expr, ... }`.
 fn parse_select(input: ParseStream) -> syn::Result<Vec<SelectItemDecl>> {
+    parse_items(input, "select")
+}
+
+/// The items of `select:` or `with_column:`.
+fn parse_items(input: ParseStream, key: &str) -> syn::Result<Vec<SelectItemDecl>> {
     let content;
     let braces = syn::braced!(content in input);
     let mut items = vec![];
@@ -335,14 +396,90 @@ fn parse_select(input: ParseStream) -> syn::Result<Vec<SelectItemDecl>> {
     if items.is_empty() {
         return Err(syn::Error::new(
             braces.span.join(),
-            "`select:` needs at least one column",
+            format!("`{key}:` needs at least one column"),
         ));
     }
     Ok(items)
 }
 
+/// `{ name: expr, ... }`: like a select, but every item computes a column
+/// (added, or replacing the column of that name) and the others stay.
+fn parse_with_column(input: ParseStream) -> syn::Result<Vec<SelectItemDecl>> {
+    let items = parse_items(input, "with_column")?;
+    for item in &items {
+        if item.expr.is_none() {
+            let a = &item.alias;
+            return Err(syn::Error::new(
+                a.span(),
+                format!("`with_column:` computes columns: write `{a}: expression`; the other columns stay as they are"),
+            ));
+        }
+    }
+    Ok(items)
+}
+
+/// `[column, ...]`, at least one.
+fn parse_columns(input: ParseStream, key: &str) -> syn::Result<Vec<Ident>> {
+    let content;
+    let brackets = syn::bracketed!(content in input);
+    let cols = Punctuated::<Ident, Token![,]>::parse_terminated(&content)?;
+    if cols.is_empty() {
+        return Err(syn::Error::new(
+            brackets.span.join(),
+            format!("`{key}:` needs at least one column, e.g. `{key}: [id]`"),
+        ));
+    }
+    Ok(cols.into_iter().collect())
+}
+
+/// `[column, column desc, column asc, ...]`.
+fn parse_order_by(input: ParseStream) -> syn::Result<Vec<(Ident, bool)>> {
+    let content;
+    let brackets = syn::bracketed!(content in input);
+    let keys = Punctuated::<(Ident, bool), Token![,]>::parse_terminated_with(&content, |i| {
+        let col: Ident = i.parse()?;
+        let desc = if i.peek(Ident) {
+            let dir: Ident = i.parse()?;
+            match dir.to_string().as_str() {
+                "desc" => true,
+                "asc" => false,
+                _ => {
+                    return Err(syn::Error::new(
+                        dir.span(),
+                        format!("expected `asc` or `desc` after `{col}`, or `,`"),
+                    ))
+                }
+            }
+        } else {
+            false
+        };
+        Ok((col, desc))
+    })?;
+    if keys.is_empty() {
+        return Err(syn::Error::new(
+            brackets.span.join(),
+            "`order_by:` needs at least one column, e.g. `order_by: [n desc]`",
+        ));
+    }
+    Ok(keys.into_iter().collect())
+}
+
+/// `N`, a whole number.
+fn parse_limit(input: ParseStream, errs: &mut Errors) -> syn::Result<Option<u64>> {
+    let lit: syn::LitInt = input.parse().map_err(|e| {
+        syn::Error::new(e.span(), "`limit:` takes a whole number, e.g. `limit: 10`")
+    })?;
+    match lit.base10_parse::<u64>() {
+        Ok(n) => Ok(Some(n)),
+        Err(_) => {
+            errs.spanned(&lit, "`limit:` takes a whole number, e.g. `limit: 10`");
+            Ok(None)
+        }
+    }
+}
+
 /// `column delay "duration"`.
-fn parse_watermark(input: ParseStream) -> syn::Result<WatermarkDecl> {
+fn parse_watermark(input: ParseStream, key: &Ident) -> syn::Result<WatermarkDecl> {
     let column: Ident = input.parse()?;
     input.parse::<kw::delay>().map_err(|e| {
         syn::Error::new(
@@ -356,7 +493,11 @@ fn parse_watermark(input: ParseStream) -> syn::Result<WatermarkDecl> {
             "expected the delay as a string, e.g. \"10 minutes\"",
         )
     })?;
-    Ok(WatermarkDecl { column, delay })
+    Ok(WatermarkDecl {
+        key: key.clone(),
+        column,
+        delay,
+    })
 }
 
 /// `[window(col, "size"[, "slide"]), column, ...]`.
@@ -557,13 +698,29 @@ fn parse_trigger(input: ParseStream, errs: &mut Errors) -> syn::Result<Option<Tr
                 }
             }
         }
+        "continuous" => {
+            let content;
+            syn::parenthesized!(content in input);
+            let lit: LitStr = content.parse()?;
+            match parse_positive_duration_ms(&lit.value()) {
+                Ok(ms) => TriggerDecl::Continuous { lit, ms: ms as u64 },
+                Err(e) => {
+                    errs.spanned_help(
+                        &lit,
+                        format!("invalid checkpoint interval \"{}\": {e}", lit.value()),
+                        "write a positive duration like \"1 second\"",
+                    );
+                    return Ok(None);
+                }
+            }
+        }
         "available_now" => TriggerDecl::AvailableNow,
         "once" => TriggerDecl::Once,
         other => {
             errs.spanned_help(
                 &ident,
                 format!("unknown trigger `{other}`"),
-                "triggers: processing_time(\"1 minute\"), available_now, once; leave `trigger:` out to run micro-batches as soon as possible",
+                "triggers: processing_time(\"1 minute\"), available_now, once, continuous(\"1 second\"); leave `trigger:` out to run micro-batches as soon as possible",
             );
             return Ok(None);
         }
@@ -650,7 +807,7 @@ mod tests {
         assert_eq!(
             e,
             [
-                "fliter: unknown key `fliter`\nhelp: did you mean `filter`? (keys: source, schema, filter, select, watermark, group_by, aggregate, output_mode, trigger, sink, checkpoint, name)",
+                "fliter: unknown key `fliter`\nhelp: did you mean `filter`? (keys: source, schema, filter, select, with_column, watermark, drop_duplicates, drop_duplicates_within_watermark, group_by, aggregate, order_by, limit, output_mode, trigger, sink, checkpoint, name)",
                 "upsert: unknown output mode `upsert`\nhelp: output modes: append, update, complete",
                 "\"0 seconds\": invalid trigger interval \"0 seconds\": the duration must be greater than zero\nhelp: write a positive duration like \"10 seconds\"; leave `trigger:` out to run micro-batches as soon as possible",
                 "cnt: unknown aggregate function `cnt`\nhelp: did you mean `count`? (aggregate functions: count, sum, min, max, avg, count_distinct)",
@@ -676,6 +833,91 @@ mod tests {
         assert!(e[1].starts_with("b: the schema has two fields named `b`"));
         assert!(e[2].contains("only doc comments"));
         assert!(e[3].contains("expected `,`; to compute a column, name it"));
+    }
+
+    #[test]
+    fn parses_the_operations_after_select() {
+        let (q, e) = parse(quote! {
+            query Q {
+                source: memory,
+                schema: S { id: String, ts: Timestamp, n: i64 },
+                with_column: { n2: n * 2, id: lower(id) },
+                watermark: ts delay "1 minute",
+                drop_duplicates: [id],
+                drop_duplicates_within_watermark: [id, n],
+                group_by: [id],
+                aggregate: { total: sum(n2) },
+                order_by: [total desc, id asc, n],
+                limit: 10,
+                output_mode: complete,
+                trigger: continuous("1 second"),
+                sink: kafka(bootstrap_servers = "localhost:9092", topic = "t"),
+            }
+        });
+        assert!(e.is_empty(), "{e:?}");
+        let q = q.unwrap();
+        assert_eq!(q.with_column.as_ref().unwrap().items.len(), 2);
+        assert_eq!(q.drop_duplicates.as_ref().unwrap().columns.len(), 1);
+        assert_eq!(
+            q.drop_duplicates_within_watermark
+                .as_ref()
+                .unwrap()
+                .columns
+                .len(),
+            2
+        );
+        let keys: Vec<(String, bool)> = q
+            .order_by
+            .as_ref()
+            .unwrap()
+            .keys
+            .iter()
+            .map(|(c, d)| (c.to_string(), *d))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("total".to_string(), true),
+                ("id".to_string(), false),
+                ("n".to_string(), false)
+            ]
+        );
+        assert_eq!(q.limit.as_ref().unwrap().n, 10);
+        assert!(matches!(
+            q.trigger,
+            Some(TriggerDecl::Continuous { ms: 1000, .. })
+        ));
+        assert_eq!(
+            q.trigger_tokens.unwrap().to_string(),
+            "continuous (\"1 second\")"
+        );
+    }
+
+    #[test]
+    fn operation_mistakes() {
+        let (q, e) = parse(quote! {
+            query Q {
+                source: memory,
+                schema: S { id: String, n: i64 },
+                with_column: { id },
+                drop_duplicates: [],
+                order_by: [n up],
+                limit: "10",
+                trigger: continuous("0 seconds"),
+                sink: console,
+            }
+        });
+        assert!(q.unwrap().incomplete);
+        assert_eq!(
+            e,
+            [
+                ": `with_column:` computes columns: write `id: expression`; the other columns stay as they are",
+                ": `drop_duplicates:` needs at least one column, e.g. `drop_duplicates: [id]`",
+                ": expected `asc` or `desc` after `n`, or `,`",
+                ": `limit:` takes a whole number, e.g. `limit: 10`",
+                "\"0 seconds\": invalid checkpoint interval \"0 seconds\": the duration must be greater than zero\nhelp: write a positive duration like \"1 second\"",
+            ]
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 
 use proc_macro2::TokenStream;
 use quote::quote;
-use weir_plan::{AggFn, GroupKey, JoinType, Op, OutputMode, StreamPlan, WatermarkPolicy};
+use weir_plan::{
+    AggFn, GroupKey, JoinType, Op, OutputMode, SinkKind, StreamPlan, TriggerDecl, WatermarkPolicy,
+};
 
 use crate::types::data_type_tokens;
 
@@ -145,6 +147,28 @@ fn op(o: &Op) -> TokenStream {
     }
 }
 
+fn sink_kind(k: SinkKind) -> TokenStream {
+    match k {
+        SinkKind::Console => quote!(Console),
+        SinkKind::Memory => quote!(Memory),
+        SinkKind::File => quote!(File),
+        SinkKind::ForeachBatch => quote!(ForeachBatch),
+        SinkKind::Kafka => quote!(Kafka),
+        SinkKind::KafkaJson => quote!(KafkaJson),
+        SinkKind::Other => quote!(Other),
+    }
+}
+
+fn trigger(t: TriggerDecl) -> TokenStream {
+    match t {
+        TriggerDecl::Default => quote!(Default),
+        TriggerDecl::ProcessingTime(ms) => quote!(ProcessingTime(#ms)),
+        TriggerDecl::AvailableNow => quote!(AvailableNow),
+        TriggerDecl::Once => quote!(Once),
+        TriggerDecl::Continuous(ms) => quote!(Continuous(#ms)),
+    }
+}
+
 /// An expression of type `::weir::plan::StreamPlan` equal to `plan`. Static
 /// tables are not written by the macro and come out empty.
 pub fn plan(plan: &StreamPlan) -> TokenStream {
@@ -168,6 +192,23 @@ pub fn plan(plan: &StreamPlan) -> TokenStream {
         WatermarkPolicy::Min => quote!(Min),
         WatermarkPolicy::Max => quote!(Max),
     };
+    let sink = match &plan.sink {
+        Some(d) => {
+            let (k, c) = (sink_kind(d.kind), d.checkpoint);
+            quote!(::std::option::Option::Some(::weir::plan::SinkDecl {
+                kind: ::weir::plan::SinkKind::#k,
+                checkpoint: #c,
+            }))
+        }
+        None => quote!(::std::option::Option::None),
+    };
+    let trig = match plan.trigger {
+        Some(t) => {
+            let t = trigger(t);
+            quote!(::std::option::Option::Some(::weir::plan::TriggerDecl::#t))
+        }
+        None => quote!(::std::option::Option::None),
+    };
     quote! {{
         let mut sources = ::std::collections::BTreeMap::new();
         #(#sources)*
@@ -181,8 +222,8 @@ pub fn plan(plan: &StreamPlan) -> TokenStream {
                 no_data_batches: #no_data,
                 watermark_policy: ::weir::plan::WatermarkPolicy::#policy,
             },
-            sink: ::std::option::Option::None,
-            trigger: ::std::option::Option::None,
+            sink: #sink,
+            trigger: #trig,
         }
     }}
 }
@@ -218,5 +259,20 @@ mod tests {
         );
         assert!(t.contains(":: weir :: plan :: OutputMode :: Update"));
         assert!(t.contains("n : 3u64"));
+        let mut p = p;
+        p.sink = Some(weir_plan::SinkDecl {
+            kind: SinkKind::File,
+            checkpoint: true,
+        });
+        p.trigger = Some(TriggerDecl::ProcessingTime(5000));
+        let t = plan(&p).to_string();
+        assert!(
+            t.contains("kind : :: weir :: plan :: SinkKind :: File , checkpoint : true"),
+            "{t}"
+        );
+        assert!(
+            t.contains(":: weir :: plan :: TriggerDecl :: ProcessingTime (5000u64)"),
+            "{t}"
+        );
     }
 }

@@ -1,14 +1,18 @@
-//! The streaming rules: what Spark's `UnsupportedOperationChecker` refuses at
-//! `start()`, as small functions over a [`StreamPlan`]. The macro reports
+//! The streaming rules: what Spark refuses at `start()` (its
+//! `UnsupportedOperationChecker`, and the sink, trigger and checkpoint checks
+//! of `DataStreamWriter`, `DataSource` and `KafkaWriter`), as small functions
+//! over a [`StreamPlan`]. The sink and trigger rules apply when the plan
+//! declares them (`plan.sink`, `plan.trigger`). The macro reports
 //! each [`Violation`] as a compile error at the token it names; the engine's
 //! builder returns the same text as a run-time error. [`check`] collects all
 //! of them, not just the first.
 
 use std::collections::BTreeMap;
 
-use crate::plan::{AggFn, GroupKey, JoinType, Op, OutputMode, StreamPlan};
+use crate::plan::{AggFn, GroupKey, JoinType, Op, OutputMode, SinkKind, StreamPlan, TriggerDecl};
 use crate::resolve::{resolve, NodeSchema};
 use crate::sql;
+use crate::types::DataType;
 
 /// Which rule a violation breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,6 +51,19 @@ pub enum Rule {
     StreamStreamOuterJoinWithoutWatermark,
     /// An outer join whose streaming side is the one that would be null-padded.
     StreamStaticOuterJoin,
+    /// A file sink in a mode other than append.
+    FileSinkNotAppend,
+    /// A Kafka sink without a string or binary `value` column (or with a
+    /// `key` or `topic` column of the wrong type).
+    KafkaSinkColumns,
+    /// A sink that needs a checkpoint location, without one.
+    CheckpointRequired,
+    /// An operation other than filter and projection under a continuous trigger.
+    ContinuousUnsupportedOperation,
+    /// `current_timestamp()` and friends under a continuous trigger.
+    ContinuousCurrentTime,
+    /// A sink that cannot run under a continuous trigger (`foreach_batch`).
+    ContinuousUnsupportedSink,
 }
 
 /// Which part of an op a violation points at, so the macro can find the token.
@@ -88,6 +105,10 @@ pub enum Location {
     },
     /// A node's input.
     Node(usize),
+    /// The sink (and its checkpoint location).
+    Sink,
+    /// The trigger.
+    Trigger,
 }
 
 impl Location {
@@ -222,6 +243,12 @@ const RULES: &[RuleFn] = &[
     dedup_within_watermark_needs_watermark,
     stream_stream_join_append_only,
     outer_joins_need_watermark_or_static_side,
+    continuous_only_map_like_operations,
+    continuous_no_current_time,
+    continuous_not_into_foreach_batch,
+    file_sink_append_only,
+    kafka_sink_needs_value_column,
+    sink_needs_checkpoint,
 ];
 
 /// Spark: `Append output mode not supported when there are streaming
@@ -543,6 +570,193 @@ fn outer_joins_need_watermark_or_static_side(cx: &Ctx, out: &mut Vec<Violation>)
     }
 }
 
+/// True when the query runs under a continuous trigger.
+fn is_continuous(cx: &Ctx) -> bool {
+    matches!(cx.plan.trigger, Some(TriggerDecl::Continuous(_)))
+}
+
+/// Spark: `UnsupportedOperationChecker.checkForContinuous`: `Continuous
+/// processing does not support <operator> operations.` Only map-like
+/// operators (project, filter) run continuously. The operator names are
+/// those of Spark's logical plan, as its message prints them.
+fn continuous_only_map_like_operations(cx: &Ctx, out: &mut Vec<Violation>) {
+    if !is_continuous(cx) {
+        return;
+    }
+    for (ni, oi, op) in cx.result_ops() {
+        let (operator, what) = match op {
+            Op::Filter { .. } | Op::Select { .. } | Op::WithColumn { .. } => continue,
+            Op::Watermark { .. } => ("EventTimeWatermark", "watermarks"),
+            Op::Aggregate { .. } => ("Aggregate", "aggregations"),
+            Op::Dedup {
+                within_watermark: false,
+                ..
+            } => ("Deduplicate", "drop_duplicates"),
+            Op::Dedup {
+                within_watermark: true,
+                ..
+            } => (
+                "DeduplicateWithinWatermark",
+                "drop_duplicates_within_watermark",
+            ),
+            Op::Join { .. } => ("Join", "joins"),
+            Op::Sort { .. } => ("Sort", "sorting"),
+            Op::Limit { .. } => ("LocalLimit", "limits"),
+        };
+        out.push(Violation::new(
+            Rule::ContinuousUnsupportedOperation,
+            Location::Op { node: ni, op: oi, part: Part::Whole },
+            format!("Continuous processing does not support {operator} operations."),
+            Some(format!("continuous processing runs only filter, select and with_column; for {what}, use a micro-batch trigger, e.g. `trigger: processing_time(\"1 second\")`")),
+        ));
+    }
+}
+
+/// Spark (same check): `Continuous processing does not support current time
+/// operations.` (`current_timestamp()`, `now()`, `current_date()`,
+/// `localtimestamp()`).
+fn continuous_no_current_time(cx: &Ctx, out: &mut Vec<Violation>) {
+    if !is_continuous(cx) {
+        return;
+    }
+    for (ni, oi, op) in cx.result_ops() {
+        let exprs: Vec<(&str, Part)> = match op {
+            Op::Filter { predicate } => vec![(predicate, Part::Whole)],
+            Op::WithColumn { expr, .. } => vec![(expr, Part::Whole)],
+            Op::Select { columns } => columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.expr.as_str(), Part::Item(i)))
+                .collect(),
+            _ => continue,
+        };
+        for (expr, part) in exprs {
+            if sql::uses_current_time(expr) {
+                out.push(Violation::new(
+                    Rule::ContinuousCurrentTime,
+                    Location::Op { node: ni, op: oi, part },
+                    "Continuous processing does not support current time operations.".into(),
+                    Some("compare with the rows' own event-time column instead of the current time, or use a micro-batch trigger, e.g. `trigger: processing_time(\"1 second\")`".into()),
+                ));
+            }
+        }
+    }
+}
+
+/// Spark: `DataStreamWriter.start`: `'foreachBatch' is not supported with
+/// continuous trigger`.
+fn continuous_not_into_foreach_batch(cx: &Ctx, out: &mut Vec<Violation>) {
+    let into_foreach_batch = cx
+        .plan
+        .sink
+        .as_ref()
+        .is_some_and(|s| s.kind == SinkKind::ForeachBatch);
+    if is_continuous(cx) && into_foreach_batch {
+        out.push(Violation::new(
+            Rule::ContinuousUnsupportedSink,
+            Location::Trigger,
+            "'foreachBatch' is not supported with continuous trigger".into(),
+            Some("foreach_batch works on micro-batches: use a micro-batch trigger, e.g. `trigger: processing_time(\"1 second\")`".into()),
+        ));
+    }
+}
+
+/// Spark: `DataSource.createSink` for a file format: `Data source <format>
+/// does not support <mode> output mode`. A file, once written, is never
+/// rewritten: the file sink only appends.
+fn file_sink_append_only(cx: &Ctx, out: &mut Vec<Violation>) {
+    let Some(sink) = &cx.plan.sink else { return };
+    if sink.kind != SinkKind::File || cx.plan.output_mode == OutputMode::Append {
+        return;
+    }
+    out.push(Violation::new(
+        Rule::FileSinkNotAppend,
+        Location::Sink,
+        format!(
+            "Data source {} does not support {} output mode",
+            sink.kind.name(),
+            cx.plan.output_mode.spark_name()
+        ),
+        Some("the file sink writes each row once: use output_mode: append (an aggregation then needs a watermark), or a console, memory or foreach_batch sink".into()),
+    ));
+}
+
+/// Spark: `KafkaWriter.validateQuery`: `Required attribute 'value' not
+/// found`; `value` and `key` must be string or binary (`<column> attribute
+/// unsupported type <type>. <column> must be a(n) string or binary`). A
+/// `topic` column is not checked here: the plan does not say whether the
+/// sink's `topic` option (which wins over the column) is set.
+fn kafka_sink_needs_value_column(cx: &Ctx, out: &mut Vec<Violation>) {
+    if !cx
+        .plan
+        .sink
+        .as_ref()
+        .is_some_and(|s| s.kind == SinkKind::Kafka)
+    {
+        return;
+    }
+    let Some(result) = cx.schemas.get(&cx.plan.result) else {
+        return;
+    };
+    if result.column("value").is_none() {
+        out.push(Violation::new(
+            Rule::KafkaSinkColumns,
+            Location::Sink,
+            "Required attribute 'value' not found".into(),
+            Some(format!(
+                "the Kafka sink writes each row's `value` column (string or binary) as the record's value, and its `key` column, if any, as the key; the result has {}: compute a `value`, e.g. `value: x as String` in `select:`",
+                list_columns(result)
+            )),
+        ));
+    }
+    for name in ["value", "key"] {
+        let Some(t) = result.column(name).and_then(|c| c.dtype) else {
+            continue;
+        };
+        if matches!(t, DataType::String | DataType::Binary) {
+            continue;
+        }
+        out.push(Violation::new(
+            Rule::KafkaSinkColumns,
+            Location::Sink,
+            format!(
+                "{name} attribute unsupported type {}. {name} must be a(n) string or binary",
+                t.spark_name()
+            ),
+            Some(format!(
+                "convert it in `select:`, e.g. `{name}: {name} as String`"
+            )),
+        ));
+    }
+}
+
+/// The columns of a schema, for help lines.
+fn list_columns(s: &NodeSchema) -> String {
+    if s.columns.is_empty() {
+        return "no columns".into();
+    }
+    let names: Vec<String> = s.columns.iter().map(|c| format!("`{}`", c.name)).collect();
+    format!("columns {}", names.join(", "))
+}
+
+/// Spark: `StreamingQueryManager.createQuery`: `checkpointLocation must be
+/// specified either through option("checkpointLocation", ...) or
+/// SparkSession.conf.set("spark.sql.streaming.checkpointLocation", ...)`.
+/// Only the console and memory sinks run on a temporary checkpoint
+/// ([`SinkKind::needs_checkpoint`]).
+fn sink_needs_checkpoint(cx: &Ctx, out: &mut Vec<Violation>) {
+    let Some(sink) = &cx.plan.sink else { return };
+    if sink.checkpoint || !sink.kind.needs_checkpoint() {
+        return;
+    }
+    out.push(Violation::new(
+        Rule::CheckpointRequired,
+        Location::Sink,
+        "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...)".into(),
+        Some("the query keeps its progress in the checkpoint, to restart where it stopped: add `checkpoint: \"chk/<query>\"` (builder: `.checkpoint_location(dir)`); only the console and memory sinks run without one".into()),
+    ));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -710,5 +924,283 @@ mod tests {
             OutputMode::Append,
         );
         assert_eq!(rules(&p), vec![Rule::DedupWithinWatermarkWithoutWatermark]);
+    }
+
+    fn with_sink(mut p: StreamPlan, kind: SinkKind, checkpoint: bool) -> StreamPlan {
+        p.sink = Some(SinkDecl { kind, checkpoint });
+        p
+    }
+
+    #[test]
+    fn file_sink_only_appends() {
+        let p = with_sink(
+            window_count(true, OutputMode::Complete),
+            SinkKind::File,
+            true,
+        );
+        let v = check(&p);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].rule, Rule::FileSinkNotAppend);
+        assert_eq!(v[0].at, Location::Sink);
+        assert_eq!(
+            v[0].message,
+            "Data source file does not support Complete output mode"
+        );
+        let p = with_sink(window_count(true, OutputMode::Update), SinkKind::File, true);
+        assert_eq!(rules(&p), vec![Rule::FileSinkNotAppend]);
+        let p = with_sink(window_count(true, OutputMode::Append), SinkKind::File, true);
+        assert!(rules(&p).is_empty());
+        let p = with_sink(
+            window_count(true, OutputMode::Update),
+            SinkKind::Console,
+            false,
+        );
+        assert!(rules(&p).is_empty());
+    }
+
+    #[test]
+    fn kafka_sink_needs_a_value_column() {
+        let select = |items: &[(&str, &str)]| {
+            StreamPlan::single(
+                "events",
+                events(),
+                vec![Op::Select {
+                    columns: items
+                        .iter()
+                        .map(|(e, a)| SelectItem {
+                            expr: e.to_string(),
+                            alias: a.to_string(),
+                        })
+                        .collect(),
+                }],
+                OutputMode::Append,
+            )
+        };
+        let p = with_sink(
+            select(&[("key", "key"), ("ts", "ts")]),
+            SinkKind::Kafka,
+            true,
+        );
+        let v = check(&p);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].rule, Rule::KafkaSinkColumns);
+        assert_eq!(v[0].message, "Required attribute 'value' not found");
+        assert!(v[0].help.as_deref().unwrap().contains("`key`, `ts`"));
+        // `value` is a bigint, `key` a timestamp: both are reported.
+        let p = with_sink(
+            select(&[("value", "value"), ("ts", "key")]),
+            SinkKind::Kafka,
+            true,
+        );
+        let msgs: Vec<String> = check(&p).into_iter().map(|v| v.message).collect();
+        assert_eq!(
+            msgs,
+            [
+                "value attribute unsupported type bigint. value must be a(n) string or binary",
+                "key attribute unsupported type timestamp. key must be a(n) string or binary"
+            ]
+        );
+        let p = with_sink(select(&[("key", "value")]), SinkKind::Kafka, true);
+        assert!(rules(&p).is_empty());
+        // An untyped (computed) value column passes: its type is checked where it is known.
+        let p = with_sink(select(&[("upper(key)", "value")]), SinkKind::Kafka, true);
+        assert!(rules(&p).is_empty());
+        // Rows written as JSON need no `value` column, but a checkpoint still.
+        let p = with_sink(select(&[("key", "key")]), SinkKind::KafkaJson, true);
+        assert!(rules(&p).is_empty());
+        let p = with_sink(select(&[("key", "key")]), SinkKind::KafkaJson, false);
+        assert_eq!(rules(&p), vec![Rule::CheckpointRequired]);
+    }
+
+    #[test]
+    fn sinks_other_than_console_and_memory_need_a_checkpoint() {
+        let plain = || StreamPlan::single("events", events(), vec![], OutputMode::Append);
+        for kind in [
+            SinkKind::File,
+            SinkKind::ForeachBatch,
+            SinkKind::Kafka,
+            SinkKind::Other,
+        ] {
+            let v = check(&with_sink(plain(), kind, false));
+            let v: Vec<&Violation> = v
+                .iter()
+                .filter(|v| v.rule == Rule::CheckpointRequired)
+                .collect();
+            assert_eq!(v.len(), 1, "{kind:?}");
+            assert!(v[0].message.starts_with("checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...)"));
+            assert!(v[0]
+                .help
+                .as_deref()
+                .unwrap()
+                .contains("checkpoint: \"chk/<query>\""));
+            assert!(rules(&with_sink(plain(), kind, true))
+                .iter()
+                .all(|r| *r != Rule::CheckpointRequired));
+        }
+        for kind in [SinkKind::Console, SinkKind::Memory] {
+            assert!(rules(&with_sink(plain(), kind, false)).is_empty());
+        }
+        // No sink declared (a plan from the conformance format): nothing to check.
+        assert!(rules(&plain()).is_empty());
+    }
+
+    #[test]
+    fn continuous_runs_only_map_like_operations() {
+        let mut p = StreamPlan::single(
+            "events",
+            events(),
+            vec![
+                Op::Filter {
+                    predicate: "value > 0".into(),
+                },
+                Op::WithColumn {
+                    name: "k2".into(),
+                    expr: "upper(key)".into(),
+                },
+                Op::Select {
+                    columns: vec![SelectItem {
+                        expr: "ts".into(),
+                        alias: "ts".into(),
+                    }],
+                },
+            ],
+            OutputMode::Append,
+        );
+        p.trigger = Some(TriggerDecl::Continuous(1000));
+        assert!(rules(&p).is_empty());
+        let mut p = window_count(true, OutputMode::Update);
+        p.nodes[0].ops.insert(
+            1,
+            Op::Dedup {
+                columns: vec!["key".into()],
+                within_watermark: false,
+            },
+        );
+        p.nodes[0].ops.push(Op::Limit { n: 1 });
+        p.trigger = Some(TriggerDecl::Continuous(1000));
+        let v = check(&p);
+        let msgs: Vec<&str> = v
+            .iter()
+            .filter(|v| v.rule == Rule::ContinuousUnsupportedOperation)
+            .map(|v| v.message.as_str())
+            .collect();
+        assert_eq!(
+            msgs,
+            [
+                "Continuous processing does not support EventTimeWatermark operations.",
+                "Continuous processing does not support Deduplicate operations.",
+                "Continuous processing does not support Aggregate operations.",
+                "Continuous processing does not support LocalLimit operations.",
+            ]
+        );
+        // ... each at its op; and the limit in update mode breaks its own rule too.
+        assert_eq!(v[0].rule, Rule::LimitInUpdateMode);
+        assert_eq!(
+            v[1].at,
+            Location::Op {
+                node: 0,
+                op: 0,
+                part: Part::Whole
+            }
+        );
+        // The same plan on a micro-batch trigger breaks only the limit rule.
+        p.trigger = Some(TriggerDecl::ProcessingTime(1000));
+        assert_eq!(rules(&p), vec![Rule::LimitInUpdateMode]);
+    }
+
+    #[test]
+    fn continuous_has_no_current_time_and_no_foreach_batch() {
+        let mut p = StreamPlan::single(
+            "events",
+            events(),
+            vec![
+                Op::Filter {
+                    predicate: "ts > now() - INTERVAL '1 minute'".into(),
+                },
+                Op::Select {
+                    columns: vec![
+                        SelectItem {
+                            expr: "key".into(),
+                            alias: "key".into(),
+                        },
+                        SelectItem {
+                            expr: "current_timestamp()".into(),
+                            alias: "at".into(),
+                        },
+                    ],
+                },
+            ],
+            OutputMode::Append,
+        );
+        p.trigger = Some(TriggerDecl::Continuous(1000));
+        let v = check(&p);
+        assert_eq!(
+            v.iter().map(|v| (v.rule, v.at.clone())).collect::<Vec<_>>(),
+            [
+                (
+                    Rule::ContinuousCurrentTime,
+                    Location::Op {
+                        node: 0,
+                        op: 0,
+                        part: Part::Whole
+                    }
+                ),
+                (
+                    Rule::ContinuousCurrentTime,
+                    Location::Op {
+                        node: 0,
+                        op: 1,
+                        part: Part::Item(1)
+                    }
+                ),
+            ]
+        );
+        assert_eq!(
+            v[0].message,
+            "Continuous processing does not support current time operations."
+        );
+        let mut p = with_sink(
+            StreamPlan::single("events", events(), vec![], OutputMode::Append),
+            SinkKind::ForeachBatch,
+            true,
+        );
+        p.trigger = Some(TriggerDecl::Continuous(1000));
+        let v = check(&p);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].at, Location::Trigger);
+        assert_eq!(
+            v[0].message,
+            "'foreachBatch' is not supported with continuous trigger"
+        );
+    }
+
+    #[test]
+    fn every_violation_is_reported() {
+        // Complete mode into a file sink without checkpoint, sorted without
+        // an aggregation, distinct count: every rule speaks.
+        let mut p = StreamPlan::single(
+            "events",
+            events(),
+            vec![Op::Sort {
+                by: vec![SortKey {
+                    column: "ts".into(),
+                    desc: false,
+                }],
+            }],
+            OutputMode::Complete,
+        );
+        p.sink = Some(SinkDecl {
+            kind: SinkKind::File,
+            checkpoint: false,
+        });
+        assert_eq!(
+            rules(&p),
+            vec![
+                Rule::CompleteWithoutAggregation,
+                Rule::SortWithoutCompleteAggregation,
+                Rule::FileSinkNotAppend,
+                Rule::CheckpointRequired
+            ]
+        );
     }
 }

@@ -14,6 +14,8 @@ pub enum DurationError {
     MissingUnit(String),
     /// The duration is zero or negative where a positive one is needed.
     NotPositive,
+    /// The duration is negative (where zero is allowed).
+    Negative,
 }
 
 impl std::fmt::Display for DurationError {
@@ -27,6 +29,7 @@ impl std::fmt::Display for DurationError {
             ),
             DurationError::MissingUnit(n) => write!(f, "`{n}` has no time unit after it"),
             DurationError::NotPositive => write!(f, "the duration must be greater than zero"),
+            DurationError::Negative => write!(f, "the duration must not be negative"),
         }
     }
 }
@@ -83,7 +86,7 @@ pub fn parse_duration_ms(s: &str) -> Result<i64, DurationError> {
         total += (n * ms as f64).round() as i64;
     }
     if total < 0 {
-        return Err(DurationError::NotPositive);
+        return Err(DurationError::Negative);
     }
     Ok(total)
 }
@@ -91,9 +94,9 @@ pub fn parse_duration_ms(s: &str) -> Result<i64, DurationError> {
 /// Parses a duration that must be greater than zero (window sizes, slides,
 /// trigger intervals, session gaps).
 pub fn parse_positive_duration_ms(s: &str) -> Result<i64, DurationError> {
-    match parse_duration_ms(s)? {
-        0 => Err(DurationError::NotPositive),
-        n => Ok(n),
+    match parse_duration_ms(s) {
+        Ok(0) | Err(DurationError::Negative) => Err(DurationError::NotPositive),
+        other => other,
     }
 }
 
@@ -132,6 +135,14 @@ mod tests {
         );
         assert_eq!(
             parse_positive_duration_ms("0 minutes"),
+            Err(DurationError::NotPositive)
+        );
+        assert_eq!(
+            parse_duration_ms("-10 minutes"),
+            Err(DurationError::Negative)
+        );
+        assert_eq!(
+            parse_positive_duration_ms("-10 minutes"),
             Err(DurationError::NotPositive)
         );
     }

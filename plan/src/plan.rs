@@ -57,11 +57,23 @@ pub enum SinkKind {
     ForeachBatch,
     /// Kafka: needs a `value` column.
     Kafka,
+    /// Kafka, writing each whole row as a JSON value (weir's
+    /// `KafkaSink::json_values`, beyond Spark): no `value` column needed.
+    KafkaJson,
     /// Any other sink (user-defined).
     Other,
 }
 
 impl SinkKind {
+    /// Whether a query writing to this sink must be given a checkpoint
+    /// location. Console and memory sinks run on a temporary one when none
+    /// is given (Spark's `useTempCheckpointLocation`); every other sink needs
+    /// one. Unlike Spark, which also gives `foreachBatch` a temporary
+    /// checkpoint, weir requires a real one for `foreach_batch` too.
+    pub fn needs_checkpoint(self) -> bool {
+        !matches!(self, SinkKind::Console | SinkKind::Memory)
+    }
+
     /// Spark's name for the sink format.
     pub fn name(self) -> &'static str {
         match self {
@@ -69,7 +81,7 @@ impl SinkKind {
             SinkKind::Memory => "memory",
             SinkKind::File => "file",
             SinkKind::ForeachBatch => "foreachBatch",
-            SinkKind::Kafka => "kafka",
+            SinkKind::Kafka | SinkKind::KafkaJson => "kafka",
             SinkKind::Other => "custom",
         }
     }

@@ -307,6 +307,14 @@ fn apply_op(
                         });
                     }
                 }
+                if keys[..i].iter().any(|p| p.output_name() == k.output_name()) {
+                    errs.push(Violation::new(
+                        Rule::DuplicateColumn,
+                        at(Part::Key(i)),
+                        format!("duplicate output column `{}`", k.output_name()),
+                        Some("group by each column once, and by at most one window".into()),
+                    ));
+                }
             }
             for (i, a) in aggs.iter().enumerate() {
                 let input = if a.column == "*" {
@@ -431,7 +439,7 @@ fn apply_op(
 }
 
 /// The column an expression produces: a bare column keeps its type and
-/// watermark; anything else is untyped here.
+/// watermark; `CAST(... AS T)` has type `T`; anything else is untyped here.
 fn derived(cur: &NodeSchema, expr: &str, name: &str) -> Column {
     let toks = sql::tokenize(expr);
     if let [sql::Token::Ident(src)] = toks.as_slice() {
@@ -444,8 +452,42 @@ fn derived(cur: &NodeSchema, expr: &str, name: &str) -> Column {
     }
     Column {
         name: name.to_string(),
-        dtype: None,
+        dtype: cast_type(&toks),
         watermark: false,
+    }
+}
+
+/// The target type of an expression that is one `CAST(... AS T)`.
+fn cast_type(toks: &[sql::Token]) -> Option<DataType> {
+    use sql::Token::{Ident, Symbol};
+    let [Ident(cast), Symbol(open), inner @ .., Ident(as_), Ident(ty), Symbol(close)] = toks else {
+        return None;
+    };
+    if !cast.eq_ignore_ascii_case("cast")
+        || open != "("
+        || close != ")"
+        || !as_.eq_ignore_ascii_case("as")
+    {
+        return None;
+    }
+    // The parenthesis after CAST must be the one that closes last.
+    let mut depth = 0i32;
+    for t in inner {
+        match t {
+            Symbol(s) if s == "(" => depth += 1,
+            Symbol(s) if s == ")" => {
+                depth -= 1;
+                if depth < 0 {
+                    return None;
+                }
+            }
+            _ => {}
+        }
+    }
+    match ty.to_ascii_lowercase().as_str() {
+        "varchar" | "text" => Some(DataType::String),
+        "bytea" => Some(DataType::Binary),
+        other => DataType::parse(other),
     }
 }
 
@@ -530,6 +572,62 @@ mod tests {
         assert!(r.columns[0].watermark);
         assert_eq!(r.column("s").unwrap().dtype, Some(DataType::Int64));
         assert_eq!(r.column("a").unwrap().dtype, Some(DataType::Float64));
+    }
+
+    #[test]
+    fn casts_have_their_target_type() {
+        let t = |e: &str| cast_type(&sql::tokenize(e));
+        assert_eq!(t("CAST(n * 2 AS BIGINT)"), Some(DataType::Int64));
+        assert_eq!(t("CAST(hour(ts) AS INT)"), Some(DataType::Int32));
+        assert_eq!(t("cast(x as varchar)"), Some(DataType::String));
+        assert_eq!(t("CAST(a AS INT) + CAST(b AS INT)"), None);
+        assert_eq!(t("n * 2"), None);
+    }
+
+    #[test]
+    fn duplicate_keys_and_negative_delays_are_reported() {
+        let p = StreamPlan::single(
+            "events",
+            events(),
+            vec![
+                Op::Watermark {
+                    column: "ts".into(),
+                    delay: "-1 minute".into(),
+                },
+                Op::Aggregate {
+                    keys: vec![
+                        GroupKey::Column {
+                            column: "key".into(),
+                        },
+                        GroupKey::Column {
+                            column: "key".into(),
+                        },
+                    ],
+                    aggs: vec![],
+                },
+            ],
+            OutputMode::Update,
+        );
+        let (_, errs) = resolve(&p);
+        let got: Vec<(Rule, &str)> = errs.iter().map(|e| (e.rule, e.message.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    Rule::BadDuration,
+                    "invalid watermark delay \"-1 minute\": the duration must not be negative"
+                ),
+                (Rule::DuplicateColumn, "duplicate output column `key`"),
+            ]
+        );
+        assert_eq!(
+            errs[1].at,
+            Location::Op {
+                node: 0,
+                op: 1,
+                part: Part::Key(1)
+            }
+        );
     }
 
     #[test]

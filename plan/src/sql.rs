@@ -163,6 +163,22 @@ pub fn window_function(sql: &str) -> Option<(String, String)> {
     Some((call.to_ascii_uppercase(), spec.to_string()))
 }
 
+/// True when the expression reads the current time (`current_timestamp()`,
+/// `now()`, `current_date()`, `localtimestamp()`; with or without
+/// parentheses where SQL allows that).
+pub fn uses_current_time(sql: &str) -> bool {
+    let toks = tokenize(sql);
+    toks.iter().enumerate().any(|(i, t)| {
+        let Token::Ident(name) = t else { return false };
+        let call = matches!(toks.get(i + 1), Some(Token::Symbol(s)) if s == "(");
+        match name.to_ascii_lowercase().as_str() {
+            "current_timestamp" | "current_date" | "localtimestamp" => true,
+            "now" => call,
+            _ => false,
+        }
+    })
+}
+
 fn find_word(haystack: &str, word: &str) -> Option<usize> {
     let bytes = haystack.as_bytes();
     let mut from = 0;
@@ -254,6 +270,15 @@ mod tests {
         assert_eq!(spec, "PARTITION BY key ORDER BY ts");
         assert!(window_function("value + 1").is_none());
         assert!(window_function("overflow + 1").is_none());
+    }
+
+    #[test]
+    fn detects_current_time() {
+        assert!(uses_current_time("ts > now() - INTERVAL '1 minute'"));
+        assert!(uses_current_time("CURRENT_TIMESTAMP"));
+        assert!(uses_current_time("current_date() = d"));
+        assert!(!uses_current_time("now > 1"));
+        assert!(!uses_current_time("'now()' = s"));
     }
 
     #[test]

@@ -3,17 +3,35 @@
 
 mod common;
 mod conformance;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod external_sinks;
 mod joins;
+#[cfg(feature = "kafka")]
+mod kafka;
 mod macros;
 mod recovery;
 mod sinks;
 mod triggers;
+#[cfg(feature = "ui")]
+mod ui;
 
 // The `ui-tests/pass` cases: valid `stream_query!` declarations, compiled
 // (and their tests run) as part of this binary.
 #[allow(dead_code)]
+#[path = "../../ui-tests/pass/clicks_enriched.rs"]
+mod pass_clicks_enriched;
+#[allow(dead_code)]
+#[path = "../../ui-tests/pass/dedup_events.rs"]
+mod pass_dedup_events;
+#[allow(dead_code)]
+#[path = "../../ui-tests/pass/files_append.rs"]
+mod pass_files_append;
+#[allow(dead_code)]
 #[path = "../../ui-tests/pass/foreach_batch.rs"]
 mod pass_foreach_batch;
+#[allow(dead_code)]
+#[path = "../../ui-tests/pass/micro_batches.rs"]
+mod pass_micro_batches;
 #[allow(dead_code)]
 #[path = "../../ui-tests/pass/page_views.rs"]
 mod pass_page_views;
@@ -23,3 +41,6 @@ mod pass_rate_lab;
 #[allow(dead_code)]
 #[path = "../../ui-tests/pass/shop_totals.rs"]
 mod pass_shop_totals;
+#[allow(dead_code)]
+#[path = "../../ui-tests/pass/top_shops.rs"]
+mod pass_top_shops;

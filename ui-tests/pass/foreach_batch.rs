@@ -1,5 +1,6 @@
 //! Two `foreach_batch` sinks: a function path that reads typed rows, and a
 //! closure; plus the socket source and the once / available-now triggers.
+//! Each has its checkpoint (`foreach_batch_without_checkpoint` is refused).
 
 weir::stream_query! {
     /// Even values of the rate source with derived columns, per micro-batch.
@@ -9,6 +10,7 @@ weir::stream_query! {
         select: { timestamp, value, half: value / 2, big: value > 100, ratio: value as f64 / 3.0 },
         trigger: once,
         sink: foreach_batch(print_batch),
+        checkpoint: "chk/even_values",
     }
 }
 
@@ -46,6 +48,7 @@ weir::stream_query! {
             }
             Ok(())
         }),
+        checkpoint: "chk/words",
     }
 }
 

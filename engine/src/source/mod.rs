@@ -6,6 +6,7 @@
 pub mod file;
 pub mod memory;
 pub mod rate;
+pub mod rate_micro_batch;
 pub mod socket;
 
 use std::path::PathBuf;
@@ -18,6 +19,7 @@ use crate::error::Result;
 pub use file::{FileFormat, FileSource};
 pub use memory::MemoryStream;
 pub use rate::RateSource;
+pub use rate_micro_batch::RateMicroBatchSource;
 pub use socket::SocketSource;
 
 /// A source position, as JSON (each source defines its shape; it is written

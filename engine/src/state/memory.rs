@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::checkpoint::write_atomic;
 use crate::error::{Result, WeirError};
 
-use super::StateStore;
+use super::{StateIter, StateStore};
 
 /// A full snapshot is written every this many versions.
 pub const SNAPSHOT_INTERVAL: u64 = 10;
@@ -196,7 +196,7 @@ impl StateStore for MemoryStateStore {
         }
     }
 
-    fn iter(&self) -> Box<dyn Iterator<Item = (Cow<'_, [u8]>, Cow<'_, [u8]>)> + '_> {
+    fn iter(&self) -> StateIter<'_> {
         Box::new(
             self.map
                 .iter()

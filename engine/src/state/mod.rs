@@ -19,6 +19,9 @@ use crate::error::Result;
 pub use self::rocksdb::{RocksDbStateProvider, RocksDbStateStore};
 pub use memory::MemoryStateStore;
 
+/// Iterates a store's key/value pairs.
+pub type StateIter<'a> = Box<dyn Iterator<Item = (Cow<'a, [u8]>, Cow<'a, [u8]>)> + 'a>;
+
 /// One operator partition's versioned key/value state.
 pub trait StateStore: Send {
     /// The value of `key` (borrowed where the store can).
@@ -28,7 +31,7 @@ pub trait StateStore: Send {
     /// Removes `key`.
     fn remove(&mut self, key: &[u8]);
     /// All pairs (including this batch's uncommitted writes).
-    fn iter(&self) -> Box<dyn Iterator<Item = (Cow<'_, [u8]>, Cow<'_, [u8]>)> + '_>;
+    fn iter(&self) -> StateIter<'_>;
     /// Number of keys.
     fn len(&self) -> usize;
     /// True when there are no keys.
@@ -84,7 +87,7 @@ impl StateStore for PartitionedStore {
         let p = self.part(key);
         self.parts[p].remove(key)
     }
-    fn iter(&self) -> Box<dyn Iterator<Item = (Cow<'_, [u8]>, Cow<'_, [u8]>)> + '_> {
+    fn iter(&self) -> StateIter<'_> {
         Box::new(self.parts.iter().flat_map(|p| p.iter()))
     }
     fn len(&self) -> usize {

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use rocksdb::{IteratorMode, Options, WriteBatch, DB};
 
 use super::memory::{decode, encode, SNAPSHOT_INTERVAL};
-use super::{StateStore, StateStoreProvider};
+use super::{StateIter, StateStore, StateStoreProvider};
 use crate::checkpoint::write_atomic;
 use crate::error::{Result, WeirError};
 
@@ -167,7 +167,7 @@ impl StateStore for RocksDbStateStore {
         }
     }
 
-    fn iter(&self) -> Box<dyn Iterator<Item = (Cow<'_, [u8]>, Cow<'_, [u8]>)> + '_> {
+    fn iter(&self) -> StateIter<'_> {
         Box::new(
             self.db
                 .iterator(IteratorMode::Start)

@@ -1,0 +1,442 @@
+//! The scenarios: each builds a query through the real engine (checkpointing
+//! on), runs a fixed number of micro-batches through a no-op sink, and
+//! reports what it measured.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use weir::arrow::array::{Int64Array, StringArray, TimestampMicrosecondArray};
+use weir::arrow::datatypes::SchemaRef;
+use weir::arrow::record_batch::RecordBatch;
+use weir::functions::{col, count_star, sliding_window, window};
+use weir::plan::{DataType, Field, OutputMode};
+use weir::sink::Sink;
+use weir::source::{Offset, RateMicroBatchSource, Source};
+use weir::{QueryListener, Session, SessionConfig, StreamingQueryProgress, WeirError};
+
+/// Command-line options.
+pub struct Opts {
+    batches: i64,
+    rows_per_batch: u64,
+    mode: OutputMode,
+    state: String,
+    fsync: bool,
+}
+
+impl Opts {
+    /// Parses `--flag value` pairs.
+    pub fn parse(args: &[String]) -> Result<Opts, String> {
+        let mut o = Opts {
+            batches: 0,
+            rows_per_batch: 0,
+            mode: OutputMode::Update,
+            state: "memory".into(),
+            fsync: true,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let v = it.next().ok_or_else(|| format!("{a} needs a value"))?;
+            match a.as_str() {
+                "--batches" => o.batches = v.parse().map_err(|_| format!("bad --batches {v}"))?,
+                "--rows-per-batch" => {
+                    o.rows_per_batch = v.parse().map_err(|_| format!("bad --rows-per-batch {v}"))?
+                }
+                "--mode" => {
+                    o.mode = match v.as_str() {
+                        "update" => OutputMode::Update,
+                        "append" => OutputMode::Append,
+                        _ => return Err(format!("bad --mode {v}")),
+                    }
+                }
+                "--state" => o.state = v.clone(),
+                "--fsync" => o.fsync = v == "true",
+                _ => return Err(format!("unknown flag {a}")),
+            }
+        }
+        Ok(o)
+    }
+
+    fn or(&self, batches: i64, rows: u64) -> (i64, u64) {
+        (
+            if self.batches > 0 {
+                self.batches
+            } else {
+                batches
+            },
+            if self.rows_per_batch > 0 {
+                self.rows_per_batch
+            } else {
+                rows
+            },
+        )
+    }
+}
+
+/// Discards rows, counting them.
+struct NoopSink(Arc<Mutex<u64>>);
+
+impl Sink for NoopSink {
+    fn description(&self) -> String {
+        "NoopSink".into()
+    }
+    fn add_batch(&mut self, _id: i64, batches: &[RecordBatch]) -> weir::Result<()> {
+        *self.0.lock().unwrap() += batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+        Ok(())
+    }
+}
+
+/// Records when each batch finished and its state size.
+#[derive(Default)]
+struct Timings {
+    ends: Mutex<Vec<(Instant, i64, i64)>>,
+}
+
+impl QueryListener for Timings {
+    fn on_query_progress(&self, p: &StreamingQueryProgress) {
+        let state: i64 = p.state_operators.iter().map(|s| s.num_rows_total).sum();
+        self.ends
+            .lock()
+            .unwrap()
+            .push((Instant::now(), p.num_input_rows, state));
+    }
+}
+
+/// Page views: `rows_per_batch` clicks per batch over 1000 pages, event time
+/// advancing 10 s per batch with up to 90 s of disorder, ~1% of clicks 5
+/// minutes late. Deterministic per batch.
+pub struct PageViewSource {
+    rows: u64,
+    batches: i64,
+}
+
+impl PageViewSource {
+    fn fields() -> Vec<Field> {
+        vec![
+            Field::new("page", DataType::String),
+            Field::new("event_ts", DataType::Timestamp),
+        ]
+    }
+
+    /// The rows of batch `b` (also used by the baseline).
+    pub fn batch(&self, b: i64) -> RecordBatch {
+        let base = 1_700_000_000_000_000i64 + b * 10_000_000;
+        let mut pages = Vec::with_capacity(self.rows as usize);
+        let mut ts = Vec::with_capacity(self.rows as usize);
+        let mut x: u64 = (b as u64).wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        for _ in 0..self.rows {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            pages.push(format!("/page/{}", x % 1000));
+            let jitter = ((x >> 20) % 90_000_000) as i64;
+            let late = if (x >> 40) % 100 == 0 { 300_000_000 } else { 0 };
+            ts.push(base - jitter - late);
+        }
+        RecordBatch::try_new(
+            weir::row::arrow_schema(&Self::fields()),
+            vec![
+                Arc::new(StringArray::from(pages)),
+                Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
+            ],
+        )
+        .expect("valid batch")
+    }
+}
+
+impl Source for PageViewSource {
+    fn schema(&self) -> SchemaRef {
+        weir::row::arrow_schema(&Self::fields())
+    }
+    fn description(&self) -> String {
+        "PageViewGenerator".into()
+    }
+    fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
+        let next = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
+        Ok(Some(Offset::from(next.min(self.batches - 1))))
+    }
+    fn get_batch(
+        &mut self,
+        start: Option<&Offset>,
+        end: &Offset,
+    ) -> weir::Result<Vec<RecordBatch>> {
+        let from = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
+        Ok((from..=end.as_i64().unwrap_or(-1))
+            .map(|b| self.batch(b))
+            .collect())
+    }
+}
+
+/// Keys for the sliding scenario: 1000 integer keys, event time advancing 1 minute per batch.
+struct KeyedSource {
+    rows: u64,
+    batches: i64,
+}
+
+impl Source for KeyedSource {
+    fn schema(&self) -> SchemaRef {
+        weir::row::arrow_schema(&[
+            Field::new("key", DataType::Int64),
+            Field::new("ts", DataType::Timestamp),
+        ])
+    }
+    fn description(&self) -> String {
+        "KeyedGenerator".into()
+    }
+    fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
+        let next = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
+        Ok(Some(Offset::from(next.min(self.batches - 1))))
+    }
+    fn get_batch(
+        &mut self,
+        start: Option<&Offset>,
+        end: &Offset,
+    ) -> weir::Result<Vec<RecordBatch>> {
+        let from = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
+        let mut out = Vec::new();
+        for b in from..=end.as_i64().unwrap_or(-1) {
+            let base = 1_700_000_000_000_000i64 + b * 60_000_000;
+            let keys: Vec<i64> = (0..self.rows as i64)
+                .map(|i| (i * 7919 + b) % 1000)
+                .collect();
+            let ts: Vec<i64> = (0..self.rows as i64)
+                .map(|i| base + (i % 60) * 1_000_000)
+                .collect();
+            out.push(RecordBatch::try_new(
+                self.schema(),
+                vec![
+                    Arc::new(Int64Array::from(keys)),
+                    Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
+                ],
+            )?);
+        }
+        Ok(out)
+    }
+}
+
+fn rusage() -> (f64, f64) {
+    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF is valid.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let cpu = u.ru_utime.tv_sec as f64
+        + u.ru_utime.tv_usec as f64 / 1e6
+        + u.ru_stime.tv_sec as f64
+        + u.ru_stime.tv_usec as f64 / 1e6;
+    (cpu, u.ru_maxrss as f64 / 1024.0)
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Runs a built query to the end and reports.
+fn measure(
+    name: &str,
+    session: &Session,
+    writer: weir::StreamWriter,
+    batches: i64,
+    extra: Value,
+    process_start: Instant,
+) -> weir::Result<Value> {
+    let timings = Arc::new(Timings::default());
+    session.add_listener(timings.clone());
+    let (cpu0, _) = rusage();
+    let t0 = Instant::now();
+    let q = writer.start()?;
+    q.process_all_available()?;
+    q.stop()?;
+    let secs = t0.elapsed().as_secs_f64();
+    let (cpu1, rss) = rusage();
+    let ends = timings.ends.lock().unwrap().clone();
+    let rows: i64 = ends.iter().map(|e| e.1).sum();
+    let mut lat: Vec<f64> = Vec::new();
+    let mut prev = t0;
+    for (t, _, _) in &ends {
+        lat.push(t.duration_since(prev).as_secs_f64() * 1000.0);
+        prev = *t;
+    }
+    let first_batch_ms = ends
+        .first()
+        .map(|e| e.0.duration_since(process_start).as_secs_f64() * 1000.0);
+    let state: Vec<i64> = ends.iter().map(|e| e.2).collect();
+    let mut v = json!({
+        "scenario": name,
+        "rows": rows,
+        "seconds": secs,
+        "rows_per_sec": rows as f64 / secs,
+        "rows_per_cpu_sec": rows as f64 / (cpu1 - cpu0).max(1e-9),
+        "batches": ends.len(),
+        "batches_requested": batches,
+        "latency_ms_p50": percentile(&mut lat.clone(), 0.5),
+        "latency_ms_p99": percentile(&mut lat, 0.99),
+        "peak_rss_mb": rss,
+        "ms_from_process_start_to_first_batch": first_batch_ms,
+        "state_rows_max": state.iter().max(),
+        "state_rows_last": state.last(),
+        "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+    });
+    if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
+        m.extend(e);
+    }
+    Ok(v)
+}
+
+fn session(opts: &Opts) -> weir::Result<Session> {
+    let mut conf = SessionConfig {
+        fsync_checkpoint: opts.fsync,
+        polling_delay: Duration::from_millis(1),
+        ..SessionConfig::default()
+    };
+    conf.set("spark.sql.streaming.stateStore.providerClass", &opts.state)?;
+    Ok(Session::with_config(conf))
+}
+
+/// Runs one scenario.
+pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Value> {
+    let chk = tempfile::tempdir().map_err(|e| WeirError::io("tempdir", e))?;
+    let chk_path = chk.path().to_str().unwrap_or("/tmp").to_string();
+    let sink_rows = Arc::new(Mutex::new(0));
+    let s = session(opts)?;
+    match name {
+        "lab" => {
+            let (batches, rows) = opts.or(50, 200_000);
+            let w = s
+                .read_stream(
+                    RateMicroBatchSource::new(rows)
+                        .advance_millis_per_batch(1000)
+                        .max_batches(batches),
+                )
+                .with_watermark("timestamp", "10 seconds")
+                .group_by(vec![window("timestamp", "10 seconds")])
+                .agg(vec![count_star("n")])
+                .write_stream()
+                .output_mode(OutputMode::Update)
+                .sink(NoopSink(sink_rows))
+                .checkpoint_location(&chk_path);
+            measure(
+                "lab",
+                &s,
+                w,
+                batches,
+                json!({"rows_per_batch": rows}),
+                process_start,
+            )
+        }
+        "page_views" => {
+            let (batches, rows) = opts.or(60, 100_000);
+            let w = s
+                .read_stream(PageViewSource { rows, batches })
+                .with_watermark("event_ts", "2 minutes")
+                .group_by(vec![window("event_ts", "1 minute"), col("page")])
+                .agg(vec![count_star("views")])
+                .write_stream()
+                .output_mode(opts.mode)
+                .sink(NoopSink(sink_rows))
+                .checkpoint_location(&chk_path);
+            measure(
+                "page_views",
+                &s,
+                w,
+                batches,
+                json!({"rows_per_batch": rows, "mode": format!("{:?}", opts.mode), "state": opts.state}),
+                process_start,
+            )
+        }
+        "sliding" => {
+            let (batches, rows) = opts.or(40, 100_000);
+            let w = s
+                .read_stream(KeyedSource { rows, batches })
+                .with_watermark("ts", "10 minutes")
+                .group_by(vec![
+                    sliding_window("ts", "30 minutes", "5 minutes"),
+                    col("key"),
+                ])
+                .agg(vec![count_star("n")])
+                .write_stream()
+                .output_mode(OutputMode::Update)
+                .sink(NoopSink(sink_rows))
+                .checkpoint_location(&chk_path);
+            measure(
+                "sliding",
+                &s,
+                w,
+                batches,
+                json!({"rows_per_batch": rows}),
+                process_start,
+            )
+        }
+        "tiny" => {
+            let (batches, rows) = opts.or(2000, 5);
+            let w = s
+                .read_stream(RateMicroBatchSource::new(rows).max_batches(batches))
+                .with_watermark("timestamp", "10 seconds")
+                .group_by(vec![window("timestamp", "10 seconds")])
+                .agg(vec![count_star("n")])
+                .write_stream()
+                .output_mode(OutputMode::Update)
+                .sink(NoopSink(sink_rows))
+                .checkpoint_location(&chk_path);
+            measure(
+                "tiny",
+                &s,
+                w,
+                batches,
+                json!({"rows_per_batch": rows, "fsync": opts.fsync}),
+                process_start,
+            )
+        }
+        "startup" => {
+            let w = s
+                .read_stream(RateMicroBatchSource::new(5).max_batches(1))
+                .with_watermark("timestamp", "10 seconds")
+                .group_by(vec![window("timestamp", "10 seconds")])
+                .agg(vec![count_star("n")])
+                .write_stream()
+                .output_mode(OutputMode::Update)
+                .sink(NoopSink(sink_rows))
+                .checkpoint_location(&chk_path);
+            measure("startup", &s, w, 1, json!({}), process_start)
+        }
+        "baseline" => {
+            // The ceiling: a hand-written hash aggregation of the same page
+            // views, no engine, no checkpoint.
+            let (batches, rows) = opts.or(60, 100_000);
+            let src = PageViewSource { rows, batches };
+            let data: Vec<RecordBatch> = (0..batches).map(|b| src.batch(b)).collect();
+            let (cpu0, _) = rusage();
+            let t0 = Instant::now();
+            let mut counts: HashMap<(i64, String), i64> = HashMap::new();
+            for b in &data {
+                let pages = b
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .expect("pages");
+                let ts = b
+                    .column(1)
+                    .as_any()
+                    .downcast_ref::<TimestampMicrosecondArray>()
+                    .expect("ts");
+                for i in 0..b.num_rows() {
+                    let t = ts.value(i);
+                    let w = t - t.rem_euclid(60_000_000);
+                    *counts.entry((w, pages.value(i).to_string())).or_insert(0) += 1;
+                }
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            let (cpu1, rss) = rusage();
+            let total = (batches as u64 * rows) as f64;
+            Ok(
+                json!({"scenario": "baseline", "rows": total, "seconds": secs, "rows_per_sec": total / secs, "rows_per_cpu_sec": total / (cpu1 - cpu0).max(1e-9), "groups": counts.len(), "peak_rss_mb": rss, "profile": if cfg!(debug_assertions) { "debug" } else { "release" }}),
+            )
+        }
+        other => Err(WeirError::Config(format!(
+            "unknown scenario `{other}` (lab, page_views, sliding, tiny, startup, baseline)"
+        ))),
+    }
+}

@@ -1,0 +1,102 @@
+"""The lab and page-views benchmarks on Apache Spark 3.5.1, printing the same
+JSON fields as `weir-bench`, so the two can be run side by side.
+
+Run through scripts/spark_bench.sh (it makes the venv). local[2], shuffle
+partitions 2, the rate-micro-batch source, the noop sink, a checkpoint.
+"""
+import json
+import os
+import sys
+import tempfile
+import time
+
+T0 = time.time()
+
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+
+def jvm_peak_rss_mb():
+    """VmHWM of the JVM child processes (the py4j gateway)."""
+    best = 0.0
+    me = os.getpid()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                st = f.read()
+            if f"PPid:\t{me}" not in st:
+                continue
+            for line in st.splitlines():
+                if line.startswith("VmHWM:"):
+                    best = max(best, int(line.split()[1]) / 1024.0)
+        except OSError:
+            pass
+    return best
+
+
+def pct(v, p):
+    if not v:
+        return 0.0
+    v = sorted(v)
+    return v[int(round((len(v) - 1) * p))]
+
+
+def main():
+    scenario = sys.argv[1] if len(sys.argv) > 1 else "lab"
+    batches = int(os.environ.get("BATCHES", "50" if scenario == "lab" else "60"))
+    rows = int(os.environ.get("ROWS_PER_BATCH", "200000" if scenario == "lab" else "100000"))
+    spark = (SparkSession.builder.master("local[2]").appName(f"weir-bench-{scenario}")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    src = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows)
+           .option("advanceMillisPerBatch", 1000 if scenario == "lab" else 10000).load())
+    if scenario == "lab":
+        q = (src.withWatermark("timestamp", "10 seconds")
+             .groupBy(F.window("timestamp", "10 seconds")).agg(F.count("*").alias("n")))
+    elif scenario == "page_views":
+        ev = src.select(
+            F.concat(F.lit("/page/"), (F.col("value") * 7919 % 1000).cast("string")).alias("page"),
+            (F.col("timestamp") - F.expr("make_interval(0,0,0,0,0,0, (value * 104729 % 90))")).alias("event_ts"))
+        q = (ev.withWatermark("event_ts", "2 minutes")
+             .groupBy(F.window("event_ts", "1 minute"), "page").agg(F.count("*").alias("views")))
+    else:
+        raise SystemExit(f"unknown scenario {scenario} (lab, page_views)")
+    chk = tempfile.mkdtemp(prefix="spark-bench-chk-")
+    t0 = time.time()
+    query = (q.writeStream.format("noop").outputMode("update")
+             .option("checkpointLocation", chk).start())
+    first = None
+    progress = []
+    seen = set()
+    while True:
+        for p in query.recentProgress:
+            if p["batchId"] not in seen:
+                seen.add(p["batchId"])
+                progress.append(p)
+                if first is None:
+                    first = time.time()
+        if len([p for p in progress if p["numInputRows"] > 0]) >= batches:
+            break
+        time.sleep(0.05)
+    secs = time.time() - t0
+    query.stop()
+    data = [p for p in progress if p["numInputRows"] > 0][:batches]
+    total = sum(p["numInputRows"] for p in data)
+    busy = sum(p["durationMs"]["triggerExecution"] for p in data) / 1000.0
+    lat = [p["durationMs"]["triggerExecution"] for p in data]
+    print(json.dumps({
+        "scenario": scenario, "engine": "spark-3.5.1", "rows": total, "seconds": secs,
+        "rows_per_sec": total / secs, "rows_per_busy_sec": total / max(busy, 1e-9),
+        "batches": len(data), "latency_ms_p50": pct(lat, 0.5), "latency_ms_p99": pct(lat, 0.99),
+        "peak_rss_mb": jvm_peak_rss_mb(),
+        "ms_from_process_start_to_first_batch": (first - T0) * 1000.0 if first else None,
+        "rows_per_batch": rows,
+    }))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
