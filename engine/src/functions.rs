@@ -19,6 +19,7 @@ pub fn window(column: &str, size: &str) -> GroupKey {
             expr: None,
             size: size.into(),
             slide: None,
+            gap: None,
         },
         alias: "window".into(),
     }
@@ -32,6 +33,7 @@ pub fn sliding_window(column: &str, size: &str, slide: &str) -> GroupKey {
             expr: None,
             size: size.into(),
             slide: Some(slide.into()),
+            gap: None,
         },
         alias: "window".into(),
     }
@@ -45,8 +47,24 @@ pub fn window_of_window(window_column: &str, size: &str) -> GroupKey {
             expr: Some(format!("window_time({window_column})")),
             size: size.into(),
             slide: None,
+            gap: None,
         },
         alias: "window".into(),
+    }
+}
+
+/// A session window over `column` closing after `gap` without events
+/// (Spark's `session_window`), named `session_window`.
+pub fn session_window(column: &str, gap: &str) -> GroupKey {
+    GroupKey::Window {
+        window: WindowSpec {
+            column: Some(column.into()),
+            expr: None,
+            size: String::new(),
+            slide: None,
+            gap: Some(gap.into()),
+        },
+        alias: "session_window".into(),
     }
 }
 

@@ -354,6 +354,7 @@ pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
                                 expr: None,
                                 size: size.value(),
                                 slide: slide.as_ref().map(|s| s.value()),
+                                gap: None,
                             },
                             alias: "window".into(),
                         });
@@ -715,6 +716,7 @@ mod tests {
                                 expr: None,
                                 size: "1 minute".into(),
                                 slide: None,
+                                gap: None,
                             },
                             alias: "window".into(),
                         },

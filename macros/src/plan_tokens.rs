@@ -64,9 +64,10 @@ fn key(k: &GroupKey) -> TokenStream {
                 s(&window.size),
                 opt_s(&window.slide),
             );
+            let gap = opt_s(&window.gap);
             let alias = s(alias);
             quote!(::weir::plan::GroupKey::Window {
-                window: ::weir::plan::WindowSpec { column: #column, expr: #expr, size: #size, slide: #slide },
+                window: ::weir::plan::WindowSpec { column: #column, expr: #expr, size: #size, slide: #slide, gap: #gap },
                 alias: #alias,
             })
         }

@@ -49,6 +49,10 @@ pub enum Rule {
     StreamStreamJoinNotAppend,
     /// A stream-stream outer/semi join without the watermark it needs.
     StreamStreamOuterJoinWithoutWatermark,
+    /// A session window in update mode.
+    SessionWindowInUpdateMode,
+    /// A session window as the only grouping key.
+    SessionWindowWithoutKey,
     /// An outer join whose streaming side is the one that would be null-padded.
     StreamStaticOuterJoin,
     /// A file sink in a mode other than append.
@@ -249,7 +253,57 @@ const RULES: &[RuleFn] = &[
     file_sink_append_only,
     kafka_sink_needs_value_column,
     sink_needs_checkpoint,
+    session_window_not_in_update_mode,
+    session_window_needs_another_key,
 ];
+
+fn session_keys(op: &Op) -> Option<(&Vec<GroupKey>, bool)> {
+    match op {
+        Op::Aggregate { keys, .. } => Some((
+            keys,
+            keys.iter()
+                .any(|k| matches!(k, GroupKey::Window { window, .. } if window.is_session())),
+        )),
+        _ => None,
+    }
+}
+
+/// Spark's session-window limitation ("Update mode as output mode is not
+/// supported" for session windows, Structured Streaming guide).
+fn session_window_not_in_update_mode(cx: &Ctx, out: &mut Vec<Violation>) {
+    if cx.plan.output_mode != OutputMode::Update {
+        return;
+    }
+    for (ni, oi, op) in cx.result_ops() {
+        if let Some((_, true)) = session_keys(op) {
+            out.push(Violation::new(
+                Rule::SessionWindowInUpdateMode,
+                Location::OutputMode,
+                "Update output mode is not supported for session windows on streaming DataFrames/Datasets".into(),
+                Some("use output_mode: append (each session once it closes) or complete".into()),
+            ));
+            let _ = (ni, oi);
+            return;
+        }
+    }
+}
+
+/// Spark: `Global aggregation with session window in streaming query is not
+/// supported.` (a session window needs another grouping column).
+fn session_window_needs_another_key(cx: &Ctx, out: &mut Vec<Violation>) {
+    for (ni, oi, op) in cx.result_ops() {
+        if let Some((keys, true)) = session_keys(op) {
+            if keys.len() < 2 && cx.input_of(ni, oi).streaming {
+                out.push(Violation::new(
+                    Rule::SessionWindowWithoutKey,
+                    Location::Op { node: ni, op: oi, part: Part::Key(0) },
+                    "Global aggregation with session window in streaming query is not supported.".into(),
+                    Some("group by a column as well, e.g. `group_by: [session_window(ts, \"5 minutes\"), user]`".into()),
+                ));
+            }
+        }
+    }
+}
 
 /// Spark: `Append output mode not supported when there are streaming
 /// aggregations on streaming DataFrames/DataSets without watermark`
@@ -786,6 +840,7 @@ mod tests {
                     expr: None,
                     size: "10 minutes".into(),
                     slide: None,
+                    gap: None,
                 },
                 alias: "window".into(),
             }],
@@ -1201,6 +1256,53 @@ mod tests {
                 Rule::FileSinkNotAppend,
                 Rule::CheckpointRequired
             ]
+        );
+    }
+
+    #[test]
+    fn session_windows_follow_sparks_limits() {
+        let session = |keys: Vec<GroupKey>, mode| {
+            StreamPlan::single(
+                "events",
+                events(),
+                vec![
+                    Op::Watermark {
+                        column: "ts".into(),
+                        delay: "1 minute".into(),
+                    },
+                    Op::Aggregate {
+                        keys,
+                        aggs: vec![AggSpec {
+                            func: AggFn::Count,
+                            column: "*".into(),
+                            alias: "n".into(),
+                        }],
+                    },
+                ],
+                mode,
+            )
+        };
+        let sw = GroupKey::Window {
+            window: WindowSpec {
+                column: Some("ts".into()),
+                expr: None,
+                size: String::new(),
+                slide: None,
+                gap: Some("5 minutes".into()),
+            },
+            alias: "session_window".into(),
+        };
+        let key = GroupKey::Column {
+            column: "key".into(),
+        };
+        assert!(rules(&session(vec![sw.clone(), key.clone()], OutputMode::Append)).is_empty());
+        assert_eq!(
+            rules(&session(vec![sw.clone(), key], OutputMode::Update)),
+            vec![Rule::SessionWindowInUpdateMode]
+        );
+        assert_eq!(
+            rules(&session(vec![sw], OutputMode::Append)),
+            vec![Rule::SessionWindowWithoutKey]
         );
     }
 }

@@ -290,11 +290,16 @@ pub struct WindowSpec {
     /// An expression instead of a column: `window_time(<window column>)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expr: Option<String>,
-    /// Window length, e.g. `"10 minutes"`.
+    /// Window length, e.g. `"10 minutes"` (empty for a session window).
+    #[serde(default)]
     pub size: String,
     /// Slide interval; equal to `size` (tumbling) when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slide: Option<String>,
+    /// A session window (Spark's `session_window(col, gap)`): a session
+    /// closes after this long without events for its key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gap: Option<String>,
 }
 
 impl WindowSpec {
@@ -309,6 +314,11 @@ impl WindowSpec {
         let inner = lower.strip_prefix("window_time(")?.strip_suffix(')')?;
         let start = "window_time(".len();
         Some(e[start..start + inner.len()].trim().to_string())
+    }
+
+    /// True for a session window.
+    pub fn is_session(&self) -> bool {
+        self.gap.is_some()
     }
 
     /// True when the window is `window_time(<window column>)` of an earlier window.
@@ -575,6 +585,7 @@ mod tests {
             expr: Some("window_time(w10)".into()),
             size: "30 minutes".into(),
             slide: None,
+            gap: None,
         };
         assert_eq!(w.time_column().as_deref(), Some("w10"));
         assert!(w.is_window_time());

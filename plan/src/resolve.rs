@@ -238,10 +238,25 @@ fn apply_op(
                         }
                     },
                     GroupKey::Window { window, alias } => {
-                        for (what, d, part) in [
-                            ("size", Some(&window.size), Part::KeySize(i)),
-                            ("slide", window.slide.as_ref(), Part::KeySlide(i)),
-                        ] {
+                        if let Some(gap) = &window.gap {
+                            if let Err(e) = parse_positive_duration_ms(gap) {
+                                errs.push(Violation::new(
+                                    Rule::BadDuration,
+                                    at(Part::KeySize(i)),
+                                    format!("invalid session gap \"{gap}\": {e}"),
+                                    Some("write a positive duration like \"5 minutes\"".into()),
+                                ));
+                            }
+                        }
+                        let durations: &[(&str, Option<&String>, Part)] = if window.is_session() {
+                            &[]
+                        } else {
+                            &[
+                                ("size", Some(&window.size), Part::KeySize(i)),
+                                ("slide", window.slide.as_ref(), Part::KeySlide(i)),
+                            ]
+                        };
+                        for &(what, d, part) in durations {
                             if let Some(d) = d {
                                 if let Err(e) = parse_positive_duration_ms(d) {
                                     errs.push(Violation::new(
@@ -255,7 +270,8 @@ fn apply_op(
                                 }
                             }
                         }
-                        if let (Ok(size), Some(Ok(slide))) = (
+                        if let (false, Ok(size), Some(Ok(slide))) = (
+                            window.is_session(),
                             parse_positive_duration_ms(&window.size),
                             window.slide.as_deref().map(parse_positive_duration_ms),
                         ) {
@@ -542,6 +558,7 @@ mod tests {
                                 expr: None,
                                 size: "10 minutes".into(),
                                 slide: None,
+                                gap: None,
                             },
                             alias: "window".into(),
                         },
@@ -647,6 +664,7 @@ mod tests {
                             expr: None,
                             size: "10 minutes".into(),
                             slide: Some("20 minutes".into()),
+                            gap: None,
                         },
                         alias: "window".into(),
                     }],

@@ -70,13 +70,13 @@ pub struct AggExec {
 
 /// How accumulator values are read from an input column.
 #[derive(Clone, Copy, PartialEq, Debug)]
-enum Kind {
+pub(crate) enum Kind {
     Int,
     Float,
     Bytes,
 }
 
-fn kind_of(t: &ArrowType) -> Kind {
+pub(crate) fn kind_of(t: &ArrowType) -> Kind {
     match t {
         ArrowType::Float64 | ArrowType::Float32 => Kind::Float,
         ArrowType::Utf8
@@ -89,7 +89,7 @@ fn kind_of(t: &ArrowType) -> Kind {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-enum Scalar {
+pub(crate) enum Scalar {
     I(i64),
     F(f64),
     B(Vec<u8>),
@@ -107,7 +107,7 @@ impl Scalar {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-enum Acc {
+pub(crate) enum Acc {
     Count(i64),
     SumI(Option<i64>),
     SumF(Option<f64>),
@@ -117,7 +117,7 @@ enum Acc {
 }
 
 /// A column read once per batch in the accumulator's value kind.
-enum Reader {
+pub(crate) enum Reader {
     None,
     I(Int64Array),
     F(Float64Array),
@@ -126,7 +126,7 @@ enum Reader {
 }
 
 impl Reader {
-    fn new(a: Option<&ArrayRef>) -> Result<Reader> {
+    pub(crate) fn new(a: Option<&ArrayRef>) -> Result<Reader> {
         let Some(a) = a else { return Ok(Reader::None) };
         Ok(match a.data_type() {
             ArrowType::Float64 | ArrowType::Float32 => Reader::F(
@@ -179,7 +179,7 @@ impl Reader {
 }
 
 impl Acc {
-    fn new(func: AggFn, kind: Kind) -> Acc {
+    pub(crate) fn new(func: AggFn, kind: Kind) -> Acc {
         match (func, kind) {
             (AggFn::Count | AggFn::CountDistinct, _) => Acc::Count(0),
             (AggFn::Sum, Kind::Float) => Acc::SumF(None),
@@ -190,7 +190,7 @@ impl Acc {
         }
     }
 
-    fn update(&mut self, r: &Reader, i: usize) {
+    pub(crate) fn update(&mut self, r: &Reader, i: usize) {
         match self {
             Acc::Count(n) => {
                 if r.is_valid(i) {
@@ -235,7 +235,7 @@ impl Acc {
         }
     }
 
-    fn merge(&mut self, o: &Acc) {
+    pub(crate) fn merge(&mut self, o: &Acc) {
         match (self, o) {
             (Acc::Count(a), Acc::Count(b)) => *a += b,
             (Acc::SumI(a), Acc::SumI(Some(b))) => *a = Some(a.unwrap_or(0).wrapping_add(*b)),
@@ -254,7 +254,7 @@ impl Acc {
         }
     }
 
-    fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         fn opt_scalar(out: &mut Vec<u8>, v: &Option<Scalar>) {
             match v {
                 None => out.push(0),
@@ -286,7 +286,7 @@ impl Acc {
     }
 
     /// Decodes into `self` (whose variant says what to read).
-    fn decode(&mut self, buf: &[u8], pos: &mut usize) -> Option<()> {
+    pub(crate) fn decode(&mut self, buf: &[u8], pos: &mut usize) -> Option<()> {
         fn i64_at(buf: &[u8], pos: &mut usize) -> Option<i64> {
             let v = i64::from_le_bytes(buf.get(*pos..*pos + 8)?.try_into().ok()?);
             *pos += 8;
@@ -818,83 +818,103 @@ impl AggregateOp {
                 }
             }
         }
-        for (ai, a) in self.aggs.iter().enumerate() {
-            let field = self.schema.field(self.keys.len() + ai);
-            let vals = groups.iter().map(|(_, g)| &g.accs[ai]);
-            let arr: ArrayRef = match a.func {
-                AggFn::Count | AggFn::CountDistinct => {
-                    Arc::new(Int64Array::from_iter_values(vals.map(|v| match v {
-                        Acc::Count(n) => *n,
-                        _ => 0,
-                    })))
-                }
-                AggFn::Avg => Arc::new(Float64Array::from_iter(vals.map(|v| match v {
-                    Acc::Avg(s, n) if *n > 0 => Some(s / *n as f64),
-                    _ => None,
-                }))),
-                AggFn::Sum => match self.kinds[ai] {
-                    Kind::Float => Arc::new(Float64Array::from_iter(vals.map(|v| match v {
-                        Acc::SumF(s) => *s,
-                        _ => None,
-                    }))),
-                    _ => Arc::new(Int64Array::from_iter(vals.map(|v| match v {
-                        Acc::SumI(s) => *s,
-                        _ => None,
-                    }))),
-                },
-                AggFn::Min | AggFn::Max => {
-                    let scalars: Vec<Option<Scalar>> = vals
-                        .map(|v| match v {
-                            Acc::Min(s) | Acc::Max(s) => s.clone(),
-                            _ => None,
-                        })
-                        .collect();
-                    let raw: ArrayRef = match self.kinds[ai] {
-                        Kind::Float => {
-                            Arc::new(Float64Array::from_iter(scalars.iter().map(|s| match s {
-                                Some(Scalar::F(f)) => Some(*f),
-                                _ => None,
-                            })))
-                        }
-                        Kind::Bytes => {
-                            let b: BinaryArray = scalars
-                                .iter()
-                                .map(|s| match s {
-                                    Some(Scalar::B(b)) => Some(b.as_slice()),
-                                    _ => None,
-                                })
-                                .collect();
-                            if matches!(
-                                field.data_type(),
-                                ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View
-                            ) {
-                                Arc::new(StringArray::from_iter(
-                                    b.iter().map(|v| {
-                                        v.map(|v| String::from_utf8_lossy(v).into_owned())
-                                    }),
-                                ))
-                            } else {
-                                Arc::new(b)
-                            }
-                        }
-                        Kind::Int => {
-                            let i = Int64Array::from_iter(scalars.iter().map(|s| match s {
-                                Some(Scalar::I(v)) => Some(*v),
-                                _ => None,
-                            }));
-                            match field.data_type() {
-                                ArrowType::Timestamp(_, _) => Arc::new(
-                                    i.reinterpret_cast::<arrow::datatypes::TimestampMicrosecondType>().with_timezone("UTC"),
-                                ),
-                                _ => Arc::new(i),
-                            }
-                        }
-                    };
-                    cast(&raw, field.data_type())?
-                }
-            };
-            cols.push(arr);
-        }
+        let accs: Vec<&[Acc]> = groups.iter().map(|(_, g)| g.accs.as_slice()).collect();
+        cols.extend(agg_arrays(
+            &self.aggs,
+            &self.kinds,
+            &self.schema,
+            self.keys.len(),
+            &accs,
+        )?);
         Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
     }
+}
+
+/// The aggregate columns for groups' accumulators (fields from `first` on in `schema`).
+pub(crate) fn agg_arrays(
+    aggs: &[AggExec],
+    kinds: &[Kind],
+    schema: &Schema,
+    first: usize,
+    groups: &[&[Acc]],
+) -> Result<Vec<ArrayRef>> {
+    let mut cols: Vec<ArrayRef> = Vec::new();
+    for (ai, a) in aggs.iter().enumerate() {
+        let field = schema.field(first + ai);
+        let vals = groups.iter().map(|g| &g[ai]);
+        let arr: ArrayRef = match a.func {
+            AggFn::Count | AggFn::CountDistinct => {
+                Arc::new(Int64Array::from_iter_values(vals.map(|v| match v {
+                    Acc::Count(n) => *n,
+                    _ => 0,
+                })))
+            }
+            AggFn::Avg => Arc::new(Float64Array::from_iter(vals.map(|v| match v {
+                Acc::Avg(s, n) if *n > 0 => Some(s / *n as f64),
+                _ => None,
+            }))),
+            AggFn::Sum => match kinds[ai] {
+                Kind::Float => Arc::new(Float64Array::from_iter(vals.map(|v| match v {
+                    Acc::SumF(s) => *s,
+                    _ => None,
+                }))),
+                _ => Arc::new(Int64Array::from_iter(vals.map(|v| match v {
+                    Acc::SumI(s) => *s,
+                    _ => None,
+                }))),
+            },
+            AggFn::Min | AggFn::Max => {
+                let scalars: Vec<Option<Scalar>> = vals
+                    .map(|v| match v {
+                        Acc::Min(s) | Acc::Max(s) => s.clone(),
+                        _ => None,
+                    })
+                    .collect();
+                let raw: ArrayRef = match kinds[ai] {
+                    Kind::Float => {
+                        Arc::new(Float64Array::from_iter(scalars.iter().map(|s| match s {
+                            Some(Scalar::F(f)) => Some(*f),
+                            _ => None,
+                        })))
+                    }
+                    Kind::Bytes => {
+                        let b: BinaryArray = scalars
+                            .iter()
+                            .map(|s| match s {
+                                Some(Scalar::B(b)) => Some(b.as_slice()),
+                                _ => None,
+                            })
+                            .collect();
+                        if matches!(
+                            field.data_type(),
+                            ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View
+                        ) {
+                            Arc::new(StringArray::from_iter(
+                                b.iter()
+                                    .map(|v| v.map(|v| String::from_utf8_lossy(v).into_owned())),
+                            ))
+                        } else {
+                            Arc::new(b)
+                        }
+                    }
+                    Kind::Int => {
+                        let i = Int64Array::from_iter(scalars.iter().map(|s| match s {
+                            Some(Scalar::I(v)) => Some(*v),
+                            _ => None,
+                        }));
+                        match field.data_type() {
+                            ArrowType::Timestamp(_, _) => Arc::new(
+                                i.reinterpret_cast::<arrow::datatypes::TimestampMicrosecondType>()
+                                    .with_timezone("UTC"),
+                            ),
+                            _ => Arc::new(i),
+                        }
+                    }
+                };
+                cast(&raw, field.data_type())?
+            }
+        };
+        cols.push(arr);
+    }
+    Ok(cols)
 }

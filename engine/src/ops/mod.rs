@@ -5,6 +5,7 @@ pub mod aggregate;
 pub mod dedup;
 pub mod functions;
 pub mod join;
+pub mod session;
 pub mod stateless;
 pub mod watermark;
 pub mod window;
@@ -26,6 +27,7 @@ use crate::state::StateStore;
 use aggregate::{AggExec, AggregateOp, KeyExec, Watermarks};
 use dedup::DedupOp;
 use join::JoinOp;
+use session::SessionAggregateOp;
 use stateless::{ExprPlanner, FilterOp, ProjectOp};
 use watermark::{EventTimeStats, WatermarkOp};
 use window::{TimeSource, WindowAssigner};
@@ -42,6 +44,8 @@ pub enum OpExec {
     Aggregate(Box<AggregateOp>),
     /// Deduplication.
     Dedup(Box<DedupOp>),
+    /// Session-window aggregation.
+    Session(Box<SessionAggregateOp>),
     /// A join; the right side comes from an earlier node or a static table.
     Join(Box<JoinOp>, JoinRight),
     /// Sort (aggregations in complete mode).
@@ -234,6 +238,69 @@ impl Pipeline {
                         delays.push(d);
                         info.watermarked.insert(column.clone(), d);
                         ops.push(OpExec::Watermark(w));
+                    }
+                    Op::Aggregate { keys, aggs }
+                        if keys.iter().any(
+                            |k| matches!(k, GroupKey::Window { window, .. } if window.is_session()),
+                        ) =>
+                    {
+                        let mut others = Vec::new();
+                        let mut session = None;
+                        for (i, k) in keys.iter().enumerate() {
+                            match k {
+                                GroupKey::Window { window, alias } if window.is_session() => {
+                                    if session.is_some() {
+                                        return Err(WeirError::Config("Multiple time window expressions would result in a cartesian product of rows, therefore they are currently not supported.".into()));
+                                    }
+                                    let tc = window.time_column().ok_or_else(|| WeirError::Config("a session window needs a time column".into()))?;
+                                    let gap = window.gap.as_deref().unwrap_or_default();
+                                    let gap_ms = weir_plan::duration::parse_positive_duration_ms(gap).map_err(|e| WeirError::Config(format!("session gap \"{gap}\": {e}")))?;
+                                    session = Some((i, idx(&tc)?, gap_ms, alias.clone(), info.watermarked.get(&tc).copied()));
+                                }
+                                GroupKey::Column { column } => others.push((idx(column)?, column.clone())),
+                                GroupKey::Window { .. } => {
+                                    return Err(WeirError::Config("Multiple time window expressions would result in a cartesian product of rows, therefore they are currently not supported.".into()))
+                                }
+                            }
+                        }
+                        let (pos, tcol, gap_ms, alias, wm) = session.expect("a session key");
+                        let mut ax = Vec::new();
+                        for a in aggs {
+                            let (input, input_type) = if a.column == "*" {
+                                (None, None)
+                            } else {
+                                let i = idx(&a.column)?;
+                                (Some(i), Some(schema.field(i).data_type().clone()))
+                            };
+                            ax.push(AggExec {
+                                func: a.func,
+                                input,
+                                input_type,
+                                name: a.alias.clone(),
+                            });
+                        }
+                        let op = SessionAggregateOp::new(
+                            stateful,
+                            tcol,
+                            gap_ms,
+                            pos,
+                            &alias,
+                            others,
+                            ax,
+                            wm.is_some(),
+                            &schema,
+                        )?;
+                        stateful += 1;
+                        let mut out_wm = HashMap::new();
+                        if let Some(d) = wm {
+                            out_wm.insert(alias.clone(), d);
+                        }
+                        info = NodeInfo {
+                            schema: op.schema(),
+                            watermarked: out_wm,
+                            streaming: info.streaming,
+                        };
+                        ops.push(OpExec::Session(Box::new(op)));
                     }
                     Op::Aggregate { keys, aggs } => {
                         let mut kx = Vec::new();
@@ -481,6 +548,10 @@ impl Pipeline {
                     let s = open(d.id, "")?;
                     d.set_store(s)
                 }
+                OpExec::Session(a) => {
+                    let s = open(a.id, "")?;
+                    a.set_store(s)?
+                }
                 OpExec::Join(j, _) => {
                     let (l, r) = (open(j.id, "left")?, open(j.id, "right")?);
                     j.set_stores(l, r)?
@@ -530,6 +601,7 @@ impl Pipeline {
                         }
                         a.process(&batches, ctx.watermarks, mode, ctx.no_data)?
                     }
+                    OpExec::Session(s) => s.process(&batches, ctx.watermarks, mode)?,
                     OpExec::Dedup(d) => {
                         if ctx.collect_late {
                             ctx.late_rows.extend(d.late_rows(&batches, ctx.watermarks)?);
@@ -592,6 +664,7 @@ impl Pipeline {
             match op {
                 OpExec::Aggregate(a) => a.commit(version)?,
                 OpExec::Dedup(d) => d.commit(version)?,
+                OpExec::Session(a) => a.commit(version)?,
                 OpExec::Join(j, _) => j.commit(version)?,
                 _ => {}
             }
@@ -605,6 +678,7 @@ impl Pipeline {
             match op {
                 OpExec::Aggregate(a) => a.abort(),
                 OpExec::Dedup(d) => d.abort(),
+                OpExec::Session(a) => a.abort()?,
                 OpExec::Join(j, _) => j.abort()?,
                 _ => {}
             }
@@ -631,6 +705,7 @@ impl Pipeline {
             .filter_map(|o| match o {
                 OpExec::Aggregate(a) => Some(a.metrics()),
                 OpExec::Dedup(d) => Some(d.metrics()),
+                OpExec::Session(a) => Some(a.metrics()),
                 OpExec::Join(j, _) => Some(j.metrics()),
                 _ => None,
             })
@@ -657,6 +732,7 @@ impl Pipeline {
             && self.stateful().any(|o| match o {
                 OpExec::Aggregate(_) => self.mode != OutputMode::Complete,
                 OpExec::Dedup(_) => true,
+                OpExec::Session(a) => a.needs_no_data_batch(self.mode),
                 OpExec::Join(j, _) => j.needs_no_data_batch(),
                 _ => false,
             })
@@ -667,7 +743,7 @@ impl OpExec {
     /// True for operators that keep state across batches.
     pub fn is_stateful(&self) -> bool {
         match self {
-            OpExec::Aggregate(_) | OpExec::Dedup(_) => true,
+            OpExec::Aggregate(_) | OpExec::Dedup(_) | OpExec::Session(_) => true,
             OpExec::Join(j, _) => j.is_stateful(),
             _ => false,
         }
