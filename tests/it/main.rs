@@ -10,6 +10,7 @@ mod joins;
 mod kafka;
 mod macros;
 mod recovery;
+mod sessions;
 mod sinks;
 mod triggers;
 #[cfg(feature = "ui")]
