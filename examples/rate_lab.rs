@@ -6,7 +6,8 @@
 //! cargo run --example rate_lab                 # runs ~60 s, then stops
 //! cargo run --example rate_lab -- --seconds 20 # or WEIR_LAB_SECONDS=20
 //! ```
-//! Ctrl+C stops it gracefully (the running batch finishes, the checkpoint
+//! Open the printed Streaming UI address (http://127.0.0.1:4040/StreamingQuery/)
+//! for the charts. Ctrl+C stops it gracefully (the running batch finishes, the checkpoint
 //! stays consistent); running it again resumes from the checkpoint.
 
 use std::time::Duration;
@@ -35,6 +36,18 @@ fn seconds() -> u64 {
 fn main() -> weir::Result<()> {
     let checkpoint = std::env::temp_dir().join("weir-lab-chk");
     let session = Session::new();
+    // The Streaming tab: input rate, process rate, batch duration, watermark.
+    #[cfg(feature = "ui")]
+    let _ui = match weir::ui::UiServer::start_default(&session) {
+        Ok(ui) => {
+            println!("Streaming UI: {}", ui.url());
+            Some(ui)
+        }
+        Err(e) => {
+            eprintln!("no Streaming UI: {e}");
+            None
+        }
+    };
     let query = session
         .read_stream(RateSource::new().rows_per_second(5))
         .with_watermark("timestamp", "10 seconds")

@@ -125,7 +125,14 @@ impl Checkpoint {
             let meta: CheckpointMetadata = serde_json::from_str(&text).map_err(|e| {
                 WeirError::checkpoint(&path, format!("the metadata file is damaged ({e}); restore it from a backup or start with a new checkpoint location"))
             })?;
-            if !meta.fingerprint.is_empty() && meta.fingerprint != plan.fingerprint() {
+            // The stored plan is the reference: the same query shape is
+            // accepted even if the fingerprint's encoding changed between
+            // weir versions; a different shape is refused with what changed.
+            let same = match &meta.plan {
+                Some(old) => same_shape(old, plan),
+                None => meta.fingerprint.is_empty() || meta.fingerprint == plan.fingerprint(),
+            };
+            if !same {
                 let what = meta
                     .plan
                     .as_ref()
@@ -160,6 +167,17 @@ impl Checkpoint {
         )?;
         Ok(meta)
     }
+}
+
+/// True when two plans have the same sources, operations, result and output
+/// mode (what the checkpoint's offsets and state depend on; the sink and
+/// trigger may change between runs, as in Spark).
+fn same_shape(a: &weir_plan::StreamPlan, b: &weir_plan::StreamPlan) -> bool {
+    a.sources == b.sources
+        && a.nodes == b.nodes
+        && a.result == b.result
+        && a.output_mode == b.output_mode
+        && a.statics.keys().eq(b.statics.keys())
 }
 
 /// Names what differs between two plans, for the changed-query error.
