@@ -223,6 +223,15 @@ pub enum KeyDecl {
         /// The slide.
         slide: Option<LitStr>,
     },
+    /// `session_window(column, gap)`: a session closes after `gap` without rows.
+    Session {
+        /// The whole call.
+        tokens: TokenStream,
+        /// The time column.
+        column: Ident,
+        /// The gap.
+        gap: LitStr,
+    },
     /// A column.
     Column(Ident),
 }

@@ -90,7 +90,7 @@ pub fn locate(l: &Lowered, v: &Violation) -> TokenStream {
             _,
         ) => key.clone(),
         (Some(OpSpans::Aggregate { keys, .. }), Part::Key(i)) if i < keys.len() => match v.rule {
-            Rule::DuplicateColumn => keys[i].whole.clone(),
+            Rule::DuplicateColumn | Rule::SessionWindowWithoutKey => keys[i].whole.clone(),
             _ => keys[i].column.clone(),
         },
         (Some(OpSpans::Aggregate { keys, .. }), Part::KeySize(i)) if i < keys.len() => keys[i]
@@ -385,6 +385,67 @@ mod tests {
         assert!(e[6]
             .1
             .starts_with("sum(page) is not defined on string columns"));
+    }
+
+    #[test]
+    fn session_window_errors_point_at_the_gap_the_key_and_the_mode() {
+        let e = errors(quote! {
+            query Q {
+                source: memory,
+                schema: Click { user: String, ts: Timestamp },
+                watermark: ts delay "1 minute",
+                group_by: [session_window(ts, "5 minits")],
+                aggregate: { clicks: count() },
+                output_mode: update,
+                sink: console,
+            }
+        });
+        let at: Vec<&str> = e.iter().map(|(a, _)| a.as_str()).collect();
+        assert_eq!(
+            at,
+            [
+                "\"5 minits\"",
+                "update",
+                "session_window (ts , \"5 minits\")"
+            ],
+            "{e:?}"
+        );
+        assert!(e[0]
+            .1
+            .starts_with("invalid session gap \"5 minits\": unknown time unit `minits`"));
+        assert!(e[1].1.starts_with(
+            "Update output mode is not supported for session windows on streaming DataFrames/Datasets"
+        ));
+        assert!(e[2].1.starts_with(
+            "Global aggregation with session window in streaming query is not supported."
+        ));
+
+        let e = errors(quote! {
+            query Q {
+                source: memory,
+                schema: Click { user: String, ts: Timestamp },
+                watermark: ts delay "1 minute",
+                group_by: [session_window(user, "5 minutes"), user],
+                aggregate: { clicks: count() },
+                sink: console,
+            }
+        });
+        assert_eq!(e[0].0, "user");
+        assert!(e[0]
+            .1
+            .starts_with("window column `user` must be a timestamp, but it is string"));
+
+        let ok = errors(quote! {
+            query Q {
+                source: memory,
+                schema: Click { user: String, ts: Timestamp },
+                watermark: ts delay "1 minute",
+                group_by: [session_window(ts, "5 minutes"), user],
+                aggregate: { clicks: count() },
+                sink: console,
+            }
+        });
+        assert!(ok.is_empty(), "{ok:?}");
     }
 
     #[test]

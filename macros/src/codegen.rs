@@ -219,6 +219,9 @@ fn pipeline(q: &QueryDecl, l: &Lowered) -> TokenStream {
                     GroupKey::Window { window, .. } => {
                         let col = window.time_column().unwrap_or_default();
                         let size = &window.size;
+                        if let Some(gap) = &window.gap {
+                            return quote!(::weir::functions::session_window(#col, #gap));
+                        }
                         match &window.slide {
                             Some(slide) => {
                                 quote!(::weir::functions::sliding_window(#col, #size, #slide))

@@ -73,6 +73,11 @@ pub fn explain(q: &QueryDecl, l: &Lowered, output: &[Col]) -> String {
                             .map(|k| match k {
                                 GroupKey::Window { window, alias } => {
                                     let col = window.time_column().unwrap_or_default();
+                                    if let Some(gap) = &window.gap {
+                                        return format!(
+                                            "session_window({col}, \"{gap}\") AS {alias}"
+                                        );
+                                    }
                                     match &window.slide {
                                         Some(sl) => format!(
                                             "window({col}, \"{}\", \"{sl}\") AS {alias}",

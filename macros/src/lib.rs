@@ -245,6 +245,46 @@ mod tests {
     }
 
     #[test]
+    fn expands_and_explains_a_session_window() {
+        let decl = quote! {
+            query UserSessions {
+                source: memory,
+                schema: Click { user: String, ts: Timestamp },
+                watermark: ts delay "10 minutes",
+                group_by: [session_window(ts, "5 minutes"), user],
+                aggregate: { clicks: count() },
+                sink: memory,
+            }
+        };
+        let text = expand(decl.clone()).to_string();
+        assert!(!text.contains("compile_error"), "{text}");
+        assert!(
+            text.contains(":: weir :: functions :: session_window (\"ts\" , \"5 minutes\")"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pub session_window : :: weir :: Window"),
+            "{text}"
+        );
+
+        let mut errs = errors::Errors::new();
+        let q = parse::parse_query(decl, &mut errs).unwrap();
+        let l = lower::lower(&q, &mut errs).unwrap();
+        let out = lower::output_columns(&l, &mut errs);
+        let text = explain::explain(&q, &l, &out);
+        assert!(
+            text.contains(
+                "  group by   session_window(ts, \"5 minutes\") AS session_window, user\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  output     session_window: Window, user: String, clicks: i64\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn memory_sources_have_no_start() {
         let out = expand(quote! {
             query Sums {

@@ -132,7 +132,8 @@ pub struct ItemSpans {
 pub struct KeySpans {
     /// The column (a window's time column).
     pub column: TokenStream,
-    /// A window's size literal.
+    /// A window's size literal; a session window's gap (the plan reports
+    /// a bad gap at the key's size, `Part::KeySize`).
     pub size: Option<TokenStream>,
     /// A window's slide literal.
     pub slide: Option<TokenStream>,
@@ -362,6 +363,28 @@ pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
                             column: column.to_token_stream(),
                             size: Some(size.to_token_stream()),
                             slide: slide.as_ref().map(|s| s.to_token_stream()),
+                            whole: tokens.clone(),
+                        });
+                    }
+                    KeyDecl::Session {
+                        tokens,
+                        column,
+                        gap,
+                    } => {
+                        keys.push(GroupKey::Window {
+                            window: WindowSpec {
+                                column: Some(column.unraw().to_string()),
+                                expr: None,
+                                size: String::new(),
+                                slide: None,
+                                gap: Some(gap.value()),
+                            },
+                            alias: "session_window".into(),
+                        });
+                        key_spans.push(KeySpans {
+                            column: column.to_token_stream(),
+                            size: Some(gap.to_token_stream()),
+                            slide: None,
                             whole: tokens.clone(),
                         });
                     }
@@ -782,6 +805,56 @@ mod tests {
                 "lo: Option<i64>",
                 "mean: Option<f64>"
             ]
+        );
+    }
+
+    #[test]
+    fn lowers_a_session_window() {
+        let l = lower_ok(quote! {
+            query UserSessions {
+                source: memory,
+                schema: Click { user: String, ts: Timestamp },
+                watermark: ts delay "10 minutes",
+                group_by: [session_window(ts, "5 minutes"), user],
+                aggregate: { clicks: count() },
+                sink: memory,
+            }
+        });
+        let Op::Aggregate { keys, .. } = &l.plan.nodes[0].ops[1] else {
+            panic!("{:?}", l.plan.nodes[0].ops);
+        };
+        assert_eq!(
+            keys[0],
+            GroupKey::Window {
+                window: WindowSpec {
+                    column: Some("ts".into()),
+                    expr: None,
+                    size: String::new(),
+                    slide: None,
+                    gap: Some("5 minutes".into()),
+                },
+                alias: "session_window".into(),
+            }
+        );
+        let OpSpans::Aggregate { keys: spans, .. } = &l.spans.ops[1] else {
+            panic!("the aggregate's spans");
+        };
+        assert_eq!(spans[0].size.as_ref().unwrap().to_string(), "\"5 minutes\"");
+        assert_eq!(
+            spans[0].whole.to_string(),
+            "session_window (ts , \"5 minutes\")"
+        );
+        assert!(weir_plan::check(&l.plan).is_empty());
+        let mut errs = Errors::new();
+        let out = output_columns(&l, &mut errs);
+        assert!(errs.is_empty(), "{errs:?}");
+        let shown: Vec<String> = out
+            .iter()
+            .map(|c| format!("{}: {}", c.name, rust_type_name(c.ty)))
+            .collect();
+        assert_eq!(
+            shown,
+            ["session_window: Window", "user: String", "clicks: i64"]
         );
     }
 

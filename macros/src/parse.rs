@@ -197,6 +197,7 @@ fn parse_entry(
         let help = match name.as_str() {
             "format" => "the format is an option of the source or sink: `files(path = \"...\", format = json)`".to_string(),
             "window" => "windows are grouping keys: `group_by: [window(event_ts, \"1 minute\")]`".to_string(),
+            "session_window" => "session windows are grouping keys: `group_by: [session_window(event_ts, \"5 minutes\"), user]`".to_string(),
             _ => suggestion_help(&name, KEYS, "keys"),
         };
         errs.spanned_help(&key, format!("unknown key `{name}`"), help);
@@ -500,7 +501,7 @@ fn parse_watermark(input: ParseStream, key: &Ident) -> syn::Result<WatermarkDecl
     })
 }
 
-/// `[window(col, "size"[, "slide"]), column, ...]`.
+/// `[window(col, "size"[, "slide"]), session_window(col, "gap"), column, ...]`.
 fn parse_group_by(input: ParseStream, errs: &mut Errors) -> syn::Result<Vec<KeyDecl>> {
     let content;
     let brackets = syn::bracketed!(content in input);
@@ -521,14 +522,7 @@ fn parse_group_by(input: ParseStream, errs: &mut Errors) -> syn::Result<Vec<KeyD
                 parens.surround(&mut t, |t| t.extend(args.fork().parse::<TokenStream>()));
                 t
             };
-            if ident != "window" {
-                errs.spanned_help(
-                    &ident,
-                    format!("`{ident}(...)` cannot be a grouping key"),
-                    "group_by takes columns and window(column, size) or window(column, size, slide); compute other keys in `select:`",
-                );
-                let _: TokenStream = args.parse()?;
-            } else {
+            if ident == "window" {
                 let column: Ident = args.parse()?;
                 args.parse::<Token![,]>()?;
                 let size: LitStr = args.parse()?;
@@ -552,6 +546,15 @@ fn parse_group_by(input: ParseStream, errs: &mut Errors) -> syn::Result<Vec<KeyD
                     size,
                     slide,
                 });
+            } else if ident == "session_window" {
+                keys.push(parse_session_window(&args, call)?);
+            } else {
+                errs.spanned_help(
+                    &ident,
+                    format!("`{ident}(...)` cannot be a grouping key"),
+                    "group_by takes columns, window(column, size), window(column, size, slide) and session_window(column, gap); compute other keys in `select:`",
+                );
+                let _: TokenStream = args.parse()?;
             }
         } else {
             keys.push(KeyDecl::Column(ident));
@@ -561,6 +564,32 @@ fn parse_group_by(input: ParseStream, errs: &mut Errors) -> syn::Result<Vec<KeyD
         }
     }
     Ok(keys)
+}
+
+/// The arguments of `session_window(column, "gap")`; `call` is the whole call.
+fn parse_session_window(args: ParseStream, call: TokenStream) -> syn::Result<KeyDecl> {
+    const USAGE: &str =
+        "session_window takes (column, \"gap\"), e.g. session_window(event_ts, \"5 minutes\")";
+    let column: Ident = args.parse().map_err(|e| syn::Error::new(e.span(), USAGE))?;
+    args.parse::<Token![,]>()
+        .map_err(|e| syn::Error::new(e.span(), USAGE))?;
+    let gap: LitStr = args.parse().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            "expected the session gap as a string, e.g. \"5 minutes\"",
+        )
+    })?;
+    if args.peek(Token![,]) {
+        args.parse::<Token![,]>()?;
+    }
+    if !args.is_empty() {
+        return Err(args.error(USAGE));
+    }
+    Ok(KeyDecl::Session {
+        tokens: call,
+        column,
+        gap,
+    })
 }
 
 /// The aggregate functions by name.
@@ -789,6 +818,53 @@ mod tests {
         ));
         assert_eq!(q.output_mode.unwrap().mode, OutputMode::Update);
         assert!(!q.incomplete);
+    }
+
+    #[test]
+    fn parses_session_windows() {
+        let (q, e) = parse(quote! {
+            query Q {
+                source: memory,
+                schema: Click { user: String, ts: Timestamp },
+                group_by: [session_window(ts, "5 minutes",), user],
+                aggregate: { n: count() },
+                sink: console,
+            }
+        });
+        assert!(e.is_empty(), "{e:?}");
+        let keys = &q.unwrap().group_by.unwrap().keys;
+        assert!(matches!(
+            &keys[0],
+            KeyDecl::Session { column, gap, .. } if column == "ts" && gap.value() == "5 minutes"
+        ));
+        assert!(matches!(&keys[1], KeyDecl::Column(c) if c == "user"));
+
+        for (key, message) in [
+            (
+                quote!(session_window(ts)),
+                "session_window takes (column, \"gap\"), e.g. session_window(event_ts, \"5 minutes\")",
+            ),
+            (
+                quote!(session_window(ts, 5)),
+                "expected the session gap as a string, e.g. \"5 minutes\"",
+            ),
+            (
+                quote!(session_window(ts, "5 minutes", "1 minute")),
+                "session_window takes (column, \"gap\"), e.g. session_window(event_ts, \"5 minutes\")",
+            ),
+        ] {
+            let (q, e) = parse(quote! {
+                query Q {
+                    source: memory,
+                    schema: Click { user: String, ts: Timestamp },
+                    group_by: [#key, user],
+                    aggregate: { n: count() },
+                    sink: console,
+                }
+            });
+            assert_eq!(e, [format!(": {message}")], "{key}");
+            assert!(q.unwrap().incomplete);
+        }
     }
 
     #[test]

@@ -45,3 +45,6 @@ mod pass_shop_totals;
 #[allow(dead_code)]
 #[path = "../../ui-tests/pass/top_shops.rs"]
 mod pass_top_shops;
+#[allow(dead_code)]
+#[path = "../../ui-tests/pass/user_sessions.rs"]
+mod pass_user_sessions;

@@ -296,3 +296,68 @@ fn invalid_queries_fail_at_start_with_sparks_message() {
         .unwrap();
     assert!(err.to_string().contains("spark.sql.shuffle.partitions"));
 }
+
+#[test]
+fn the_socket_source_reads_lines_from_a_server() {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.write_all(b"hello world\nhello weir\n").unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    });
+    let sink = MemorySink::new("");
+    let table = sink.table();
+    let q = session()
+        .read_stream(weir::source::SocketSource::new("127.0.0.1", port))
+        .filter("value LIKE 'hello%'")
+        .write_stream()
+        .sink(sink)
+        .start()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while table.num_rows() < 2 && std::time::Instant::now() < deadline {
+        q.process_all_available().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    q.stop().unwrap();
+    server.join().unwrap();
+    let rows = crate::common::rows_json(&table.rows());
+    assert_eq!(
+        rows,
+        vec![
+            json!({"value": "hello world"}),
+            json!({"value": "hello weir"})
+        ]
+    );
+    let err = session()
+        .read_stream(weir::source::SocketSource::new("127.0.0.1", port))
+        .write_stream()
+        .sink(MemorySink::new(""))
+        .start()
+        .unwrap_err();
+    assert!(err.to_string().contains("cannot connect"), "{err}");
+}
+
+#[test]
+fn a_panicking_foreach_batch_ends_the_query_with_an_error() {
+    let stream = MemoryStream::new(&fields());
+    let dir = tempfile::tempdir().unwrap();
+    let q = session()
+        .read_stream(stream.clone())
+        .write_stream()
+        .foreach_batch(|_, _| panic!("user code blew up"))
+        .checkpoint_location(dir.path().to_str().unwrap())
+        .start()
+        .unwrap();
+    stream
+        .add_json(&[json!({"ts": "2024-01-01T12:00:00Z", "key": "k", "value": 1})])
+        .unwrap();
+    let err = q
+        .await_termination(Some(Duration::from_secs(30)))
+        .unwrap_err();
+    assert!(err.to_string().contains("user code blew up"), "{err}");
+    // The batch was not committed: a restart runs it again.
+    assert!(!dir.path().join("commits/0").exists());
+}
