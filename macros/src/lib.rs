@@ -32,7 +32,10 @@ use proc_macro2::TokenStream;
 /// struct (`<Query>Row`) and the query struct with `NAME`, `EXPLAIN`,
 /// `plan()`, `writer()`, `writer_from()`, `start()` and `rows()`.
 ///
-/// ```ignore
+/// (This example is compiled and run as a doctest of the facade crate `weir`,
+/// which re-exports this macro; a proc-macro crate cannot run it itself.)
+///
+/// ```text
 /// weir::stream_query! {
 ///     query RateLab {
 ///         source: rate(rows_per_second = 5),
