@@ -28,6 +28,7 @@ pub mod checkpoint;
 pub mod dataset;
 pub mod error;
 pub mod functions;
+mod hash;
 pub mod ops;
 pub mod progress;
 pub mod query;

@@ -13,7 +13,7 @@
 //! State: key = the group's key columns in Arrow's row format; value = the
 //! group's eviction time followed by its accumulators.
 
-use std::collections::HashMap;
+use crate::hash::FastMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -537,37 +537,32 @@ impl AggregateOp {
                 None => Ok(Reader::None),
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
-        let mut groups: Vec<(Vec<u8>, Group)> = Vec::new();
         let converted = match &self.converter {
             Some(c) if rows > 0 => Some(c.convert_columns(&key_arrays)?),
             _ => None,
         };
+        // One hash lookup per row; the key is copied once per new group.
+        let mut groups: FastMap<Vec<u8>, Group> = FastMap::default();
         for r in 0..rows {
             let key: &[u8] = match &converted {
                 Some(rs) => rs.row(r).data(),
                 None => &[],
             };
-            let gi = match index.get(key) {
-                Some(&g) => g,
+            let g = match groups.get_mut(key) {
+                Some(g) => g,
                 None => {
                     let evict_at = evict_col.as_ref().and_then(|c| c[r]).unwrap_or(i64::MAX);
-                    groups.push((
-                        key.to_vec(),
-                        Group {
-                            evict_at,
-                            accs: self.new_accs(),
-                        },
-                    ));
-                    index.insert(key.to_vec(), groups.len() - 1);
-                    groups.len() - 1
+                    groups.entry(key.to_vec()).or_insert(Group {
+                        evict_at,
+                        accs: self.new_accs(),
+                    })
                 }
             };
-            for (a, rd) in groups[gi].1.accs.iter_mut().zip(&readers) {
+            for (a, rd) in g.accs.iter_mut().zip(&readers) {
                 a.update(rd, r);
             }
         }
-        Ok(groups)
+        Ok(groups.into_iter().collect())
     }
 
     /// The input rows this batch drops as late in full (every window they
@@ -615,23 +610,28 @@ impl AggregateOp {
     ) -> Result<Vec<RecordBatch>> {
         let started = Instant::now();
         let mut m = StateOperatorProgress::new("stateStoreSave");
-        let mut partial: Vec<(Vec<u8>, Group)> = Vec::new();
-        let mut pindex: HashMap<Vec<u8>, usize> = HashMap::new();
-        for b in input {
-            for (k, g) in self.partial(b)? {
-                match pindex.get(&k) {
-                    Some(&i) => {
-                        for (a, o) in partial[i].1.accs.iter_mut().zip(&g.accs) {
-                            a.merge(o);
+        let mut partial: Vec<(Vec<u8>, Group)> = match input {
+            [] => Vec::new(),
+            [b] => self.partial(b)?,
+            many => {
+                let mut merged: FastMap<Vec<u8>, Group> = FastMap::default();
+                for b in many {
+                    for (k, g) in self.partial(b)? {
+                        match merged.get_mut(&k) {
+                            Some(m) => {
+                                for (a, o) in m.accs.iter_mut().zip(&g.accs) {
+                                    a.merge(o);
+                                }
+                            }
+                            None => {
+                                merged.insert(k, g);
+                            }
                         }
                     }
-                    None => {
-                        pindex.insert(k.clone(), partial.len());
-                        partial.push((k, g));
-                    }
                 }
+                merged.into_iter().collect()
             }
-        }
+        };
         // A global aggregation always has its one group in a data batch.
         if self.keys.is_empty() && partial.is_empty() && !no_data {
             partial.push((

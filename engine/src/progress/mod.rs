@@ -117,6 +117,10 @@ pub struct SourceProgress {
     pub input_rows_per_second: f64,
     /// Processed rows per second.
     pub processed_rows_per_second: f64,
+    /// Source-specific metrics (Spark's `metrics`, e.g. the Kafka source's
+    /// `maxOffsetsBehindLatest`); left out of the JSON when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, String>,
 }
 
 /// The sink's progress for one batch.

@@ -699,6 +699,7 @@ impl Runner {
                     .map(|d| source_rows[i] as f64 * 1000.0 / d)
                     .unwrap_or(0.0),
                 processed_rows_per_second: source_rows[i] as f64 * 1000.0 / exec_ms,
+                metrics: s.metrics(),
             })
             .collect();
         let p = StreamingQueryProgress {

@@ -5,7 +5,13 @@
 pub mod console;
 pub mod file;
 pub mod foreach_batch;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 use std::path::PathBuf;
 
@@ -19,7 +25,13 @@ pub use crate::source::FileFormat;
 pub use console::ConsoleSink;
 pub use file::FileSink;
 pub use foreach_batch::ForeachBatchSink;
+#[cfg(feature = "kafka")]
+pub use kafka::{DeliveryGuarantee, KafkaSink};
 pub use memory::{MemorySink, MemoryTable};
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresSink;
+#[cfg(feature = "redis")]
+pub use redis::RedisSink;
 
 /// What a sink gets when its query starts.
 #[derive(Debug, Clone)]

@@ -3,12 +3,16 @@
 //! again on request ([`Source::get_batch`]), so a batch re-run after a crash
 //! sees exactly the same rows.
 
+pub mod decode;
 pub mod file;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod memory;
 pub mod rate;
 pub mod rate_micro_batch;
 pub mod socket;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use arrow::datatypes::SchemaRef;
@@ -16,7 +20,10 @@ use arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
 
+pub use decode::{Decode, DecodeExt, PayloadFormat};
 pub use file::{FileFormat, FileSource};
+#[cfg(feature = "kafka")]
+pub use kafka::{KafkaAdmin, KafkaSource, StartingOffsets};
 pub use memory::MemoryStream;
 pub use rate::RateSource;
 pub use rate_micro_batch::RateMicroBatchSource;
@@ -59,6 +66,12 @@ pub trait Source: Send {
     /// `latest_offset` must not go past it afterwards.
     fn prepare_for_available_now(&mut self) -> Result<()> {
         Ok(())
+    }
+    /// Source-specific metrics of the batch just run, reported in progress
+    /// as Spark's `SourceProgress.metrics` (e.g. the Kafka source's
+    /// `maxOffsetsBehindLatest`, a decoder's `malformedRecords`).
+    fn metrics(&self) -> BTreeMap<String, String> {
+        BTreeMap::new()
     }
     /// The query is stopping.
     fn stop(&mut self) {}

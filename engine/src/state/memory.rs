@@ -3,8 +3,8 @@
 //! every [`SNAPSHOT_INTERVAL`] versions. Files carry a checksum; a damaged
 //! file is an error naming it, never silently empty state.
 
+use crate::hash::FastMap;
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -21,9 +21,9 @@ const MAGIC: &[u8; 8] = b"WEIRST01";
 /// In-memory state for one operator partition.
 pub struct MemoryStateStore {
     dir: PathBuf,
-    map: HashMap<Vec<u8>, Vec<u8>>,
+    map: FastMap<Vec<u8>, Vec<u8>>,
     /// Keys touched this batch with their previous values (for abort and the delta).
-    undo: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    undo: FastMap<Vec<u8>, Option<Vec<u8>>>,
     retain: u64,
     sync: bool,
     bytes: usize,
@@ -98,8 +98,8 @@ impl MemoryStateStore {
     pub fn open(dir: &Path, version: u64, retain: u64, sync: bool) -> Result<MemoryStateStore> {
         let mut s = MemoryStateStore {
             dir: dir.to_path_buf(),
-            map: HashMap::new(),
-            undo: HashMap::new(),
+            map: FastMap::default(),
+            undo: FastMap::default(),
             retain: retain.max(1),
             sync,
             bytes: 0,

@@ -1,0 +1,502 @@
+//! Decoding a payload column into typed columns: Spark's
+//! `from_json(col("value").cast("string"), schema).select("data.*")` (and
+//! `from_csv`) as a source adapter, so the decoded columns are typed in the
+//! plan (the streaming rules and the `stream_query!` types see `page: String,
+//! event_ts: Timestamp`, not an opaque struct).
+//!
+//! ```no_run
+//! # #[cfg(feature = "kafka")] {
+//! use weir_engine::source::{DecodeExt, KafkaSource};
+//! use weir_plan::{DataType, Field};
+//!
+//! let clicks = KafkaSource::new("127.0.0.1:9092")
+//!     .subscribe("clicks")
+//!     .from_json("value", vec![
+//!         Field::new("page", DataType::String),
+//!         Field::new("event_ts", DataType::Timestamp),
+//!     ])
+//!     .keep(&["partition", "offset"]);
+//! // rows: page, event_ts, _corrupt_record, partition, offset
+//! # }
+//! ```
+//!
+//! Each record of the column (binary or string) is parsed on its own: a
+//! malformed one never fails the batch. In PERMISSIVE mode (the default, as
+//! in Spark) it becomes a row of nulls with its raw text in
+//! `_corrupt_record`; DROPMALFORMED drops it; FAILFAST fails the query
+//! naming the record. A null payload is a row of nulls and is not malformed
+//! (Spark's `from_json(null)`). Malformed records are counted per batch in
+//! the progress metric `malformedRecords` and in total by
+//! [`Decode::malformed_counter`].
+//!
+//! JSON: one object per record; unknown keys are ignored; a value of the
+//! wrong type makes the record malformed. Timestamps are ISO-8601 strings
+//! (`2024-01-01T12:00:00Z`, `2024-01-01 12:00:00`, UTC unless an offset is
+//! given); a JSON number in a timestamp field is read as microseconds since
+//! the epoch (Spark reads seconds). CSV: one line per record, no header, the
+//! fields in schema order.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, StringArray, UInt32Array};
+use arrow::datatypes::{DataType, Field as ArrowField, Schema, SchemaRef};
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use weir_plan::Field;
+
+pub use super::file::ParseMode;
+use super::{BoxSource, Offset, Source, SourceContext};
+use crate::error::{Result, WeirError};
+
+/// The payload's format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadFormat {
+    /// One JSON object per record.
+    Json,
+    /// One CSV line per record (fields in schema order, no header).
+    Csv {
+        /// The field delimiter (`,` by default).
+        delimiter: u8,
+    },
+}
+
+/// A source whose payload column is decoded into typed columns.
+pub struct Decode {
+    inner: BoxSource,
+    column: String,
+    format: PayloadFormat,
+    parse_schema: SchemaRef,
+    keep: Vec<String>,
+    mode: ParseMode,
+    corrupt_column: String,
+    schema: SchemaRef,
+    error: Option<String>,
+    malformed_batch: u64,
+    malformed_total: Arc<AtomicU64>,
+}
+
+/// `from_json` / `from_csv` on any source.
+// Named after Spark's `from_json`/`from_csv` functions, not conversions.
+#[allow(clippy::wrong_self_convention)]
+pub trait DecodeExt: Source + Sized + 'static {
+    /// Decodes `column` (binary or string) as JSON objects with `fields`
+    /// (Spark's `from_json(col, schema)` followed by `select("data.*")`).
+    fn from_json(self, column: &str, fields: Vec<Field>) -> Decode {
+        Decode::new(self, column, PayloadFormat::Json, fields)
+    }
+
+    /// Decodes `column` as one CSV line per record with `fields` (Spark's `from_csv`).
+    fn from_csv(self, column: &str, fields: Vec<Field>) -> Decode {
+        Decode::new(self, column, PayloadFormat::Csv { delimiter: b',' }, fields)
+    }
+}
+
+impl<S: Source + 'static> DecodeExt for S {}
+
+impl Decode {
+    /// Decodes `column` of `inner`'s rows in `format` into `fields`.
+    pub fn new(
+        inner: impl Into<BoxSource>,
+        column: &str,
+        format: PayloadFormat,
+        fields: Vec<Field>,
+    ) -> Decode {
+        let parse_schema = crate::row::arrow_schema(&fields);
+        let mut d = Decode {
+            inner: inner.into(),
+            column: column.to_string(),
+            format,
+            parse_schema,
+            keep: Vec::new(),
+            mode: ParseMode::Permissive,
+            corrupt_column: "_corrupt_record".into(),
+            schema: Arc::new(Schema::empty()),
+            error: None,
+            malformed_batch: 0,
+            malformed_total: Arc::new(AtomicU64::new(0)),
+        };
+        d.rebuild();
+        d
+    }
+
+    /// Keeps these columns of the inner source after the decoded ones (e.g.
+    /// the Kafka source's `partition`, `offset`, `timestamp`).
+    pub fn keep(mut self, columns: &[&str]) -> Self {
+        self.keep = columns.iter().map(|c| c.to_string()).collect();
+        self.rebuild();
+        self
+    }
+
+    /// How malformed records are handled (default PERMISSIVE, as in Spark).
+    pub fn mode(mut self, mode: ParseMode) -> Self {
+        self.mode = mode;
+        self.rebuild();
+        self
+    }
+
+    /// The name of the raw-text column of malformed records in PERMISSIVE
+    /// mode (Spark's `columnNameOfCorruptRecord`, default `_corrupt_record`).
+    pub fn corrupt_record_column(mut self, name: &str) -> Self {
+        self.corrupt_column = name.to_string();
+        self.rebuild();
+        self
+    }
+
+    /// The CSV field delimiter (CSV only).
+    pub fn delimiter(mut self, d: u8) -> Self {
+        if let PayloadFormat::Csv { delimiter } = &mut self.format {
+            *delimiter = d;
+        }
+        self
+    }
+
+    /// A shared count of all malformed records seen (it stays readable after
+    /// the source is handed to a query).
+    pub fn malformed_counter(&self) -> Arc<AtomicU64> {
+        self.malformed_total.clone()
+    }
+
+    fn rebuild(&mut self) {
+        let inner = self.inner.schema();
+        let mut fields: Vec<ArrowField> = self
+            .parse_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        self.error = None;
+        match inner.field_with_name(&self.column) {
+            Ok(f)
+                if matches!(
+                    f.data_type(),
+                    DataType::Binary
+                        | DataType::LargeBinary
+                        | DataType::Utf8
+                        | DataType::LargeUtf8
+                        | DataType::Utf8View
+                        | DataType::BinaryView
+                ) => {}
+            Ok(f) => {
+                self.error = Some(format!(
+                    "column `{}` is {}, not binary or string",
+                    self.column,
+                    f.data_type()
+                ))
+            }
+            Err(_) => self.error = Some(format!("the source has no column `{}`", self.column)),
+        }
+        if self.mode == ParseMode::Permissive
+            && self.parse_schema.index_of(&self.corrupt_column).is_err()
+        {
+            fields.push(ArrowField::new(&self.corrupt_column, DataType::Utf8, true));
+        }
+        for k in &self.keep {
+            if fields.iter().any(|f| f.name() == k) {
+                self.error.get_or_insert(format!(
+                    "kept column `{k}` clashes with a decoded column of that name"
+                ));
+                continue;
+            }
+            match inner.field_with_name(k) {
+                Ok(f) => fields.push(f.clone()),
+                Err(_) => {
+                    self.error
+                        .get_or_insert(format!("cannot keep `{k}`: the source has no such column"));
+                }
+            }
+        }
+        self.schema = Arc::new(Schema::new(fields));
+    }
+
+    fn err(&self, message: String) -> WeirError {
+        WeirError::Source {
+            source_name: self.description(),
+            message,
+        }
+    }
+
+    /// Decodes every record of `records` in one pass; errors when any is
+    /// malformed (or yields other than one row).
+    fn decode_all(&self, records: &[&[u8]]) -> std::result::Result<RecordBatch, String> {
+        let n = records.len();
+        let mut buf = Vec::with_capacity(records.iter().map(|r| r.len() + 1).sum());
+        for r in records {
+            buf.extend_from_slice(r);
+            buf.push(b'\n');
+        }
+        let batch = match self.format {
+            PayloadFormat::Json => {
+                let mut dec = arrow::json::ReaderBuilder::new(self.parse_schema.clone())
+                    .with_batch_size(n.max(1))
+                    .with_strict_mode(false)
+                    .build_decoder()
+                    .map_err(|e| e.to_string())?;
+                let used = dec.decode(&buf).map_err(|e| e.to_string())?;
+                if used != buf.len() {
+                    return Err("more records than expected".into());
+                }
+                dec.flush()
+                    .map_err(|e| e.to_string())?
+                    .unwrap_or_else(|| RecordBatch::new_empty(self.parse_schema.clone()))
+            }
+            PayloadFormat::Csv { delimiter } => {
+                let reader = arrow::csv::ReaderBuilder::new(self.parse_schema.clone())
+                    .with_header(false)
+                    .with_delimiter(delimiter)
+                    .with_batch_size(n.max(1))
+                    .build(std::io::Cursor::new(buf))
+                    .map_err(|e| e.to_string())?;
+                let mut parts = Vec::new();
+                for b in reader {
+                    parts.push(b.map_err(|e| e.to_string())?);
+                }
+                arrow::compute::concat_batches(&self.parse_schema, &parts)
+                    .map_err(|e| e.to_string())?
+            }
+        };
+        if batch.num_rows() != n {
+            return Err(format!("{} rows from {n} records", batch.num_rows()));
+        }
+        Ok(batch)
+    }
+
+    /// One record alone: `Err` when malformed.
+    fn check_one(&self, record: &[u8]) -> std::result::Result<(), String> {
+        if let PayloadFormat::Json = self.format {
+            let v: serde_json::Value = serde_json::from_slice(record).map_err(|e| e.to_string())?;
+            if !v.is_object() {
+                return Err("a record must be a JSON object".into());
+            }
+        }
+        self.decode_all(&[record]).map(|_| ())
+    }
+
+    fn decode_batch(&mut self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let col = batch.column(batch.schema().index_of(&self.column)?).clone();
+        let col = arrow::compute::cast(&col, &DataType::Binary)?;
+        let values = col.as_binary::<i32>();
+        let n = batch.num_rows();
+        let candidates: Vec<usize> = (0..n).filter(|i| values.is_valid(*i)).collect();
+        let records: Vec<&[u8]> = candidates.iter().map(|i| values.value(*i)).collect();
+        // Fast path: all records at once; on any failure find the bad ones.
+        let (decoded, bad): (RecordBatch, Vec<(usize, String)>) = match self.decode_all(&records) {
+            Ok(b) => (b, vec![]),
+            Err(_) => {
+                let mut good = Vec::new();
+                let mut good_rows = Vec::new();
+                let mut bad = Vec::new();
+                for (k, r) in records.iter().enumerate() {
+                    match self.check_one(r) {
+                        Ok(()) => {
+                            good.push(*r);
+                            good_rows.push(candidates[k]);
+                        }
+                        Err(e) => bad.push((candidates[k], e)),
+                    }
+                }
+                let d = self
+                    .decode_all(&good)
+                    .map_err(|e| self.err(format!("decoding well-formed records failed: {e}")))?;
+                (d, bad)
+            }
+        };
+        self.malformed_batch += bad.len() as u64;
+        self.malformed_total
+            .fetch_add(bad.len() as u64, Ordering::Relaxed);
+        if !bad.is_empty() {
+            if self.mode == ParseMode::FailFast {
+                let (i, e) = &bad[0];
+                return Err(self.err(format!(
+                    "malformed record in `{}` (row {i} of the batch: `{}`): {e} (mode FAILFAST; use PERMISSIVE to keep going)",
+                    self.column,
+                    String::from_utf8_lossy(values.value(*i))
+                )));
+            }
+            tracing::warn!(column = %self.column, count = bad.len(), first = %bad[0].1, "malformed records");
+        }
+        let bad_set: BTreeMap<usize, &String> = bad.iter().map(|(i, e)| (*i, e)).collect();
+        // Output rows (all, or without the malformed ones) and where each comes from in `decoded`.
+        let rows: Vec<usize> = match self.mode {
+            ParseMode::DropMalformed => (0..n).filter(|i| !bad_set.contains_key(i)).collect(),
+            _ => (0..n).collect(),
+        };
+        let mut pos = vec![None; n];
+        let mut j = 0u32;
+        for (i, p) in pos.iter_mut().enumerate() {
+            if values.is_valid(i) && !bad_set.contains_key(&i) {
+                *p = Some(j);
+                j += 1;
+            }
+        }
+        let take_decoded = UInt32Array::from(rows.iter().map(|i| pos[*i]).collect::<Vec<_>>());
+        let take_input = UInt32Array::from(rows.iter().map(|i| *i as u32).collect::<Vec<_>>());
+        let mut cols: Vec<ArrayRef> = Vec::new();
+        for c in decoded.columns() {
+            cols.push(arrow::compute::take(c.as_ref(), &take_decoded, None)?);
+        }
+        if self.mode == ParseMode::Permissive
+            && self.parse_schema.index_of(&self.corrupt_column).is_err()
+        {
+            let raw: StringArray = rows
+                .iter()
+                .map(|i| {
+                    bad_set
+                        .contains_key(i)
+                        .then(|| String::from_utf8_lossy(values.value(*i)).into_owned())
+                })
+                .collect();
+            cols.push(Arc::new(raw));
+        }
+        for k in &self.keep {
+            let c = batch.column(batch.schema().index_of(k)?);
+            cols.push(arrow::compute::take(c.as_ref(), &take_input, None)?);
+        }
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            cols,
+            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+        )?)
+    }
+}
+
+impl Source for Decode {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn description(&self) -> String {
+        self.inner.description()
+    }
+
+    fn open(&mut self, ctx: &SourceContext) -> Result<()> {
+        if let Some(e) = &self.error {
+            return Err(self.err(e.clone()));
+        }
+        self.inner.open(ctx)
+    }
+
+    fn latest_offset(&mut self, start: Option<&Offset>) -> Result<Option<Offset>> {
+        self.malformed_batch = 0;
+        self.inner.latest_offset(start)
+    }
+
+    fn get_batch(&mut self, start: Option<&Offset>, end: &Offset) -> Result<Vec<RecordBatch>> {
+        self.malformed_batch = 0;
+        let batches = self.inner.get_batch(start, end)?;
+        batches.iter().map(|b| self.decode_batch(b)).collect()
+    }
+
+    fn commit(&mut self, end: &Offset) -> Result<()> {
+        self.inner.commit(end)
+    }
+
+    fn prepare_for_available_now(&mut self) -> Result<()> {
+        self.inner.prepare_for_available_now()
+    }
+
+    fn metrics(&self) -> BTreeMap<String, String> {
+        let mut m = self.inner.metrics();
+        m.insert("malformedRecords".into(), self.malformed_batch.to_string());
+        m
+    }
+
+    fn stop(&mut self) {
+        self.inner.stop()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::MemoryStream;
+    use arrow::array::BinaryArray;
+    use weir_plan::DataType as T;
+
+    fn payloads(values: &[Option<&str>]) -> RecordBatch {
+        let a = BinaryArray::from_iter(values.iter().map(|v| v.map(|s| s.as_bytes())));
+        let schema = Arc::new(Schema::new(vec![
+            ArrowField::new("value", DataType::Binary, true),
+            ArrowField::new("offset", DataType::Int64, true),
+        ]));
+        let offs = arrow::array::Int64Array::from_iter_values(0..values.len() as i64);
+        RecordBatch::try_new(schema, vec![Arc::new(a), Arc::new(offs)]).unwrap()
+    }
+
+    fn fields() -> Vec<Field> {
+        vec![Field::new("page", T::String), Field::new("n", T::Int64)]
+    }
+
+    fn source() -> MemoryStream {
+        MemoryStream::with_schema(payloads(&[]).schema())
+    }
+
+    #[test]
+    fn malformed_json_becomes_nulls_with_the_raw_text() {
+        let mut d = source().from_json("value", fields()).keep(&["offset"]);
+        let b = payloads(&[
+            Some(r#"{"page":"/a","n":1}"#),
+            Some("{not json"),
+            None,
+            Some(r#"{"page":"/b","n":"x"}"#),
+            Some("7"),
+            Some(r#"{"page":"/c","extra":true}"#),
+        ]);
+        let out = d.decode_batch(&b).unwrap();
+        let schema = out.schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["page", "n", "_corrupt_record", "offset"]);
+        let page = out.column(0).as_string::<i32>();
+        assert_eq!(page.value(0), "/a");
+        assert!(page.is_null(1) && page.is_null(2) && page.is_null(3) && page.is_null(4));
+        assert_eq!(page.value(5), "/c");
+        let raw = out.column(2).as_string::<i32>();
+        assert_eq!(raw.value(1), "{not json");
+        assert!(raw.is_null(2), "a null payload is not malformed");
+        assert_eq!(raw.value(4), "7");
+        assert_eq!(d.malformed_batch, 3);
+        assert_eq!(d.malformed_counter().load(Ordering::Relaxed), 3);
+        assert_eq!(d.metrics()["malformedRecords"], "3");
+        let offs = out.column(3).as_primitive::<arrow::datatypes::Int64Type>();
+        assert_eq!(offs.values().to_vec(), vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn drop_and_failfast_modes() {
+        let b = payloads(&[Some(r#"{"page":"/a","n":1}"#), Some("oops")]);
+        let mut d = source()
+            .from_json("value", fields())
+            .mode(ParseMode::DropMalformed);
+        let out = d.decode_batch(&b).unwrap();
+        assert_eq!(out.num_rows(), 1);
+        assert_eq!(out.num_columns(), 2);
+        let mut d = source()
+            .from_json("value", fields())
+            .mode(ParseMode::FailFast);
+        let e = d.decode_batch(&b).unwrap_err().to_string();
+        assert!(e.contains("oops") && e.contains("FAILFAST"), "{e}");
+    }
+
+    #[test]
+    fn csv_payloads() {
+        let b = payloads(&[Some("/a,1"), Some("/b,2,3"), Some("/c,x")]);
+        let mut d = source().from_csv("value", fields());
+        let out = d.decode_batch(&b).unwrap();
+        assert_eq!(out.column(0).as_string::<i32>().value(0), "/a");
+        assert_eq!(d.malformed_batch, 2);
+    }
+
+    #[test]
+    fn bad_columns_fail_at_open() {
+        let mut d = source().from_json("nope", fields());
+        let e = d
+            .open(&SourceContext {
+                metadata_dir: std::env::temp_dir(),
+                sync: false,
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("no column `nope`"), "{e}");
+        let d = source().from_json("value", fields()).keep(&["page"]);
+        assert!(d.error.unwrap().contains("clashes"));
+    }
+}

@@ -1,0 +1,889 @@
+//! The Kafka source (Spark's `kafka` stream format), on librdkafka.
+//!
+//! Rows have Spark's schema: `key: binary, value: binary, topic: string,
+//! partition: int, offset: bigint, timestamp: timestamp, timestampType: int`
+//! and, with `includeHeaders`, `headers: array<struct<key: string, value: binary>>`.
+//! Decode `value` into typed columns with [`crate::source::DecodeExt::from_json`].
+//!
+//! The engine assigns partitions and seeks itself, as Spark does: a batch's
+//! offsets are the next offset to read per topic-partition, written to the
+//! offsets log in Spark's JSON (`{"clicks":{"0":42,"1":40}}`), so a restart
+//! reads exactly the logged ranges again. The offsets a new query starts from
+//! (`startingOffsets`, resolved when the query first opens) are kept under the
+//! checkpoint (`sources/<i>/initial-offsets`), as Spark keeps them.
+//!
+//! | option (Spark's name) | builder | meaning |
+//! |---|---|---|
+//! | `kafka.bootstrap.servers` | [`KafkaSource::new`] | `host:port,...` (required) |
+//! | `subscribe` | [`KafkaSource::subscribe`] | comma-separated topics |
+//! | `subscribePattern` | [`KafkaSource::subscribe_pattern`] | a regex matched against whole topic names; topics created later are picked up |
+//! | `assign` | [`KafkaSource::assign`] | `{"topicA":[0,1]}` |
+//! | `startingOffsets` | [`KafkaSource::starting_offsets`] | `earliest`, `latest` (default) or `{"t":{"0":23,"1":-2}}` (-2 earliest, -1 latest; every partition) |
+//! | `startingTimestamp` | [`KafkaSource::starting_timestamp`] | epoch ms: each partition starts at its first record at or after it |
+//! | `startingOffsetsByTimestamp` | `option` | `{"t":{"0":1700000000000}}` |
+//! | `startingOffsetsByTimestampStrategy` | `option` | `error` (default) or `latest` when no record is that new |
+//! | `maxOffsetsPerTrigger` | [`KafkaSource::max_offsets_per_trigger`] | a cap per batch, split across partitions in proportion to lag |
+//! | `minPartitions` | [`KafkaSource::min_partitions`] | accepted; weir reads each batch in one process and does not split partitions |
+//! | `failOnDataLoss` | [`KafkaSource::fail_on_data_loss`] | `true` (default): fail naming topic, partition and lost range; `false`: skip, warn and count (`lostOffsets` metric) |
+//! | `includeHeaders` | [`KafkaSource::include_headers`] | add the `headers` column |
+//! | `kafkaConsumer.pollTimeoutMs` | `option` | how long a read may make no progress (default 120000) |
+//! | `group.id`, `kafka.group.id` | [`KafkaSource::group_id`] | beyond Spark: commit each batch's end offsets to this consumer group, so lag shows in Kafka's tools |
+//! | `groupIdPrefix` | `option` | prefix of the generated group id when none is set |
+//! | `kafka.*` | `option` | passed to librdkafka (e.g. `kafka.isolation.level`) |
+//!
+//! The `headers` column's type (`list<struct<key, value>>`) has no name in
+//! weir's plan types yet: it reaches sinks and `foreach_batch` as it is, but
+//! SQL expressions (`filter`, `select`) cannot name it.
+//!
+//! New partitions (of a subscribed topic, or of a topic that starts matching
+//! the pattern) are read from offset 0. Where weir differs from Spark: the
+//! consumer's `isolation.level` is librdkafka's default, `read_committed`
+//! (Spark's Java consumer reads uncommitted), so aborted transactions are
+//! never read; set `kafka.isolation.level=read_uncommitted` for Spark's.
+//!
+//! Progress reports carry Spark's Kafka metrics (`minOffsetsBehindLatest`,
+//! `maxOffsetsBehindLatest`, `avgOffsetsBehindLatest`) and weir's `lostOffsets`
+//! (offsets skipped as lost in this batch with `failOnDataLoss=false`).
+
+pub mod admin;
+mod fetch;
+pub mod offsets;
+mod rows;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{ClientConfig, Offset as KafkaOffset, TopicPartitionList};
+
+pub use admin::KafkaAdmin;
+pub use offsets::{PartitionOffsets, TopicPartition};
+/// The rdkafka crate weir's Kafka connectors are built on (for custom clients).
+pub use rdkafka;
+pub use rows::{headers_type, kafka_schema};
+
+use super::{Offset, Source, SourceContext};
+use crate::checkpoint::write_atomic;
+use crate::error::{Result, WeirError};
+
+/// Where a new query starts reading (Spark's `startingOffsets` and friends).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StartingOffsets {
+    /// Each partition's earliest available offset.
+    Earliest,
+    /// Each partition's end: only records produced after the query starts (Spark's default).
+    Latest,
+    /// Per topic-partition offsets; [`offsets::EARLIEST`] (-2) and [`offsets::LATEST`] (-1) allowed.
+    Offsets(PartitionOffsets),
+    /// The first record at or after this time (epoch ms), in every partition.
+    Timestamp(i64),
+    /// The first record at or after each partition's own time (epoch ms).
+    ByTimestamp(PartitionOffsets),
+}
+
+#[derive(Debug, Clone)]
+enum Strategy {
+    Subscribe(Vec<String>),
+    Pattern(String, regex::Regex),
+    Assign(Vec<TopicPartition>),
+}
+
+/// Counters for one batch and for the life of the source.
+#[derive(Debug, Default, Clone)]
+struct Metrics {
+    behind: Option<(i64, i64, f64)>,
+    lost_batch: i64,
+    lost_total: i64,
+}
+
+struct Runtime {
+    consumer: BaseConsumer,
+    /// Where a new query starts; partitions not in it start at 0.
+    initial: PartitionOffsets,
+    /// The available-now target.
+    cap: Option<PartitionOffsets>,
+}
+
+/// A Kafka topic (or topics) as a stream. Configure with the typed builder
+/// methods or Spark's option names ([`KafkaSource::option`]).
+pub struct KafkaSource {
+    bootstrap: Option<String>,
+    strategy: Option<Strategy>,
+    starting: StartingOffsets,
+    starting_timestamp: Option<i64>,
+    starting_by_timestamp: Option<PartitionOffsets>,
+    by_timestamp_latest: bool,
+    max_offsets: Option<u64>,
+    min_partitions: Option<usize>,
+    fail_on_data_loss: bool,
+    include_headers: bool,
+    group_id: Option<String>,
+    group_prefix: String,
+    kafka_conf: BTreeMap<String, String>,
+    poll_timeout: Duration,
+    option_error: Option<String>,
+    metadata_dir: Option<PathBuf>,
+    sync: bool,
+    rt: Option<Runtime>,
+    metrics: Metrics,
+}
+
+const META_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl KafkaSource {
+    /// A source reading from the cluster at `bootstrap_servers`
+    /// (`host:port,...`); choose topics with `subscribe`, `subscribe_pattern`
+    /// or `assign`.
+    pub fn new(bootstrap_servers: &str) -> KafkaSource {
+        KafkaSource {
+            bootstrap: Some(bootstrap_servers.to_string()),
+            strategy: None,
+            starting: StartingOffsets::Latest,
+            starting_timestamp: None,
+            starting_by_timestamp: None,
+            by_timestamp_latest: false,
+            max_offsets: None,
+            min_partitions: None,
+            fail_on_data_loss: true,
+            include_headers: false,
+            group_id: None,
+            group_prefix: "weir-kafka-source".into(),
+            kafka_conf: BTreeMap::new(),
+            poll_timeout: Duration::from_millis(120_000),
+            option_error: None,
+            metadata_dir: None,
+            sync: true,
+            rt: None,
+            metrics: Metrics::default(),
+        }
+    }
+
+    /// A source configured only by Spark-named options
+    /// (`kafka.bootstrap.servers` among them).
+    pub fn from_options<'a>(options: impl IntoIterator<Item = (&'a str, &'a str)>) -> KafkaSource {
+        let mut s = KafkaSource::new("");
+        s.bootstrap = None;
+        for (k, v) in options {
+            s = s.option(k, v);
+        }
+        s
+    }
+
+    /// Reads these topics (comma-separated, Spark's `subscribe`).
+    pub fn subscribe(mut self, topics: &str) -> Self {
+        let list: Vec<String> = topics
+            .split(',')
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect();
+        if list.is_empty() {
+            self.fail(format!("subscribe `{topics}` names no topic"));
+        }
+        self.set_strategy(Strategy::Subscribe(list))
+    }
+
+    /// Reads every topic whose whole name matches `pattern` (Spark's
+    /// `subscribePattern`), including topics created while the query runs.
+    pub fn subscribe_pattern(mut self, pattern: &str) -> Self {
+        match regex::Regex::new(&format!("^(?:{pattern})$")) {
+            Ok(re) => self.set_strategy(Strategy::Pattern(pattern.to_string(), re)),
+            Err(e) => {
+                self.fail(format!("subscribePattern `{pattern}` is not a regex: {e}"));
+                self
+            }
+        }
+    }
+
+    /// Reads exactly these topic-partitions (Spark's `assign`).
+    pub fn assign(self, partitions: &[(&str, i32)]) -> Self {
+        let mut v: Vec<TopicPartition> = partitions
+            .iter()
+            .map(|(t, p)| (t.to_string(), *p))
+            .collect();
+        v.sort();
+        v.dedup();
+        self.set_strategy(Strategy::Assign(v))
+    }
+
+    /// Where a new query starts (default [`StartingOffsets::Latest`]); a
+    /// restarted query resumes from its checkpoint instead.
+    pub fn starting_offsets(mut self, s: StartingOffsets) -> Self {
+        self.starting = s;
+        self
+    }
+
+    /// Starts each partition at its first record at or after `epoch_ms`
+    /// (Spark's `startingTimestamp`; wins over `starting_offsets`).
+    pub fn starting_timestamp(mut self, epoch_ms: i64) -> Self {
+        self.starting_timestamp = Some(epoch_ms);
+        self
+    }
+
+    /// At most `n` offsets per batch over all partitions, split in proportion
+    /// to each partition's lag (Spark's `maxOffsetsPerTrigger`).
+    pub fn max_offsets_per_trigger(mut self, n: u64) -> Self {
+        self.max_offsets = Some(n.max(1));
+        self
+    }
+
+    /// Spark's `minPartitions`: accepted for compatibility; weir reads each
+    /// batch in one process and does not split Kafka partitions.
+    pub fn min_partitions(mut self, n: usize) -> Self {
+        self.min_partitions = Some(n);
+        self
+    }
+
+    /// `true` (default): fail when offsets to read are gone (retention,
+    /// deleted records or topic), naming topic, partition and range; `false`:
+    /// skip them with a warning and count them in the `lostOffsets` metric.
+    pub fn fail_on_data_loss(mut self, yes: bool) -> Self {
+        self.fail_on_data_loss = yes;
+        self
+    }
+
+    /// Adds the `headers` column (Spark's `includeHeaders`).
+    pub fn include_headers(mut self, yes: bool) -> Self {
+        self.include_headers = yes;
+        self
+    }
+
+    /// Commits each batch's end offsets to consumer group `group` once the
+    /// batch is committed (beyond Spark, so lag shows in Kafka's tooling).
+    /// The checkpoint, not the group, decides where a restart resumes.
+    pub fn group_id(mut self, group: &str) -> Self {
+        self.group_id = Some(group.to_string());
+        self
+    }
+
+    /// Sets an option by Spark's name (case-insensitive). `kafka.`-prefixed
+    /// options go to librdkafka. An unknown or invalid option fails `start()`.
+    pub fn option(mut self, key: &str, value: &str) -> Self {
+        let bad = |what: &str| format!("option {key}: `{value}` is not {what}");
+        let lower = key.to_ascii_lowercase();
+        match lower.as_str() {
+            "kafka.bootstrap.servers" => self.bootstrap = Some(value.to_string()),
+            "group.id" | "kafka.group.id" => self.group_id = Some(value.to_string()),
+            "subscribe" => return self.subscribe(value),
+            "subscribepattern" => return self.subscribe_pattern(value),
+            "assign" => match offsets::parse_assign(value) {
+                Ok(v) => return self.set_strategy(Strategy::Assign(v)),
+                Err(e) => self.fail(e),
+            },
+            "startingoffsets" => match value.trim().to_ascii_lowercase().as_str() {
+                "earliest" => self.starting = StartingOffsets::Earliest,
+                "latest" => self.starting = StartingOffsets::Latest,
+                _ => match serde_json::from_str(value)
+                    .map_err(|e| e.to_string())
+                    .and_then(|v| offsets::from_json(&v))
+                {
+                    Ok(o) => self.starting = StartingOffsets::Offsets(o),
+                    Err(e) => self.fail(format!(
+                        "startingOffsets `{value}`: use earliest, latest or {{\"topic\":{{\"0\":23}}}} ({e})"
+                    )),
+                },
+            },
+            "startingtimestamp" => match value.trim().parse() {
+                Ok(t) => self.starting_timestamp = Some(t),
+                Err(_) => self.fail(bad("a timestamp in epoch milliseconds")),
+            },
+            "startingoffsetsbytimestamp" => match serde_json::from_str(value)
+                .map_err(|e| e.to_string())
+                .and_then(|v| offsets::from_json(&v))
+            {
+                Ok(o) => self.starting_by_timestamp = Some(o),
+                Err(e) => self.fail(format!("startingOffsetsByTimestamp `{value}`: {e}")),
+            },
+            "startingoffsetsbytimestampstrategy" => match value.to_ascii_lowercase().as_str() {
+                "error" => self.by_timestamp_latest = false,
+                "latest" => self.by_timestamp_latest = true,
+                _ => self.fail(bad("`error` or `latest`")),
+            },
+            "maxoffsetspertrigger" => match value.trim().parse() {
+                Ok(n) => return self.max_offsets_per_trigger(n),
+                Err(_) => self.fail(bad("a positive number")),
+            },
+            "minpartitions" => match value.trim().parse() {
+                Ok(n) => self.min_partitions = Some(n),
+                Err(_) => self.fail(bad("a positive number")),
+            },
+            "failondataloss" => match value.trim().to_ascii_lowercase().as_str() {
+                "true" => self.fail_on_data_loss = true,
+                "false" => self.fail_on_data_loss = false,
+                _ => self.fail(bad("true or false")),
+            },
+            "includeheaders" => match value.trim().to_ascii_lowercase().as_str() {
+                "true" => self.include_headers = true,
+                "false" => self.include_headers = false,
+                _ => self.fail(bad("true or false")),
+            },
+            "kafkaconsumer.polltimeoutms" => match value.trim().parse() {
+                Ok(ms) => self.poll_timeout = Duration::from_millis(ms),
+                Err(_) => self.fail(bad("milliseconds")),
+            },
+            "groupidprefix" => self.group_prefix = value.to_string(),
+            "endingoffsets" | "endingoffsetsbytimestamp" => self.fail(format!(
+                "{key} is for batch queries; a stream has no end (use the available-now trigger to stop at the data present at start)"
+            )),
+            _ if lower.starts_with("kafka.") => {
+                self.kafka_conf
+                    .insert(key["kafka.".len()..].to_string(), value.to_string());
+            }
+            _ => self.fail(format!(
+                "unknown Kafka source option `{key}` (known: kafka.bootstrap.servers, subscribe, subscribePattern, assign, startingOffsets, startingTimestamp, startingOffsetsByTimestamp, startingOffsetsByTimestampStrategy, maxOffsetsPerTrigger, minPartitions, failOnDataLoss, includeHeaders, kafkaConsumer.pollTimeoutMs, group.id, groupIdPrefix, kafka.*)"
+            )),
+        }
+        self
+    }
+
+    /// Offsets skipped as lost so far (with `failOnDataLoss=false`).
+    pub fn lost_offsets(&self) -> i64 {
+        self.metrics.lost_total
+    }
+
+    fn fail(&mut self, message: String) {
+        self.option_error.get_or_insert(message);
+    }
+
+    fn set_strategy(mut self, s: Strategy) -> Self {
+        if self.strategy.is_some() {
+            self.fail(
+                "only one of subscribe, subscribePattern and assign may be set (Spark's rule)"
+                    .into(),
+            );
+        }
+        self.strategy = Some(s);
+        self
+    }
+
+    fn err(&self, message: impl Into<String>) -> WeirError {
+        WeirError::Source {
+            source_name: self.description(),
+            message: message.into(),
+        }
+    }
+
+    fn kerr(&self, what: &str, e: KafkaError) -> WeirError {
+        self.err(format!("{what}: {e}"))
+    }
+
+    fn consumer(&self) -> Result<&BaseConsumer> {
+        self.rt
+            .as_ref()
+            .map(|r| &r.consumer)
+            .ok_or_else(|| self.err("used before open()"))
+    }
+
+    /// The topic-partitions the strategy selects now.
+    fn discover(&self) -> Result<BTreeSet<TopicPartition>> {
+        let strategy = self
+            .strategy
+            .as_ref()
+            .ok_or_else(|| self.err("no topics"))?;
+        if let Strategy::Assign(v) = strategy {
+            return Ok(v.iter().cloned().collect());
+        }
+        let c = self.consumer()?;
+        let md = c
+            .fetch_metadata(None, META_TIMEOUT)
+            .map_err(|e| self.kerr("cannot read the cluster's metadata", e))?;
+        let mut out = BTreeSet::new();
+        for t in md.topics() {
+            if t.error().is_some() || t.name().starts_with("__") {
+                continue;
+            }
+            let wanted = match strategy {
+                Strategy::Subscribe(list) => list.iter().any(|n| n == t.name()),
+                Strategy::Pattern(_, re) => re.is_match(t.name()),
+                Strategy::Assign(_) => false,
+            };
+            if wanted {
+                for p in t.partitions() {
+                    out.insert((t.name().to_string(), p.id()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Handles offsets `[from, to)` of `tp` being gone: an error naming them
+    /// (failOnDataLoss=true) or a warning and a count.
+    fn data_loss(&mut self, tp: &TopicPartition, from: i64, to: i64, why: &str) -> Result<()> {
+        let range = if to > from {
+            format!("offsets [{from}, {to}) ({} records)", to - from)
+        } else {
+            format!("offsets from {from}")
+        };
+        if self.fail_on_data_loss {
+            return Err(self.err(format!(
+                "data loss in topic `{}` partition {}: {range} can no longer be read: {why}. Some data may have been lost because it is not available in Kafka any more; either it was aged out by retention, deleted, or the topic was deleted before all of it was processed. If you want the query to go on in such cases, set the source option failOnDataLoss to false",
+                tp.0, tp.1
+            )));
+        }
+        tracing::warn!(topic = %tp.0, partition = tp.1, "data loss: {range} skipped: {why} (failOnDataLoss=false)");
+        let n = (to - from).max(0);
+        self.metrics.lost_batch += n;
+        self.metrics.lost_total += n;
+        Ok(())
+    }
+
+    fn initial_path(&self) -> Option<PathBuf> {
+        self.metadata_dir
+            .as_ref()
+            .map(|d| d.join("initial-offsets"))
+    }
+
+    /// Resolves the starting offsets of a new query to absolute offsets.
+    fn resolve_initial(&mut self) -> Result<PartitionOffsets> {
+        let parts = self.discover()?;
+        let mut out = PartitionOffsets::new();
+        let by_ts: Option<PartitionOffsets> =
+            match (&self.starting_timestamp, &self.starting_by_timestamp) {
+                (Some(ts), _) => Some(parts.iter().map(|tp| (tp.clone(), *ts)).collect()),
+                (None, Some(m)) => Some(m.clone()),
+                _ => None,
+            };
+        if let Some(ts) = by_ts {
+            self.require_all(&parts, &ts, "startingOffsetsByTimestamp")?;
+            let mut tpl = TopicPartitionList::new();
+            for (tp, t) in &ts {
+                tpl.add_partition_offset(&tp.0, tp.1, KafkaOffset::Offset(*t))
+                    .map_err(|e| self.kerr("startingTimestamp", e))?;
+            }
+            let got = self
+                .consumer()?
+                .offsets_for_times(tpl, META_TIMEOUT)
+                .map_err(|e| self.kerr("cannot look offsets up by timestamp", e))?;
+            for e in got.elements() {
+                let tp = (e.topic().to_string(), e.partition());
+                let o = match e.offset() {
+                    KafkaOffset::Offset(o) => o,
+                    _ if self.by_timestamp_latest => self.latest(&tp)?,
+                    _ => {
+                        return Err(self.err(format!(
+                            "no record in {}-{} has a timestamp at or after {} (set startingOffsetsByTimestampStrategy=latest to start at the end instead)",
+                            tp.0, tp.1, ts[&tp]
+                        )))
+                    }
+                };
+                out.insert(tp, o);
+            }
+            return Ok(out);
+        }
+        match self.starting.clone() {
+            StartingOffsets::Earliest => {
+                out = self.list_offsets(&parts, KafkaOffset::Beginning)?;
+            }
+            StartingOffsets::Latest => {
+                out = self.list_offsets(&parts, KafkaOffset::End)?;
+            }
+            StartingOffsets::Offsets(m) => {
+                self.require_all(&parts, &m, "startingOffsets")?;
+                let named: BTreeSet<TopicPartition> = m.keys().cloned().collect();
+                let los = self.list_offsets(&named, KafkaOffset::Beginning)?;
+                let his = self.list_offsets(&named, KafkaOffset::End)?;
+                for (tp, o) in m {
+                    let (lo, hi) = (los[&tp], his[&tp]);
+                    let v = match o {
+                        offsets::EARLIEST => lo,
+                        offsets::LATEST => hi,
+                        o if o < lo => {
+                            self.data_loss(
+                                &tp,
+                                o,
+                                lo,
+                                "startingOffsets is before the earliest available offset",
+                            )?;
+                            lo
+                        }
+                        o if o > hi => {
+                            return Err(self.err(format!(
+                                "startingOffsets for {}-{} is {o}, past its latest offset {hi}",
+                                tp.0, tp.1
+                            )))
+                        }
+                        o => o,
+                    };
+                    out.insert(tp, v);
+                }
+            }
+            StartingOffsets::Timestamp(_) | StartingOffsets::ByTimestamp(_) => {
+                unreachable!("timestamps are handled above")
+            }
+        }
+        Ok(out)
+    }
+
+    fn require_all(
+        &self,
+        parts: &BTreeSet<TopicPartition>,
+        given: &PartitionOffsets,
+        what: &str,
+    ) -> Result<()> {
+        let given_keys: BTreeSet<TopicPartition> = given.keys().cloned().collect();
+        if matches!(self.strategy, Some(Strategy::Assign(_))) || &given_keys == parts {
+            return Ok(());
+        }
+        let show = |s: &BTreeSet<TopicPartition>| {
+            s.iter()
+                .map(|(t, p)| format!("{t}-{p}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        Err(self.err(format!(
+            "{what} must name every partition of the subscribed topics (use -1 for latest, -2 for earliest); given: [{}], subscribed: [{}]",
+            show(&given_keys),
+            show(parts)
+        )))
+    }
+
+    fn parse_offsets(&self, v: &Offset) -> Result<PartitionOffsets> {
+        offsets::from_json(v).map_err(|e| {
+            self.err(format!(
+                "the offsets log holds `{v}`, which is not Kafka source offsets ({e}); was the checkpoint written by another source?"
+            ))
+        })
+    }
+
+    /// Where each partition of `end` starts: its logged start, the query's
+    /// initial offset, or 0 for a partition that appeared since.
+    fn starts(&self, start: Option<&Offset>) -> Result<PartitionOffsets> {
+        match start {
+            Some(s) => self.parse_offsets(s),
+            None => Ok(self
+                .rt
+                .as_ref()
+                .map(|r| r.initial.clone())
+                .unwrap_or_default()),
+        }
+    }
+}
+
+impl Source for KafkaSource {
+    fn schema(&self) -> SchemaRef {
+        kafka_schema(self.include_headers)
+    }
+
+    fn description(&self) -> String {
+        let what = match &self.strategy {
+            Some(Strategy::Subscribe(v)) => format!("Subscribe[{}]", v.join(",")),
+            Some(Strategy::Pattern(p, _)) => format!("SubscribePattern[{p}]"),
+            Some(Strategy::Assign(v)) => format!(
+                "Assign[{}]",
+                v.iter()
+                    .map(|(t, p)| format!("{t}-{p}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => "?".into(),
+        };
+        format!("KafkaV2[{what}]")
+    }
+
+    fn open(&mut self, ctx: &SourceContext) -> Result<()> {
+        if let Some(e) = &self.option_error {
+            return Err(self.err(e.clone()));
+        }
+        let bootstrap = match &self.bootstrap {
+            Some(b) if !b.trim().is_empty() => b.clone(),
+            _ => return Err(self.err("kafka.bootstrap.servers is required: KafkaSource::new(\"host:port\") or .option(\"kafka.bootstrap.servers\", ...)")),
+        };
+        if self.strategy.is_none() {
+            return Err(self.err(
+                "choose the topics: one of subscribe, subscribePattern or assign (Spark's rule)",
+            ));
+        }
+        if let Some(n) = self.min_partitions {
+            tracing::info!("minPartitions={n} accepted; weir reads each Kafka partition whole and does not split it");
+        }
+        self.metadata_dir = Some(ctx.metadata_dir.clone());
+        self.sync = ctx.sync;
+        let mut conf = ClientConfig::new();
+        let group = self
+            .group_id
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", self.group_prefix, uuid::Uuid::new_v4().simple()));
+        conf.set("bootstrap.servers", &bootstrap)
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "error")
+            .set("enable.partition.eof", "false")
+            .set("allow.auto.create.topics", "false")
+            // Batches read known ranges as fast as possible: let librdkafka
+            // prefetch deep queues in big fetches (librdkafka's defaults
+            // halve or quarter the throughput; `kafka.*` options override).
+            .set("queued.min.messages", "1000000")
+            .set("max.partition.fetch.bytes", "4194304")
+            // A fetch that reaches a partition's end waits at most this long
+            // for more (the next batch's fetches queue behind it).
+            .set("fetch.wait.max.ms", "20");
+        for (k, v) in &self.kafka_conf {
+            conf.set(k, v);
+        }
+        let consumer: BaseConsumer = conf
+            .create()
+            .map_err(|e| self.kerr("cannot create the Kafka consumer", e))?;
+        self.rt = Some(Runtime {
+            consumer,
+            initial: PartitionOffsets::new(),
+            cap: None,
+        });
+        // A new query fixes its starting offsets once; a restart reads them back.
+        let path = self.initial_path().expect("set above");
+        let initial = match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let v: serde_json::Value =
+                    serde_json::from_str(text.lines().nth(1).unwrap_or("{}")).map_err(|e| {
+                        WeirError::checkpoint(&path, format!("damaged initial offsets ({e})"))
+                    })?;
+                self.parse_offsets(&v)?
+            }
+            Err(_) => {
+                let o = self.resolve_initial()?;
+                write_atomic(
+                    &path,
+                    format!("v1\n{}", offsets::to_json(&o)).as_bytes(),
+                    self.sync,
+                )?;
+                o
+            }
+        };
+        if let Some(rt) = &mut self.rt {
+            rt.initial = initial;
+        }
+        Ok(())
+    }
+
+    fn latest_offset(&mut self, start: Option<&Offset>) -> Result<Option<Offset>> {
+        self.metrics.lost_batch = 0;
+        let from = self.starts(start)?;
+        let parts = self.discover()?;
+        for tp in from.keys() {
+            if !parts.contains(tp) {
+                let at = from[tp];
+                self.data_loss(tp, at, at, "the partition is gone (was the topic deleted?)")?;
+            }
+        }
+        if parts.is_empty() && start.is_none() {
+            return Ok(None);
+        }
+        let ends = self.list_offsets(&parts, KafkaOffset::End)?;
+        let mut latest = PartitionOffsets::new();
+        let mut starts = PartitionOffsets::new();
+        for tp in &parts {
+            let hi = ends[tp];
+            let f = from.get(tp).copied().unwrap_or(0);
+            if hi < f {
+                self.data_loss(
+                    tp,
+                    f,
+                    f,
+                    &format!(
+                        "its latest offset went back from {f} to {hi} (was the topic re-created?)"
+                    ),
+                )?;
+            }
+            latest.insert(tp.clone(), hi);
+            starts.insert(tp.clone(), f.min(hi));
+        }
+        let mut until = latest.clone();
+        if let Some(cap) = self.rt.as_ref().and_then(|r| r.cap.clone()) {
+            for (tp, u) in until.iter_mut() {
+                *u = match cap.get(tp) {
+                    Some(c) => (*c).min(*u).max(starts[tp]),
+                    None => starts[tp],
+                };
+            }
+        }
+        if let Some(limit) = self.max_offsets {
+            until = offsets::rate_limit(limit, &starts, &until);
+        }
+        let behind: Vec<i64> = until.iter().map(|(tp, u)| latest[tp] - u).collect();
+        self.metrics.behind = (!behind.is_empty()).then(|| {
+            (
+                *behind.iter().min().unwrap_or(&0),
+                *behind.iter().max().unwrap_or(&0),
+                behind.iter().sum::<i64>() as f64 / behind.len() as f64,
+            )
+        });
+        Ok(Some(offsets::to_json(&until)))
+    }
+
+    fn get_batch(&mut self, start: Option<&Offset>, end: &Offset) -> Result<Vec<RecordBatch>> {
+        let from = self.starts(start)?;
+        let end = self.parse_offsets(end)?;
+        let to_read: BTreeSet<TopicPartition> = end
+            .iter()
+            .filter(|(tp, to)| from.get(*tp).is_none_or(|f| f < *to))
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        let earliest = self.list_offsets(&to_read, KafkaOffset::Beginning)?;
+        let mut ranges = Vec::new();
+        for (tp, &to) in &end {
+            if !to_read.contains(tp) {
+                continue;
+            }
+            let lo = earliest[tp];
+            let f = match from.get(tp) {
+                Some(f) => *f,
+                None => {
+                    // A partition that appeared since the last batch: from its start (Spark).
+                    if lo > 0 {
+                        self.data_loss(
+                            tp,
+                            0,
+                            lo.min(to),
+                            &format!("the added partition starts at offset {lo} instead of 0"),
+                        )?;
+                    }
+                    lo.min(to)
+                }
+            };
+            if f >= to {
+                continue;
+            }
+            let f = if lo > f {
+                let l = lo.min(to);
+                self.data_loss(
+                    tp,
+                    f,
+                    l,
+                    &format!("the partition's earliest offset is now {lo}"),
+                )?;
+                l
+            } else {
+                f
+            };
+            if f < to {
+                ranges.push((tp.clone(), f, to));
+            }
+        }
+        self.read(ranges)
+    }
+
+    fn commit(&mut self, end: &Offset) -> Result<()> {
+        if self.group_id.is_none() {
+            return Ok(());
+        }
+        let end = self.parse_offsets(end)?;
+        let mut tpl = TopicPartitionList::new();
+        for ((t, p), o) in &end {
+            let _ = tpl.add_partition_offset(t, *p, KafkaOffset::Offset(*o));
+        }
+        if tpl.count() == 0 {
+            return Ok(());
+        }
+        if let Err(e) = self.consumer()?.commit(&tpl, CommitMode::Sync) {
+            // Informational only: the checkpoint decides where a restart resumes.
+            tracing::warn!(source = %self.description(), "could not commit offsets to consumer group: {e}");
+        }
+        Ok(())
+    }
+
+    fn prepare_for_available_now(&mut self) -> Result<()> {
+        let parts = self.discover()?;
+        let cap = self.list_offsets(&parts, KafkaOffset::End)?;
+        if let Some(rt) = &mut self.rt {
+            rt.cap = Some(cap);
+        }
+        Ok(())
+    }
+
+    fn metrics(&self) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        if let Some((min, max, avg)) = self.metrics.behind {
+            m.insert("minOffsetsBehindLatest".into(), min.to_string());
+            m.insert("maxOffsetsBehindLatest".into(), max.to_string());
+            m.insert("avgOffsetsBehindLatest".into(), format!("{avg:.1}"));
+        }
+        if !self.fail_on_data_loss {
+            m.insert("lostOffsets".into(), self.metrics.lost_batch.to_string());
+        }
+        m
+    }
+
+    fn stop(&mut self) {
+        if let Some(rt) = &self.rt {
+            let _ = rt.consumer.unassign();
+        }
+        self.rt = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_use_sparks_names() {
+        let s = KafkaSource::from_options([
+            ("kafka.bootstrap.servers", "127.0.0.1:1"),
+            ("subscribe", "a, b"),
+            ("startingOffsets", r#"{"a":{"0":-2},"b":{"0":5}}"#),
+            ("maxOffsetsPerTrigger", "100"),
+            ("failOnDataLoss", "false"),
+            ("includeHeaders", "true"),
+            ("kafka.isolation.level", "read_uncommitted"),
+        ]);
+        assert!(s.option_error.is_none(), "{:?}", s.option_error);
+        assert_eq!(s.description(), "KafkaV2[Subscribe[a,b]]");
+        assert_eq!(s.max_offsets, Some(100));
+        assert!(!s.fail_on_data_loss);
+        assert_eq!(s.schema().fields().len(), 8);
+        assert_eq!(s.kafka_conf["isolation.level"], "read_uncommitted");
+        match &s.starting {
+            StartingOffsets::Offsets(o) => assert_eq!(o[&("b".to_string(), 0)], 5),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_options_are_reported_at_open() {
+        let s = KafkaSource::new("x:1")
+            .subscribe("a")
+            .subscribe_pattern("b.*");
+        assert!(s.option_error.as_deref().unwrap().contains("only one of"));
+        let s = KafkaSource::new("x:1").option("startingOfsets", "earliest");
+        assert!(s
+            .option_error
+            .as_deref()
+            .unwrap()
+            .contains("unknown Kafka source option"));
+        let s = KafkaSource::new("x:1").option("failOnDataLoss", "maybe");
+        assert!(s.option_error.as_deref().unwrap().contains("true or false"));
+        let mut s = KafkaSource::new("x:1")
+            .subscribe("a")
+            .option("endingOffsets", "latest");
+        let dir = std::env::temp_dir();
+        let e = s
+            .open(&SourceContext {
+                metadata_dir: dir,
+                sync: false,
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("batch queries"), "{e}");
+    }
+
+    #[test]
+    fn schema_is_sparks() {
+        let s = kafka_schema(false);
+        let names: Vec<&str> = s.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "key",
+                "value",
+                "topic",
+                "partition",
+                "offset",
+                "timestamp",
+                "timestampType"
+            ]
+        );
+        assert_eq!(kafka_schema(true).field(7).data_type(), &headers_type());
+    }
+}

@@ -1,0 +1,1080 @@
+//! The Kafka source and sink against a real Apache Kafka broker.
+//!
+//! The broker's address comes from `KAFKA_BOOTSTRAP`; `bash scripts/test.sh`
+//! (and CI) starts one with `scripts/kafka.sh` and sets it. Without it these
+//! tests fail, saying how to start one. Every test uses its own topics.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir::arrow::array::{Array, AsArray};
+use weir::arrow::datatypes::{Int32Type, Int64Type};
+use weir::arrow::record_batch::RecordBatch;
+use weir::functions::{col, count_star, window};
+use weir::plan::{DataType, Field, OutputMode};
+use weir::sink::KafkaSink;
+use weir::source::kafka::rdkafka;
+use weir::source::{DecodeExt, KafkaAdmin, KafkaSource, StartingOffsets};
+use weir::{Session, StreamingQuery, Trigger};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+/// Event times in payloads: 2024-01-01T12:00:00Z in ms.
+const T0: i64 = 1_704_110_400_000;
+
+/// A record timestamp base: an hour ago, to the second. (Record timestamps
+/// must be recent: the broker's time-based retention deletes old ones.)
+fn recent_ms() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    (now - 3_600_000) / 1000 * 1000
+}
+
+/// The broker under test. Fails (never skips) when none is configured.
+fn bootstrap() -> String {
+    match std::env::var("KAFKA_BOOTSTRAP") {
+        Ok(b) if !b.trim().is_empty() => b,
+        _ => panic!(
+            "KAFKA_BOOTSTRAP is not set: the Kafka tests need a real broker. Start one with \
+             `bash scripts/kafka.sh start` (it prints the address, 127.0.0.1:39092 by default) and \
+             run `KAFKA_BOOTSTRAP=127.0.0.1:39092 cargo test --features weir/kafka`, or run \
+             `bash scripts/test.sh`, which does both"
+        ),
+    }
+}
+
+fn unique(name: &str) -> String {
+    format!("weir-it-{name}-{}", &uuid_like()[..12])
+}
+
+fn uuid_like() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{:x}{:04x}{:x}", t, n, std::process::id())
+        .chars()
+        .rev()
+        .collect()
+}
+
+fn admin() -> KafkaAdmin {
+    KafkaAdmin::new(&bootstrap()).expect("admin client")
+}
+
+fn new_topic(name: &str, partitions: i32) -> String {
+    let t = unique(name);
+    admin().create_topic(&t, partitions).unwrap();
+    t
+}
+
+fn producer() -> BaseProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("linger.ms", "0")
+        .create()
+        .expect("producer")
+}
+
+/// One record to produce.
+struct Rec<'a> {
+    partition: i32,
+    key: Option<String>,
+    value: Option<String>,
+    ts: Option<i64>,
+    headers: Vec<(&'a str, Option<&'a str>)>,
+}
+
+fn rec<'a>(partition: i32, value: impl Into<String>) -> Rec<'a> {
+    Rec {
+        partition,
+        key: None,
+        value: Some(value.into()),
+        ts: None,
+        headers: vec![],
+    }
+}
+
+/// Produces the records and waits until the broker has them all.
+fn produce(topic: &str, recs: &[Rec<'_>]) {
+    let p = producer();
+    for r in recs {
+        let mut br: BaseRecord<'_, str, str> = BaseRecord::to(topic).partition(r.partition);
+        if let Some(k) = &r.key {
+            br = br.key(k.as_str());
+        }
+        if let Some(v) = &r.value {
+            br = br.payload(v.as_str());
+        }
+        if let Some(ts) = r.ts {
+            br = br.timestamp(ts);
+        }
+        if !r.headers.is_empty() {
+            let mut h = OwnedHeaders::new();
+            for (k, v) in &r.headers {
+                h = h.insert(Header { key: k, value: *v });
+            }
+            br = br.headers(h);
+        }
+        p.send(br).map_err(|(e, _)| e).expect("enqueue");
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(30)).expect("flush");
+}
+
+fn produce_n(topic: &str, partition: i32, n: usize, value: impl Fn(usize) -> String) {
+    let recs: Vec<Rec<'_>> = (0..n).map(|i| rec(partition, value(i))).collect();
+    produce(topic, &recs);
+}
+
+/// A row of the Kafka source.
+#[derive(Debug, Clone, PartialEq)]
+struct KRow {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    key: Option<String>,
+    value: Option<String>,
+}
+
+fn kafka_rows(batches: &[RecordBatch]) -> Vec<KRow> {
+    let mut out = Vec::new();
+    for b in batches {
+        let s = b.schema();
+        let c = |n: &str| b.column(s.index_of(n).unwrap()).clone();
+        let (topic, part, off, key, value) = (
+            c("topic"),
+            c("partition"),
+            c("offset"),
+            c("key"),
+            c("value"),
+        );
+        for i in 0..b.num_rows() {
+            let bin = |a: &dyn Array| {
+                let a = a.as_binary::<i32>();
+                a.is_valid(i)
+                    .then(|| String::from_utf8_lossy(a.value(i)).into_owned())
+            };
+            out.push(KRow {
+                topic: topic.as_string::<i32>().value(i).to_string(),
+                partition: part.as_primitive::<Int32Type>().value(i),
+                offset: off.as_primitive::<Int64Type>().value(i),
+                key: bin(key.as_ref()),
+                value: bin(value.as_ref()),
+            });
+        }
+    }
+    out
+}
+
+type Batches = Arc<Mutex<Vec<(i64, Vec<RecordBatch>)>>>;
+/// (batch id, sorted rows as JSON) per batch.
+type Collected = Arc<Mutex<Vec<(i64, Vec<String>)>>>;
+
+/// Starts `source` into a collecting foreach_batch sink; a re-run batch
+/// replaces what it wrote before.
+fn collect(
+    source: impl Into<weir::source::BoxSource>,
+    chk: &Path,
+    trigger: Trigger,
+    out: &Batches,
+) -> weir::Result<StreamingQuery> {
+    let out = out.clone();
+    Session::new()
+        .read_stream(source)
+        .write_stream()
+        .trigger(trigger)
+        .checkpoint_location(chk.to_str().unwrap())
+        .foreach_batch(move |id, batches| {
+            let mut o = out.lock().unwrap();
+            o.retain(|(b, _)| *b != id);
+            o.push((id, batches.to_vec()));
+            Ok(())
+        })
+        .start()
+}
+
+fn all_rows(out: &Batches) -> Vec<KRow> {
+    let o = out.lock().unwrap();
+    o.iter().flat_map(|(_, b)| kafka_rows(b)).collect()
+}
+
+fn run_to_end(q: &StreamingQuery) {
+    q.await_termination(Some(Duration::from_secs(120)))
+        .expect("query ran")
+        .then_some(())
+        .expect("query ended in time");
+}
+
+fn source(topic: &str) -> KafkaSource {
+    KafkaSource::new(&bootstrap()).subscribe(topic)
+}
+
+#[test]
+fn reads_every_partition_with_sparks_row_schema() {
+    let t = new_topic("multi", 3);
+    let base = recent_ms();
+    let recs: Vec<Rec<'_>> = (0..30)
+        .map(|i| Rec {
+            partition: i % 3,
+            key: Some(format!("k{i}")),
+            value: Some(format!("v{i}")),
+            ts: Some(base + i as i64),
+            headers: if i == 0 {
+                vec![("h1", Some("x")), ("h2", None)]
+            } else {
+                vec![]
+            },
+        })
+        .collect();
+    produce(&t, &recs);
+    let dir = tempfile::tempdir().unwrap();
+    let out: Batches = Arc::default();
+    let q = collect(
+        source(&t)
+            .starting_offsets(StartingOffsets::Earliest)
+            .include_headers(true),
+        &dir.path().join("chk"),
+        Trigger::AvailableNow,
+        &out,
+    )
+    .unwrap();
+    run_to_end(&q);
+    let rows = all_rows(&out);
+    assert_eq!(rows.len(), 30);
+    for p in 0..3 {
+        let offs: Vec<i64> = rows
+            .iter()
+            .filter(|r| r.partition == p)
+            .map(|r| r.offset)
+            .collect();
+        assert_eq!(offs, (0..10).collect::<Vec<_>>(), "partition {p} in order");
+    }
+    let r0 = rows
+        .iter()
+        .find(|r| r.key.as_deref() == Some("k0"))
+        .unwrap();
+    assert_eq!(
+        (r0.partition, r0.offset, r0.value.as_deref()),
+        (0, 0, Some("v0"))
+    );
+    assert!(rows.iter().all(|r| r.topic == t));
+    // Spark's schema, headers included; timestamps are the records' CreateTime.
+    let batches = out.lock().unwrap();
+    let b = &batches[0].1[0];
+    let names: Vec<String> = b
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "key",
+            "value",
+            "topic",
+            "partition",
+            "offset",
+            "timestamp",
+            "timestampType",
+            "headers"
+        ]
+    );
+    let ts = b
+        .column(5)
+        .as_primitive::<weir::arrow::datatypes::TimestampMicrosecondType>();
+    assert_eq!(ts.value(0), base * 1000);
+    assert_eq!(b.column(6).as_primitive::<Int32Type>().value(0), 0);
+    let headers = b.column(7).as_list::<i32>().value(0);
+    let hs = headers.as_struct();
+    assert_eq!(hs.len(), 2);
+    assert_eq!(hs.column(0).as_string::<i32>().value(0), "h1");
+    assert_eq!(hs.column(1).as_binary::<i32>().value(0), b"x");
+    assert!(hs.column(1).is_null(1));
+    // The offsets log and progress hold Spark's per-partition JSON.
+    let p = q.recent_progress();
+    let last = p.last().unwrap();
+    assert_eq!(
+        last.sources[0].description,
+        format!("KafkaV2[Subscribe[{t}]]")
+    );
+    let end = last.sources[0].end_offset.clone().unwrap();
+    assert_eq!(
+        end,
+        serde_json::json!({ t.clone(): {"0": 10, "1": 10, "2": 10} })
+    );
+    assert_eq!(last.sources[0].metrics["maxOffsetsBehindLatest"], "0");
+    let logged = std::fs::read_to_string(dir.path().join("chk/offsets/0")).unwrap();
+    assert!(logged.contains(&format!("\"{t}\"")), "{logged}");
+}
+
+#[test]
+fn starting_offsets_earliest_latest_json_and_timestamp() {
+    let t = new_topic("start", 2);
+    let base = recent_ms();
+    let recs: Vec<Rec<'_>> = (0..20)
+        .map(|i| Rec {
+            ts: Some(base + (i / 2) as i64 * 1000),
+            ..rec(i % 2, format!("v{i}"))
+        })
+        .collect();
+    produce(&t, &recs);
+    let run = |s: KafkaSource| -> Vec<KRow> {
+        let dir = tempfile::tempdir().unwrap();
+        let out: Batches = Arc::default();
+        let q = collect(s, &dir.path().join("chk"), Trigger::AvailableNow, &out).unwrap();
+        run_to_end(&q);
+        all_rows(&out)
+    };
+    assert_eq!(
+        run(source(&t).starting_offsets(StartingOffsets::Earliest)).len(),
+        20
+    );
+    // By Spark's option names: -2 earliest, an offset, per partition.
+    let json = format!(r#"{{"{t}":{{"0":7,"1":-2}}}}"#);
+    let rows = run(source(&t).option("startingOffsets", &json));
+    assert_eq!(rows.iter().filter(|r| r.partition == 0).count(), 3);
+    assert_eq!(rows.iter().filter(|r| r.partition == 1).count(), 10);
+    assert_eq!(rows.iter().map(|r| r.offset).min(), Some(0));
+    // Each partition from its first record at or after base + 5 s.
+    let rows = run(source(&t).starting_timestamp(base + 5000));
+    assert_eq!(rows.len(), 10);
+    assert!(rows.iter().all(|r| r.offset >= 5));
+    // Spark's rule: a JSON must name every partition.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = format!(r#"{{"{t}":{{"0":1}}}}"#);
+    let e = collect(
+        source(&t).option("startingOffsets", &bad),
+        &dir.path().join("chk"),
+        Trigger::AvailableNow,
+        &Arc::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("must name every partition") && e.contains(&format!("{t}-1")),
+        "{e}"
+    );
+
+    // latest: only what arrives after the query started, then resumes from
+    // the checkpoint (not from "latest") after a restart.
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let out: Batches = Arc::default();
+    let q = collect(source(&t), &chk, Trigger::Default, &out).unwrap();
+    q.process_all_available().unwrap();
+    assert!(all_rows(&out).is_empty());
+    produce_n(&t, 1, 4, |i| format!("late{i}"));
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    produce_n(&t, 0, 2, |i| format!("while-down{i}"));
+    let q = collect(source(&t), &chk, Trigger::Default, &out).unwrap();
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    let values: BTreeSet<String> = all_rows(&out).into_iter().filter_map(|r| r.value).collect();
+    let want: BTreeSet<String> = [
+        "late0",
+        "late1",
+        "late2",
+        "late3",
+        "while-down0",
+        "while-down1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(values, want);
+}
+
+#[test]
+fn max_offsets_per_trigger_splits_across_partitions_by_lag() {
+    let t = new_topic("rate", 3);
+    produce_n(&t, 0, 100, |i| format!("a{i}"));
+    produce_n(&t, 1, 50, |i| format!("b{i}"));
+    produce_n(&t, 2, 10, |i| format!("c{i}"));
+    let dir = tempfile::tempdir().unwrap();
+    let out: Batches = Arc::default();
+    let q = collect(
+        source(&t)
+            .starting_offsets(StartingOffsets::Earliest)
+            .option("maxOffsetsPerTrigger", "32"),
+        &dir.path().join("chk"),
+        Trigger::AvailableNow,
+        &out,
+    )
+    .unwrap();
+    run_to_end(&q);
+    let progress = q.recent_progress();
+    // Spark's split of 32 over lags 100, 50, 10 (total 160): 20, 10, 2.
+    assert_eq!(
+        progress[0].sources[0].end_offset.clone().unwrap(),
+        serde_json::json!({ t.clone(): {"0": 20, "1": 10, "2": 2} })
+    );
+    assert_eq!(progress[0].num_input_rows, 32);
+    assert_eq!(
+        progress[0].sources[0].metrics["maxOffsetsBehindLatest"],
+        "80"
+    );
+    for p in &progress {
+        assert!(
+            p.num_input_rows <= 32 + 3,
+            "batch {} read {}",
+            p.batch_id,
+            p.num_input_rows
+        );
+    }
+    let rows = all_rows(&out);
+    assert_eq!(rows.len(), 160);
+    let distinct: BTreeSet<(i32, i64)> = rows.iter().map(|r| (r.partition, r.offset)).collect();
+    assert_eq!(distinct.len(), 160, "no record read twice");
+    assert!(progress.len() >= 5, "{} batches", progress.len());
+}
+
+fn click(page: usize, ts_ms: i64) -> String {
+    format!(
+        r#"{{"page":"/p{page}","event_ts":"{}"}}"#,
+        chrono::DateTime::from_timestamp_millis(ts_ms)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+    )
+}
+
+fn click_fields() -> Vec<Field> {
+    vec![
+        Field::new("page", DataType::String),
+        Field::new("event_ts", DataType::Timestamp),
+    ]
+}
+
+/// Views per page (update mode) over the clicks topic, into `out` as
+/// (batch id, page -> views).
+fn page_counts(topic: &str, chk: &Path, out: &Collected) -> StreamingQuery {
+    let out = out.clone();
+    Session::new()
+        .read_stream(
+            source(topic)
+                .starting_offsets(StartingOffsets::Earliest)
+                .max_offsets_per_trigger(25)
+                .from_json("value", click_fields()),
+        )
+        .group_by(vec![col("page")])
+        .agg(vec![count_star("views")])
+        .write_stream()
+        .output_mode(OutputMode::Update)
+        .checkpoint_location(chk.to_str().unwrap())
+        .foreach_batch(move |id, batches| {
+            let mut rows: Vec<String> = crate::common::rows_json(batches)
+                .iter()
+                .map(|r| r.to_string())
+                .collect();
+            rows.sort();
+            let mut o = out.lock().unwrap();
+            o.retain(|(b, _)| *b != id);
+            o.push((id, rows));
+            Ok(())
+        })
+        .start()
+        .unwrap()
+}
+
+/// The latest views per page from update-mode output.
+fn final_counts(out: &Collected) -> BTreeMap<String, i64> {
+    let mut o = out.lock().unwrap().clone();
+    o.sort_by_key(|(b, _)| *b);
+    let mut m = BTreeMap::new();
+    for (_, rows) in o {
+        for r in rows {
+            let v: serde_json::Value = serde_json::from_str(&r).unwrap();
+            m.insert(
+                v["page"].as_str().unwrap().to_string(),
+                v["views"].as_i64().unwrap(),
+            );
+        }
+    }
+    m
+}
+
+#[test]
+fn a_restart_resumes_exactly_and_counts_every_event_once() {
+    let t = new_topic("resume", 2);
+    let produce_clicks = |from: usize, to: usize| {
+        let recs: Vec<Rec<'_>> = (from..to)
+            .map(|i| rec((i % 2) as i32, click(i % 7, T0 + i as i64 * 1000)))
+            .collect();
+        produce(&t, &recs);
+    };
+    produce_clicks(0, 100);
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let out = Arc::default();
+    let q = page_counts(&t, &chk, &out);
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    // More data while the query is down.
+    produce_clicks(100, 160);
+    let q = page_counts(&t, &chk, &out);
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    // A crash after the sink wrote the last batch but before commits/N: the
+    // batch re-runs with its logged offsets and the same id.
+    let last = q.last_progress().unwrap().batch_id;
+    let logged = std::fs::read_to_string(chk.join("offsets").join(last.to_string())).unwrap();
+    std::fs::remove_file(chk.join("commits").join(last.to_string())).unwrap();
+    let before = out.lock().unwrap().clone();
+    produce_clicks(160, 200);
+    let q = page_counts(&t, &chk, &out);
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    let replayed = out
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(b, _)| *b == last)
+        .cloned();
+    assert_eq!(
+        replayed,
+        before.iter().find(|(b, _)| *b == last).cloned(),
+        "the re-run batch saw exactly the same rows"
+    );
+    assert_eq!(
+        std::fs::read_to_string(chk.join("offsets").join(last.to_string())).unwrap(),
+        logged
+    );
+    let counts = final_counts(&out);
+    let mut want = BTreeMap::new();
+    for i in 0..200 {
+        *want.entry(format!("/p{}", i % 7)).or_insert(0i64) += 1;
+    }
+    assert_eq!(counts, want, "every event counted exactly once");
+}
+
+/// Reads [0, 40) of a one-partition topic of 100 records, then deletes
+/// records before offset 60 and restarts with `failOnDataLoss`.
+fn data_loss_setup(
+    fail: bool,
+) -> (
+    String,
+    weir::Result<StreamingQuery>,
+    Batches,
+    tempfile::TempDir,
+) {
+    let t = new_topic("loss", 1);
+    produce_n(&t, 0, 100, |i| format!("v{i}"));
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let out: Batches = Arc::default();
+    let s = || {
+        source(&t)
+            .starting_offsets(StartingOffsets::Earliest)
+            .max_offsets_per_trigger(40)
+            .fail_on_data_loss(fail)
+    };
+    let q = collect(s(), &chk, Trigger::Once, &out).unwrap();
+    run_to_end(&q);
+    assert_eq!(all_rows(&out).len(), 40);
+    admin().delete_records_before(&t, 0, 60).unwrap();
+    assert_eq!(admin().watermarks(&t, 0).unwrap(), (60, 100));
+    let q = collect(s(), &chk, Trigger::AvailableNow, &out);
+    (t, q, out, dir)
+}
+
+#[test]
+fn fail_on_data_loss_true_fails_naming_topic_partition_and_range() {
+    let (t, q, out, _dir) = data_loss_setup(true);
+    let q = q.unwrap();
+    let e = q
+        .await_termination(Some(Duration::from_secs(60)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&format!("topic `{t}` partition 0")), "{e}");
+    assert!(e.contains("offsets [40, 60) (20 records)"), "{e}");
+    assert!(e.contains("failOnDataLoss"), "says how to go on: {e}");
+    assert_eq!(all_rows(&out).len(), 40, "nothing read past the loss");
+}
+
+#[test]
+fn fail_on_data_loss_false_skips_warns_and_counts() {
+    let (_t, q, out, _dir) = data_loss_setup(false);
+    let q = q.unwrap();
+    run_to_end(&q);
+    let rows = all_rows(&out);
+    let offsets: Vec<i64> = rows.iter().map(|r| r.offset).collect();
+    let want: Vec<i64> = (0..40).chain(60..100).collect();
+    assert_eq!(offsets, want);
+    let lost: i64 = q
+        .recent_progress()
+        .iter()
+        .map(|p| p.sources[0].metrics["lostOffsets"].parse::<i64>().unwrap())
+        .sum();
+    assert_eq!(lost, 20);
+}
+
+#[test]
+fn new_partitions_and_new_pattern_topics_are_picked_up() {
+    let prefix = unique("pat");
+    let a = format!("{prefix}-a");
+    admin().create_topic(&a, 1).unwrap();
+    produce_n(&a, 0, 5, |i| format!("a{i}"));
+    let dir = tempfile::tempdir().unwrap();
+    let out: Batches = Arc::default();
+    let q = collect(
+        KafkaSource::new(&bootstrap())
+            .subscribe_pattern(&format!("{prefix}-.*"))
+            .starting_offsets(StartingOffsets::Earliest),
+        &dir.path().join("chk"),
+        Trigger::Default,
+        &out,
+    )
+    .unwrap();
+    q.process_all_available().unwrap();
+    assert_eq!(all_rows(&out).len(), 5);
+    admin().add_partitions(&a, 3).unwrap();
+    produce(&a, &[rec(1, "a-p1"), rec(2, "a-p2"), rec(2, "a-p2b")]);
+    q.process_all_available().unwrap();
+    let b = format!("{prefix}-b");
+    admin().create_topic(&b, 2).unwrap();
+    produce(&b, &[rec(0, "b0"), rec(1, "b1")]);
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    let rows = all_rows(&out);
+    let got: BTreeSet<(String, i32, i64)> = rows
+        .iter()
+        .map(|r| (r.topic.clone(), r.partition, r.offset))
+        .collect();
+    assert_eq!(rows.len(), 10, "{rows:?}");
+    for k in [
+        (a.clone(), 1, 0),
+        (a.clone(), 2, 1),
+        (b.clone(), 0, 0),
+        (b.clone(), 1, 0),
+    ] {
+        assert!(
+            got.contains(&k),
+            "{k:?} read from offset 0 of the new partition"
+        );
+    }
+    let desc = &q.last_progress().unwrap().sources[0].description;
+    assert!(desc.starts_with("KafkaV2[SubscribePattern["), "{desc}");
+}
+
+#[test]
+fn malformed_json_becomes_a_row_of_nulls_and_is_counted() {
+    let t = new_topic("json", 1);
+    produce(
+        &t,
+        &[
+            rec(0, click(1, T0)),
+            rec(0, "{broken"),
+            Rec {
+                value: None,
+                ..rec(0, "")
+            },
+            rec(0, r#"{"page":"/p2","event_ts":"not a time"}"#),
+            rec(0, click(3, T0 + 1000)),
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out: Batches = Arc::default();
+    let q = collect(
+        source(&t)
+            .starting_offsets(StartingOffsets::Earliest)
+            .from_json("value", click_fields())
+            .keep(&["offset"]),
+        &dir.path().join("chk"),
+        Trigger::AvailableNow,
+        &out,
+    )
+    .unwrap();
+    run_to_end(&q);
+    let batches: Vec<RecordBatch> = out
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|(_, b)| b.clone())
+        .collect();
+    let rows = crate::common::rows_json(&batches);
+    assert_eq!(rows.len(), 5);
+    assert_eq!(rows[0]["page"], "/p1");
+    assert_eq!(rows[0]["event_ts"], "2024-01-01T12:00:00Z");
+    assert!(rows[0]["_corrupt_record"].is_null());
+    assert!(rows[1]["page"].is_null() && rows[1]["event_ts"].is_null());
+    assert_eq!(rows[1]["_corrupt_record"], "{broken");
+    assert!(
+        rows[2]["_corrupt_record"].is_null(),
+        "a null value is not malformed"
+    );
+    assert!(
+        rows[3]["page"].is_null(),
+        "a field of the wrong type spoils the record"
+    );
+    assert_eq!(rows[3]["offset"], 3);
+    assert_eq!(rows[4]["page"], "/p3");
+    let malformed: i64 = q
+        .recent_progress()
+        .iter()
+        .map(|p| {
+            p.sources[0].metrics["malformedRecords"]
+                .parse::<i64>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(malformed, 2);
+}
+
+#[test]
+fn source_commits_processed_offsets_to_its_consumer_group() {
+    let t = new_topic("group", 2);
+    produce_n(&t, 0, 7, |i| format!("a{i}"));
+    produce_n(&t, 1, 3, |i| format!("b{i}"));
+    let group = unique("group");
+    let dir = tempfile::tempdir().unwrap();
+    let q = collect(
+        source(&t)
+            .starting_offsets(StartingOffsets::Earliest)
+            .group_id(&group),
+        &dir.path().join("chk"),
+        Trigger::AvailableNow,
+        &Arc::default(),
+    )
+    .unwrap();
+    run_to_end(&q);
+    let committed = admin().committed_offsets(&group, &t).unwrap();
+    assert_eq!(committed, BTreeMap::from([(0, 7), (1, 3)]));
+}
+
+/// A record read back from a topic.
+#[derive(Debug, Clone, PartialEq)]
+struct Out {
+    partition: i32,
+    key: Option<String>,
+    value: String,
+    headers: Vec<(String, Option<String>)>,
+}
+
+/// Reads a whole topic with the given isolation level.
+fn read_records(topic: &str, isolation: &str) -> Vec<Out> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .create()
+        .unwrap();
+    let n = admin().partitions(topic).unwrap() as i32;
+    let mut tpl = TopicPartitionList::new();
+    let mut ends = BTreeMap::new();
+    for p in 0..n {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+        ends.insert(p, admin().watermarks(topic, p).unwrap().1);
+    }
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let pos = c.position().unwrap();
+        let done = pos.elements().iter().all(|e| match e.offset() {
+            Offset::Offset(o) => o >= ends[&e.partition()],
+            _ => ends[&e.partition()] == 0,
+        });
+        if done || std::time::Instant::now() > deadline {
+            break;
+        }
+        if let Some(m) = c.poll(Duration::from_millis(200)) {
+            let m = m.unwrap();
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            out.push(Out {
+                partition: m.partition(),
+                key: m.key().map(text),
+                value: text(m.payload().unwrap_or_default()),
+                headers: m
+                    .headers()
+                    .map(|h| {
+                        (0..h.count())
+                            .map(|i| {
+                                let x = h.get(i);
+                                (x.key.to_string(), x.value.map(text))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            });
+        }
+    }
+    out
+}
+
+/// Reads a whole topic as (key, value) pairs with the given isolation level.
+fn read_topic(topic: &str, isolation: &str) -> Vec<(Option<String>, String)> {
+    read_records(topic, isolation)
+        .into_iter()
+        .map(|o| (o.key, o.value))
+        .collect()
+}
+
+/// Views per page and minute from the clicks topic to the Kafka sink.
+fn page_views_to_kafka(input: &str, output: &str, chk: &Path, sink: KafkaSink) -> StreamingQuery {
+    let _ = output;
+    Session::new()
+        .read_stream(
+            source(input)
+                .starting_offsets(StartingOffsets::Earliest)
+                .from_json("value", click_fields()),
+        )
+        .with_watermark("event_ts", "2 minutes")
+        .group_by(vec![window("event_ts", "1 minute"), col("page")])
+        .agg(vec![count_star("views")])
+        .write_stream()
+        .output_mode(OutputMode::Update)
+        .checkpoint_location(chk.to_str().unwrap())
+        .sink(sink.json_values().key_columns(&["page"]))
+        .start()
+        .unwrap()
+}
+
+fn produce_minute_clicks(topic: &str, from: usize, to: usize) {
+    let recs: Vec<Rec<'_>> = (from..to)
+        .map(|i| rec((i % 2) as i32, click(i % 3, T0 + i as i64 * 7_000)))
+        .collect();
+    produce(topic, &recs);
+}
+
+/// Runs three input rounds with a simulated crash (commits/N deleted after
+/// the sink committed batch N) before the third; returns the output topic.
+fn sink_with_crash(sink: impl Fn(&str) -> KafkaSink) -> (String, Vec<(Option<String>, String)>) {
+    let input = new_topic("clicks", 2);
+    let output = new_topic("views", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    produce_minute_clicks(&input, 0, 20);
+    let q = page_views_to_kafka(&input, &output, &chk, sink(&output));
+    q.process_all_available().unwrap();
+    produce_minute_clicks(&input, 20, 40);
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    let last = q
+        .recent_progress()
+        .iter()
+        .filter(|p| p.sink.num_output_rows > 0)
+        .map(|p| p.batch_id)
+        .max()
+        .unwrap();
+    // Crash between the sink's commit and the commit log: drop commits/N for
+    // every batch from the last that wrote rows on.
+    let newest = q.last_progress().unwrap().batch_id;
+    for b in last..=newest {
+        std::fs::remove_file(chk.join("commits").join(b.to_string())).unwrap();
+        if b > last {
+            std::fs::remove_file(chk.join("offsets").join(b.to_string())).unwrap();
+        }
+    }
+    let q = page_views_to_kafka(&input, &output, &chk, sink(&output));
+    q.process_all_available().unwrap();
+    produce_minute_clicks(&input, 40, 60);
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    let recs = read_topic(&output, "read_committed");
+    (output, recs)
+}
+
+/// (window start, page) -> the views of each update, in order.
+fn updates(recs: &[(Option<String>, String)]) -> BTreeMap<(String, String), Vec<i64>> {
+    let mut m: BTreeMap<(String, String), Vec<i64>> = BTreeMap::new();
+    for (key, value) in recs {
+        let v: serde_json::Value = serde_json::from_str(value).unwrap();
+        let start = v["window"]["start"].as_str().unwrap().to_string();
+        m.entry((start, key.clone().unwrap()))
+            .or_default()
+            .push(v["views"].as_i64().unwrap());
+    }
+    m
+}
+
+#[test]
+fn exactly_once_sink_does_not_duplicate_a_batch_replayed_after_a_crash() {
+    let (_out, recs) = sink_with_crash(|topic| KafkaSink::new(&bootstrap()).topic(topic));
+    assert!(!recs.is_empty());
+    // Keys are the page; values the whole row as JSON.
+    assert!(recs
+        .iter()
+        .all(|(k, _)| k.as_deref().is_some_and(|k| k.starts_with("/p"))));
+    let ups = updates(&recs);
+    for (k, views) in &ups {
+        let mut sorted = views.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(
+            &sorted, views,
+            "{k:?}: each update seen once, counts rising"
+        );
+    }
+    // The final count of each (minute, page) is the true count.
+    let mut truth: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for i in 0..60 {
+        let ts = T0 + i as i64 * 7_000;
+        let start = chrono::DateTime::from_timestamp_millis(ts - ts.rem_euclid(60_000)).unwrap();
+        let key = (
+            start.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+            format!("/p{}", i % 3),
+        );
+        *truth.entry(key).or_default() += 1;
+    }
+    let finals: BTreeMap<(i64, String), i64> = ups
+        .iter()
+        .map(|((w, p), v)| ((normalize_ts(w), p.clone()), *v.last().unwrap()))
+        .collect();
+    let truth: BTreeMap<(i64, String), i64> = truth
+        .into_iter()
+        .map(|((w, p), v)| ((normalize_ts(&w), p), v))
+        .collect();
+    assert_eq!(finals, truth);
+}
+
+fn normalize_ts(s: &str) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .or_else(|_| chrono::DateTime::parse_from_rfc3339(&format!("{s}Z")))
+        .unwrap_or_else(|e| panic!("{s}: {e}"))
+        .timestamp_millis()
+}
+
+#[test]
+fn at_least_once_sink_writes_a_replayed_batch_again() {
+    let (_out, recs) =
+        sink_with_crash(|topic| KafkaSink::new(&bootstrap()).topic(topic).at_least_once());
+    let ups = updates(&recs);
+    let duplicated = ups.values().any(|v| {
+        let mut s = v.clone();
+        s.dedup();
+        s.len() < v.len()
+    });
+    assert!(
+        duplicated,
+        "the replayed batch shows twice without transactions: {ups:?}"
+    );
+}
+
+#[test]
+fn sink_marker_is_committed_in_the_transaction_and_fences_replays() {
+    let input = new_topic("marker-in", 1);
+    let output = new_topic("marker-out", 1);
+    produce_minute_clicks(&input, 0, 10);
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let q = page_views_to_kafka(
+        &input,
+        &output,
+        &chk,
+        KafkaSink::new(&bootstrap()).topic(&output),
+    );
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(chk.join("metadata")).unwrap()).unwrap();
+    let group = format!("weir-{}", meta["id"].as_str().unwrap());
+    let marker = admin().committed_offsets(&group, &output).unwrap();
+    let wrote = q
+        .recent_progress()
+        .iter()
+        .filter(|p| p.sink.num_output_rows > 0)
+        .map(|p| p.batch_id)
+        .max()
+        .unwrap();
+    assert_eq!(marker, BTreeMap::from([(0, wrote + 1)]));
+}
+
+#[test]
+fn a_deleted_topic_is_data_loss_both_ways() {
+    for fail in [true, false] {
+        let t = new_topic("deleted", 1);
+        produce_n(&t, 0, 10, |i| format!("v{i}"));
+        let dir = tempfile::tempdir().unwrap();
+        let chk = dir.path().join("chk");
+        let out: Batches = Arc::default();
+        let s = || {
+            source(&t)
+                .starting_offsets(StartingOffsets::Earliest)
+                .max_offsets_per_trigger(4)
+                .fail_on_data_loss(fail)
+        };
+        run_to_end(&collect(s(), &chk, Trigger::Once, &out).unwrap());
+        assert_eq!(all_rows(&out).len(), 4);
+        admin().delete_topic(&t).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        let q = collect(s(), &chk, Trigger::AvailableNow, &out).unwrap();
+        let ended = q.await_termination(Some(Duration::from_secs(60)));
+        if fail {
+            let e = ended.unwrap_err().to_string();
+            assert!(e.contains(&format!("topic `{t}` partition 0")), "{e}");
+            assert!(e.contains("gone"), "{e}");
+        } else {
+            assert!(ended.unwrap(), "query ended");
+            assert_eq!(all_rows(&out).len(), 4, "nothing more to read");
+        }
+    }
+}
+
+#[test]
+fn sink_writes_key_value_partition_and_headers_columns() {
+    // Kafka -> Kafka as it is: the source's key, value, partition and headers
+    // columns are the sink's; the `topic` option wins over the `topic` column.
+    let a = new_topic("copy-from", 2);
+    let b = new_topic("copy-to", 2);
+    produce(
+        &a,
+        &[
+            Rec {
+                key: Some("k1".into()),
+                headers: vec![("trace", Some("t1")), ("empty", None)],
+                ..rec(1, "v1")
+            },
+            Rec {
+                key: None,
+                ..rec(0, "v0")
+            },
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let q = Session::new()
+        .read_stream(
+            source(&a)
+                .starting_offsets(StartingOffsets::Earliest)
+                .include_headers(true),
+        )
+        .write_stream()
+        .trigger(Trigger::AvailableNow)
+        .checkpoint_location(dir.path().join("chk").to_str().unwrap())
+        .sink(KafkaSink::new(&bootstrap()).topic(&b))
+        .start()
+        .unwrap();
+    run_to_end(&q);
+    let mut got = read_records(&b, "read_committed");
+    got.sort_by_key(|o| o.partition);
+    assert_eq!(
+        got,
+        vec![
+            Out {
+                partition: 0,
+                key: None,
+                value: "v0".into(),
+                headers: vec![],
+            },
+            Out {
+                partition: 1,
+                key: Some("k1".into()),
+                value: "v1".into(),
+                headers: vec![("trace".into(), Some("t1".into())), ("empty".into(), None)],
+            },
+        ]
+    );
+}
