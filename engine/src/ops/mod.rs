@@ -264,21 +264,7 @@ impl Pipeline {
                             }
                         }
                         let (pos, tcol, gap_ms, alias, wm) = session.expect("a session key");
-                        let mut ax = Vec::new();
-                        for a in aggs {
-                            let (input, input_type) = if a.column == "*" {
-                                (None, None)
-                            } else {
-                                let i = idx(&a.column)?;
-                                (Some(i), Some(schema.field(i).data_type().clone()))
-                            };
-                            ax.push(AggExec {
-                                func: a.func,
-                                input,
-                                input_type,
-                                name: a.alias.clone(),
-                            });
-                        }
+                        let ax = agg_execs(aggs, &schema)?;
                         let op = SessionAggregateOp::new(
                             stateful,
                             tcol,
@@ -370,21 +356,7 @@ impl Pipeline {
                         if windows > 1 {
                             return Err(WeirError::Config("Multiple time window expressions would result in a cartesian product of rows, therefore they are currently not supported.".into()));
                         }
-                        let mut ax = Vec::new();
-                        for a in aggs {
-                            let (input, input_type) = if a.column == "*" {
-                                (None, None)
-                            } else {
-                                let i = idx(&a.column)?;
-                                (Some(i), Some(schema.field(i).data_type().clone()))
-                            };
-                            ax.push(AggExec {
-                                func: a.func,
-                                input,
-                                input_type,
-                                name: a.alias.clone(),
-                            });
-                        }
+                        let ax = agg_execs(aggs, &schema)?;
                         let agg = AggregateOp::new(stateful, kx, ax, &schema)?;
                         stateful += 1;
                         info = NodeInfo {
@@ -737,6 +709,28 @@ impl Pipeline {
                 _ => false,
             })
     }
+}
+
+/// The aggregates of an `aggregate` op, bound to the input columns.
+fn agg_execs(aggs: &[weir_plan::AggSpec], schema: &SchemaRef) -> Result<Vec<AggExec>> {
+    aggs.iter()
+        .map(|a| {
+            let (input, input_type) = if a.column == "*" {
+                (None, None)
+            } else {
+                let i = schema
+                    .index_of(&a.column)
+                    .map_err(|_| WeirError::Config(format!("unknown column `{}`", a.column)))?;
+                (Some(i), Some(schema.field(i).data_type().clone()))
+            };
+            Ok(AggExec {
+                func: a.func,
+                input,
+                input_type,
+                name: a.alias.clone(),
+            })
+        })
+        .collect()
 }
 
 impl OpExec {
