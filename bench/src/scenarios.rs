@@ -315,6 +315,24 @@ fn session(opts: &Opts) -> weir::Result<Session> {
     Ok(Session::with_config(conf))
 }
 
+/// The lab's query (rate -> 10 s watermark -> 10 s window count, update
+/// mode) over `source`, to a no-op sink.
+fn rate_window_count(
+    s: &Session,
+    source: RateMicroBatchSource,
+    rows: Arc<Mutex<u64>>,
+    chk: &str,
+) -> weir::StreamWriter {
+    s.read_stream(source)
+        .with_watermark("timestamp", "10 seconds")
+        .group_by(vec![window("timestamp", "10 seconds")])
+        .agg(vec![count_star("n")])
+        .write_stream()
+        .output_mode(OutputMode::Update)
+        .sink(NoopSink(rows))
+        .checkpoint_location(chk)
+}
+
 /// Runs one scenario.
 pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Value> {
     let chk = tempfile::tempdir().map_err(|e| WeirError::io("tempdir", e))?;
@@ -324,19 +342,10 @@ pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Valu
     match name {
         "lab" => {
             let (batches, rows) = opts.or(50, 200_000);
-            let w = s
-                .read_stream(
-                    RateMicroBatchSource::new(rows)
-                        .advance_millis_per_batch(1000)
-                        .max_batches(batches),
-                )
-                .with_watermark("timestamp", "10 seconds")
-                .group_by(vec![window("timestamp", "10 seconds")])
-                .agg(vec![count_star("n")])
-                .write_stream()
-                .output_mode(OutputMode::Update)
-                .sink(NoopSink(sink_rows))
-                .checkpoint_location(&chk_path);
+            let source = RateMicroBatchSource::new(rows)
+                .advance_millis_per_batch(1000)
+                .max_batches(batches);
+            let w = rate_window_count(&s, source, sink_rows, &chk_path);
             measure(
                 "lab",
                 &s,
@@ -391,15 +400,12 @@ pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Valu
         }
         "tiny" => {
             let (batches, rows) = opts.or(2000, 5);
-            let w = s
-                .read_stream(RateMicroBatchSource::new(rows).max_batches(batches))
-                .with_watermark("timestamp", "10 seconds")
-                .group_by(vec![window("timestamp", "10 seconds")])
-                .agg(vec![count_star("n")])
-                .write_stream()
-                .output_mode(OutputMode::Update)
-                .sink(NoopSink(sink_rows))
-                .checkpoint_location(&chk_path);
+            let w = rate_window_count(
+                &s,
+                RateMicroBatchSource::new(rows).max_batches(batches),
+                sink_rows,
+                &chk_path,
+            );
             measure(
                 "tiny",
                 &s,
@@ -410,15 +416,12 @@ pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Valu
             )
         }
         "startup" => {
-            let w = s
-                .read_stream(RateMicroBatchSource::new(5).max_batches(1))
-                .with_watermark("timestamp", "10 seconds")
-                .group_by(vec![window("timestamp", "10 seconds")])
-                .agg(vec![count_star("n")])
-                .write_stream()
-                .output_mode(OutputMode::Update)
-                .sink(NoopSink(sink_rows))
-                .checkpoint_location(&chk_path);
+            let w = rate_window_count(
+                &s,
+                RateMicroBatchSource::new(5).max_batches(1),
+                sink_rows,
+                &chk_path,
+            );
             measure("startup", &s, w, 1, json!({}), process_start)
         }
         "baseline" => {

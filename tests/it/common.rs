@@ -75,3 +75,21 @@ pub fn iso_ms(s: &str) -> i64 {
         .unwrap()
         .timestamp_millis()
 }
+
+/// The events schema most tests use: `ts`, `key`, `value`.
+pub fn fields() -> Vec<weir::plan::Field> {
+    use weir::plan::{DataType, Field};
+    vec![
+        Field::new("ts", DataType::Timestamp),
+        Field::new("key", DataType::String),
+        Field::new("value", DataType::Int64),
+    ]
+}
+
+/// A session whose checkpoint files are not fsync'd (tests need no durability).
+pub fn session() -> weir::Session {
+    weir::Session::with_config(weir::SessionConfig {
+        fsync_checkpoint: false,
+        ..weir::SessionConfig::default()
+    })
+}

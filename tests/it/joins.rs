@@ -9,16 +9,11 @@ use weir::dataset::JoinOn;
 use weir::plan::{DataType, Field, JoinType};
 use weir::sink::MemorySink;
 use weir::source::{FileFormat, MemoryStream};
-use weir::{Session, SessionConfig, StaticTable};
+use weir::StaticTable;
 
 use crate::common::rows_json;
 
-fn session() -> Session {
-    Session::with_config(SessionConfig {
-        fsync_checkpoint: false,
-        ..SessionConfig::default()
-    })
-}
+use crate::common::session;
 
 fn write_dims(path: &std::path::Path, name_of_a: &str) {
     let fields = vec![

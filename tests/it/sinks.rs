@@ -5,25 +5,11 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 use weir::functions::{col, count_star, sum, window};
-use weir::plan::{DataType, Field, OutputMode};
+use weir::plan::OutputMode;
 use weir::sink::{ConsoleSink, FileSink, MemorySink};
 use weir::source::{FileFormat, MemoryStream};
-use weir::{Session, SessionConfig};
 
-fn fields() -> Vec<Field> {
-    vec![
-        Field::new("ts", DataType::Timestamp),
-        Field::new("key", DataType::String),
-        Field::new("value", DataType::Int64),
-    ]
-}
-
-fn session() -> Session {
-    Session::with_config(SessionConfig {
-        fsync_checkpoint: false,
-        ..SessionConfig::default()
-    })
-}
+use crate::common::{fields, session};
 
 fn push_inputs(s: &MemoryStream, q: &weir::StreamingQuery) {
     s.add_json(&[

@@ -5,26 +5,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::plan::{DataType, Field};
 use weir::progress::{QueryStartedEvent, QueryTerminatedEvent};
 use weir::sink::MemorySink;
 use weir::source::{FileFormat, FileSource, MemoryStream, Offset, Source};
-use weir::{QueryListener, Session, SessionConfig, StreamingQueryProgress, Trigger, WeirError};
+use weir::{QueryListener, Session, StreamingQueryProgress, Trigger, WeirError};
 
-fn fields() -> Vec<Field> {
-    vec![
-        Field::new("ts", DataType::Timestamp),
-        Field::new("key", DataType::String),
-        Field::new("value", DataType::Int64),
-    ]
-}
-
-fn session() -> Session {
-    Session::with_config(SessionConfig {
-        fsync_checkpoint: false,
-        ..SessionConfig::default()
-    })
-}
+use crate::common::{fields, session};
 
 fn write_files(dir: &std::path::Path, n: usize) {
     std::fs::create_dir_all(dir).unwrap();
