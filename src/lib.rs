@@ -28,6 +28,37 @@
 //! let row = RateLabRow { window: weir::Window { start: weir::Timestamp(0), end: weir::Timestamp(10_000_000) }, n: 50 };
 //! assert_eq!(row.n, 50);
 //! ```
+//!
+//! Joins are declared too, and their rules checked at compile time (an
+//! outer stream-stream join needs watermarks and a time range):
+//!
+//! ```
+//! weir::stream_query! {
+//!     /// Impressions with their click, if one came within 15 minutes.
+//!     query AdClicks {
+//!         source: memory,
+//!         schema: Impression { imp_ad_id: i32, imp_ts: Timestamp },
+//!         watermark: imp_ts delay "10 minutes",
+//!         join: {
+//!             how: left_outer,
+//!             stream: {
+//!                 source: memory,
+//!                 schema: Click { click_ad_id: i32, click_ts: Timestamp },
+//!                 watermark: click_ts delay "20 minutes",
+//!             },
+//!             on: click_ad_id == imp_ad_id && click_ts >= imp_ts && click_ts <= imp_ts + interval("15 minutes"),
+//!         },
+//!         sink: memory,
+//!     }
+//! }
+//!
+//! // The click's columns can be null: the impression may get no click.
+//! let row = AdClicksRow { imp_ad_id: 1, imp_ts: weir::Timestamp(0), click_ad_id: None, click_ts: None };
+//! assert!(row.click_ts.is_none());
+//! // Both streams are handed in at run time.
+//! let _: fn(&weir::Session, weir::source::BoxSource, weir::source::BoxSource) -> weir::Result<weir::StreamWriter> =
+//!     AdClicks::writer_from;
+//! ```
 
 pub use weir_engine::*;
 pub use weir_macros::stream_query;

@@ -155,4 +155,50 @@ impl StaticTable {
     pub fn description(&self) -> &str {
         &self.description
     }
+
+    /// Checks that the table has exactly these columns (names and types, in
+    /// order), as a query declared with `stream_query!` expects.
+    pub fn expect_fields(&self, fields: &[Field]) -> Result<()> {
+        let have = crate::row::plan_fields(&self.schema);
+        if have == fields {
+            return Ok(());
+        }
+        let show = |f: &[Field]| {
+            f.iter()
+                .map(|f| format!("{}: {}", f.name, f.dtype))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        Err(WeirError::Config(format!(
+            "the static table ({}) has columns ({}), but the query declares ({})",
+            self.description,
+            show(&have),
+            show(fields)
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_plan::DataType;
+
+    #[test]
+    fn a_table_with_other_columns_is_refused() {
+        let declared = vec![
+            Field::new("key", DataType::String),
+            Field::new("tier", DataType::Int32),
+        ];
+        let t = StaticTable::from_batches(crate::row::arrow_schema(&declared), vec![]);
+        t.expect_fields(&declared).unwrap();
+        let other = vec![
+            Field::new("key", DataType::String),
+            Field::new("tier", DataType::Int64),
+        ];
+        let e = t.expect_fields(&other).unwrap_err().to_string();
+        assert!(
+            e.contains("has columns (key: string, tier: int32), but the query declares (key: string, tier: int64)"),
+            "{e}"
+        );
+    }
 }

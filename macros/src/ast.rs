@@ -3,7 +3,7 @@
 
 use proc_macro2::TokenStream;
 use syn::{Attribute, Expr, Ident, LitStr};
-use weir_plan::{AggFn, OutputMode};
+use weir_plan::{AggFn, JoinType, OutputMode};
 
 use crate::types::ColType;
 
@@ -25,6 +25,8 @@ pub struct QueryDecl {
     pub with_column: Option<SelectDecl>,
     /// `watermark:`.
     pub watermark: Option<WatermarkDecl>,
+    /// `join:`.
+    pub join: Option<Box<JoinDecl>>,
     /// `drop_duplicates:`.
     pub drop_duplicates: Option<ColumnsDecl>,
     /// `drop_duplicates_within_watermark:`.
@@ -54,6 +56,71 @@ pub struct QueryDecl {
     /// True when an entry that shapes the plan did not parse: the plan is
     /// then incomplete and its checks would only add noise.
     pub incomplete: bool,
+}
+
+impl QueryDecl {
+    /// A declaration with nothing but its name (the parser fills it in).
+    pub fn empty(ident: Ident) -> QueryDecl {
+        QueryDecl {
+            docs: vec![],
+            ident,
+            source: None,
+            schema: None,
+            filter: None,
+            select: None,
+            with_column: None,
+            watermark: None,
+            join: None,
+            drop_duplicates: None,
+            drop_duplicates_within_watermark: None,
+            group_by: None,
+            aggregate: None,
+            order_by: None,
+            limit: None,
+            output_mode: None,
+            trigger: None,
+            trigger_tokens: None,
+            sink: None,
+            checkpoint: None,
+            name: None,
+            schema_key: None,
+            incomplete: false,
+        }
+    }
+}
+
+/// `join: { how: ..., stream: { ... } | table: { ... }, on: expr | using: [cols] }`.
+pub struct JoinDecl {
+    /// The `join` key: errors about the join as a whole point here.
+    pub key: Ident,
+    /// The join type (`how:`, default inner).
+    pub how: JoinType,
+    /// The `how:` value as written.
+    pub how_ident: Option<Ident>,
+    /// The other side: a stream (source, schema, filter, select,
+    /// with_column, watermark) or a static table (source, schema). Its
+    /// `ident` is the `stream` or `table` key.
+    pub side: QueryDecl,
+    /// True for `table:` (a stream-static join).
+    pub table: bool,
+    /// `refresh_every:` of a table: re-read it on this schedule (ms).
+    pub refresh_every: Option<(LitStr, u64)>,
+    /// `on:`, a boolean expression over both sides' columns.
+    pub on: Option<Expr>,
+    /// `using: [cols]`, columns both sides have.
+    pub using: Option<ColumnsDecl>,
+}
+
+/// The Rust name of a join type in `how:`.
+pub fn join_type_name(how: JoinType) -> &'static str {
+    match how {
+        JoinType::Inner => "inner",
+        JoinType::LeftOuter => "left_outer",
+        JoinType::RightOuter => "right_outer",
+        JoinType::FullOuter => "full_outer",
+        JoinType::LeftSemi => "left_semi",
+        JoinType::LeftAnti => "left_anti",
+    }
 }
 
 /// A source or sink file format.

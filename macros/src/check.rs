@@ -15,14 +15,19 @@ use crate::types::{lookup, Col};
 /// Reports every violation of the plan's streaming rules at its tokens.
 pub fn check_plan(l: &Lowered, errs: &mut Errors) {
     let violations = weir_plan::check(&l.plan);
-    let mut reported: Vec<(usize, String)> = vec![];
+    let mut reported: Vec<(usize, usize, String)> = vec![];
     for v in &violations {
-        if let (Rule::UnknownColumn, Location::Op { op, .. }) = (v.rule, &v.at) {
+        if let (Rule::UnknownColumn, Location::Op { node, op, .. }) = (v.rule, &v.at) {
             if let Some(name) = quoted_name(&v.message) {
-                reported.push((*op, name.to_string()));
+                reported.push((*node, *op, name.to_string()));
             }
         }
-        let mut message = with_help(&v.message, v.help.as_deref());
+        let help = match v.rule {
+            // The plan's help writes SQL; say it in the macro's syntax.
+            Rule::StreamStreamOuterJoinWithoutWatermark => Some("declare `watermark:` on both sides and bound the join in time, e.g. `on: click_ad_id == ad_id && click_ts >= ad_ts && click_ts <= ad_ts + interval(\"15 minutes\")`"),
+            _ => v.help.as_deref(),
+        };
+        let mut message = with_help(&v.message, help);
         if v.at == Location::OutputMode && l.spans.output_mode.is_none() {
             message
                 .push_str("\nnote: no `output_mode:` is given, so it is append (Spark's default)");
@@ -39,8 +44,12 @@ pub fn check_plan(l: &Lowered, errs: &mut Errors) {
 /// The tokens a violation points at.
 pub fn locate(l: &Lowered, v: &Violation) -> TokenStream {
     let s = &l.spans;
-    let (op, part) = match &v.at {
-        Location::Op { node: 0, op, part } => (*op, *part),
+    let (ops, op, part) = match &v.at {
+        Location::Op { node, op, part } if *node == l.result_node() => (&s.ops[..], *op, *part),
+        Location::Op { node, op, part } => match &l.join {
+            Some(j) if !j.table && *node == 0 => (&j.spans[..], *op, *part),
+            _ => return s.query.clone(),
+        },
         Location::OutputMode => {
             return s
                 .output_mode
@@ -52,17 +61,20 @@ pub fn locate(l: &Lowered, v: &Violation) -> TokenStream {
         Location::Trigger => return s.trigger.clone().unwrap_or_else(|| s.query.clone()),
         _ => return s.query.clone(),
     };
+    locate_op(ops.get(op), part, v).unwrap_or_else(|| s.query.clone())
+}
+
+/// The tokens of part `part` of one op, for violation `v`.
+fn locate_op(op: Option<&OpSpans>, part: Part, v: &Violation) -> Option<TokenStream> {
     let by_name = |cols: &[ColumnRef]| {
         let name = quoted_name(&v.message)?;
         cols.iter()
             .find(|c| c.name == name)
             .map(|c| c.tokens.clone())
     };
-    match (s.ops.get(op), part) {
-        (Some(OpSpans::Filter { expr, columns }), _) => {
-            by_name(columns).unwrap_or_else(|| expr.clone())
-        }
-        (Some(OpSpans::Select { items, .. }), Part::Item(i)) if i < items.len() => {
+    Some(match (op?, part) {
+        (OpSpans::Filter { expr, columns }, _) => by_name(columns).unwrap_or_else(|| expr.clone()),
+        (OpSpans::Select { items, .. }, Part::Item(i)) if i < items.len() => {
             let it = &items[i];
             match v.rule {
                 Rule::DuplicateColumn => it.alias.clone(),
@@ -70,38 +82,56 @@ pub fn locate(l: &Lowered, v: &Violation) -> TokenStream {
                 _ => it.expr.clone(),
             }
         }
-        (Some(OpSpans::Select { key, .. }), _) => key.clone(),
-        (Some(OpSpans::WithColumn { expr, columns, .. }), _) => match v.rule {
+        (OpSpans::Select { key, .. }, _) => key.clone(),
+        (OpSpans::WithColumn { expr, columns, .. }, _) => match v.rule {
             Rule::UnknownColumn => by_name(columns).unwrap_or_else(|| expr.clone()),
             _ => expr.clone(),
         },
-        (Some(OpSpans::Watermark { delay, .. }), Part::Delay) => delay.clone(),
-        (Some(OpSpans::Watermark { key, column, .. }), _) => match v.rule {
+        (OpSpans::Watermark { delay, .. }, Part::Delay) => delay.clone(),
+        (OpSpans::Watermark { key, column, .. }, _) => match v.rule {
             Rule::ContinuousUnsupportedOperation => key.clone(),
             _ => column.clone(),
         },
-        (Some(OpSpans::Dedup { columns, .. } | OpSpans::Sort { columns, .. }), Part::Column(i))
+        (OpSpans::Join { using, .. }, Part::Column(i)) if i < using.len() => using[i].clone(),
+        (
+            OpSpans::Join {
+                key,
+                how,
+                on,
+                columns,
+                ..
+            },
+            _,
+        ) => match v.rule {
+            Rule::UnknownColumn => by_name(columns)
+                .or_else(|| on.clone())
+                .unwrap_or_else(|| key.clone()),
+            Rule::StreamStaticOuterJoin | Rule::StreamStreamOuterJoinWithoutWatermark => {
+                how.clone()
+            }
+            _ => key.clone(),
+        },
+        (OpSpans::Dedup { columns, .. } | OpSpans::Sort { columns, .. }, Part::Column(i))
             if i < columns.len() =>
         {
             columns[i].clone()
         }
-        (
-            Some(OpSpans::Dedup { key, .. } | OpSpans::Sort { key, .. } | OpSpans::Limit { key }),
-            _,
-        ) => key.clone(),
-        (Some(OpSpans::Aggregate { keys, .. }), Part::Key(i)) if i < keys.len() => match v.rule {
+        (OpSpans::Dedup { key, .. } | OpSpans::Sort { key, .. } | OpSpans::Limit { key }, _) => {
+            key.clone()
+        }
+        (OpSpans::Aggregate { keys, .. }, Part::Key(i)) if i < keys.len() => match v.rule {
             Rule::DuplicateColumn | Rule::SessionWindowWithoutKey => keys[i].whole.clone(),
             _ => keys[i].column.clone(),
         },
-        (Some(OpSpans::Aggregate { keys, .. }), Part::KeySize(i)) if i < keys.len() => keys[i]
+        (OpSpans::Aggregate { keys, .. }, Part::KeySize(i)) if i < keys.len() => keys[i]
             .size
             .clone()
             .unwrap_or_else(|| keys[i].whole.clone()),
-        (Some(OpSpans::Aggregate { keys, .. }), Part::KeySlide(i)) if i < keys.len() => keys[i]
+        (OpSpans::Aggregate { keys, .. }, Part::KeySlide(i)) if i < keys.len() => keys[i]
             .slide
             .clone()
             .unwrap_or_else(|| keys[i].whole.clone()),
-        (Some(OpSpans::Aggregate { aggs, .. }), Part::Agg(i)) if i < aggs.len() => {
+        (OpSpans::Aggregate { aggs, .. }, Part::Agg(i)) if i < aggs.len() => {
             let a = &aggs[i];
             match v.rule {
                 Rule::DuplicateColumn => a.alias.clone(),
@@ -111,22 +141,21 @@ pub fn locate(l: &Lowered, v: &Violation) -> TokenStream {
                 _ => a.call.clone(),
             }
         }
-        (Some(OpSpans::Aggregate { key, .. }), _) => key.clone(),
-        (None, _) => s.query.clone(),
-    }
+        (OpSpans::Aggregate { key, .. }, _) => key.clone(),
+    })
 }
 
 /// For an unknown column that the op order explains (a filter naming a
 /// select alias; a watermark or key on a column the select dropped), why.
 fn order_note(l: &Lowered, v: &Violation) -> Option<&'static str> {
-    let Location::Op { op, .. } = v.at else {
+    let Location::Op { node, op, .. } = v.at else {
         return None;
     };
-    if v.rule != Rule::UnknownColumn {
+    if v.rule != Rule::UnknownColumn || node != l.result_node() {
         return None;
     }
     let name = quoted_name(&v.message)?;
-    let select = l.plan.nodes[0].ops.iter().find_map(|o| match o {
+    let select = l.result_ops().iter().find_map(|o| match o {
         Op::Select { columns } => Some(columns),
         _ => None,
     })?;
@@ -145,15 +174,18 @@ fn order_note(l: &Lowered, v: &Violation) -> Option<&'static str> {
 
 /// For an unknown column in `order_by:` that exists before the aggregation.
 fn sort_note(l: &Lowered, v: &Violation) -> Option<&'static str> {
-    let Location::Op { op, .. } = v.at else {
+    let Location::Op { node, op, .. } = v.at else {
         return None;
     };
-    if v.rule != Rule::UnknownColumn || !matches!(l.spans.ops.get(op)?, OpSpans::Sort { .. }) {
+    if v.rule != Rule::UnknownColumn
+        || node != l.result_node()
+        || !matches!(l.spans.ops.get(op)?, OpSpans::Sort { .. })
+    {
         return None;
     }
     let name = quoted_name(&v.message)?;
-    let aggregated = l.plan.nodes[0]
-        .ops
+    let aggregated = l
+        .result_ops()
         .iter()
         .any(|o| matches!(o, Op::Aggregate { .. }));
     (aggregated && lookup(&l.pre_agg, name).is_some())
@@ -170,30 +202,45 @@ fn quoted_name(message: &str) -> Option<&str> {
 /// The plan's SQL scan skips words it takes for keywords (a column named
 /// `timestamp` or `date`); the macro sees every identifier, so it reports
 /// the unknown ones the scan missed, with the plan's own message.
-fn unknown_columns_in_expressions(l: &Lowered, reported: &[(usize, String)], errs: &mut Errors) {
-    let input: Vec<String> = l.input.iter().map(|c| c.name.clone()).collect();
-    for (oi, sp) in l.spans.ops.iter().enumerate() {
-        let (refs, visible): (Vec<&ColumnRef>, &[String]) = match sp {
-            OpSpans::Filter { columns, .. } => (columns.iter().collect(), &input),
-            OpSpans::Select { items, .. } => {
-                (items.iter().flat_map(|i| &i.columns).collect(), &input)
+fn unknown_columns_in_expressions(
+    l: &Lowered,
+    reported: &[(usize, usize, String)],
+    errs: &mut Errors,
+) {
+    let mut nodes = vec![(l.result_node(), &l.input, &l.spans.ops)];
+    if let Some(j) = l.join.as_ref().filter(|j| !j.table) {
+        nodes.push((0, &j.input, &j.spans));
+    }
+    for (node, input, spans) in nodes {
+        let input: Vec<String> = input.iter().map(|c| c.name.clone()).collect();
+        for (oi, sp) in spans.iter().enumerate() {
+            let (refs, visible): (Vec<&ColumnRef>, &[String]) = match sp {
+                OpSpans::Filter { columns, .. } => (columns.iter().collect(), &input),
+                OpSpans::Select { items, .. } => {
+                    (items.iter().flat_map(|i| &i.columns).collect(), &input)
+                }
+                OpSpans::WithColumn {
+                    columns, visible, ..
+                }
+                | OpSpans::Join {
+                    columns, visible, ..
+                } => (columns.iter().collect(), visible),
+                _ => continue,
+            };
+            let mut seen: Vec<&str> = vec![];
+            for r in refs {
+                if visible.contains(&r.name)
+                    || seen.contains(&r.name.as_str())
+                    || reported
+                        .iter()
+                        .any(|(n, o, c)| *n == node && *o == oi && *c == r.name)
+                {
+                    continue;
+                }
+                seen.push(&r.name);
+                let v = unknown_column(&r.name, visible);
+                errs.spanned(&r.tokens, with_help(&v.message, v.help.as_deref()));
             }
-            OpSpans::WithColumn {
-                columns, visible, ..
-            } => (columns.iter().collect(), visible),
-            _ => continue,
-        };
-        let mut seen: Vec<&str> = vec![];
-        for r in refs {
-            if visible.contains(&r.name)
-                || seen.contains(&r.name.as_str())
-                || reported.iter().any(|(o, n)| *o == oi && *n == r.name)
-            {
-                continue;
-            }
-            seen.push(&r.name);
-            let v = unknown_column(&r.name, visible);
-            errs.spanned(&r.tokens, with_help(&v.message, v.help.as_deref()));
         }
     }
 }
@@ -254,17 +301,30 @@ pub fn not_supported_yet(q: &QueryDecl, errs: &mut Errors) {
 /// The generated structs are the schema's, `<Query>Row` and `<Query>`:
 /// their names must differ.
 pub fn distinct_struct_names(q: &QueryDecl, errs: &mut Errors) {
-    let Some(schema) = &q.schema else { return };
-    let s = schema.ident.to_string();
     let query = q.ident.to_string();
-    if s == query || s == format!("{query}Row") {
-        errs.spanned_help(
-            &schema.ident,
-            format!("the schema struct `{s}` has the name of a struct the query generates"),
-            format!(
-                "the query generates `{query}` and `{query}Row`; give the input rows another name"
-            ),
-        );
+    let generated = [query.clone(), format!("{query}Row")];
+    let mut schemas = vec![];
+    schemas.extend(&q.schema);
+    if let Some(j) = &q.join {
+        schemas.extend(&j.side.schema);
+    }
+    for (i, schema) in schemas.iter().enumerate() {
+        let s = schema.ident.to_string();
+        if generated.contains(&s) {
+            errs.spanned_help(
+                &schema.ident,
+                format!("the schema struct `{s}` has the name of a struct the query generates"),
+                format!(
+                    "the query generates `{query}` and `{query}Row`; give the input rows another name"
+                ),
+            );
+        } else if i > 0 && schemas[0].ident == schema.ident {
+            errs.spanned_help(
+                &schema.ident,
+                format!("both sides of the join declare a schema struct `{s}`"),
+                "each side's schema generates its own row struct; give them different names",
+            );
+        }
     }
 }
 

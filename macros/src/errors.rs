@@ -5,6 +5,7 @@ use std::fmt::Display;
 
 use proc_macro2::TokenStream;
 use quote::ToTokens;
+pub use weir_plan::resolve::did_you_mean;
 
 /// One compile error: the tokens it points at and what it says.
 pub struct Diagnostic {
@@ -105,31 +106,6 @@ pub fn with_help(message: &str, help: Option<&str>) -> String {
     }
 }
 
-/// The candidate closest to `name` by edit distance, when it is close enough
-/// to be a likely typo.
-pub fn did_you_mean<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    let (dist, best) = candidates
-        .iter()
-        .map(|c| (edit_distance(name, c), *c))
-        .min_by_key(|(d, _)| *d)?;
-    let limit = (name.len().max(best.len()) / 3).max(2);
-    (dist <= limit).then_some(best)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
 /// "unknown X `name`" help: a suggestion when one is close, and the list.
 pub fn suggestion_help(name: &str, candidates: &[&str], what: &str) -> String {
     let list = candidates.join(", ");
@@ -165,5 +141,9 @@ mod tests {
         assert_eq!(did_you_mean("sorce", &keys), Some("source"));
         assert_eq!(did_you_mean("fliter", &keys), Some("filter"));
         assert_eq!(did_you_mean("output", &keys), None);
+        // A name typed short of a longer one suggests the longer one.
+        let cols = ["imp_ad_id", "imp_ts", "ad_id"];
+        assert_eq!(did_you_mean("imp_ad", &cols), Some("imp_ad_id"));
+        assert_eq!(did_you_mean("IMP_TS", &cols), Some("imp_ts"));
     }
 }

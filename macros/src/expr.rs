@@ -11,6 +11,7 @@
 //! | `is_null(x)`             | `x IS NULL`            |
 //! | `like(x, "a%")`          | `x LIKE 'a%'`          |
 //! | `lower(x)`               | `lower(x)`             |
+//! | `ts + interval("15 minutes")` | `ts + INTERVAL '15 minutes'` |
 //! | `row_number().over(partition_by(k), order_by(t))` | `row_number() OVER (PARTITION BY k ORDER BY t)` |
 //!
 //! (Window functions translate, so that the plan's rule can refuse them on a
@@ -402,6 +403,9 @@ impl Tr<'_, '_> {
                 return Node::poisoned();
             }
         };
+        if let (BinOp::Add(_) | BinOp::Sub(_), Some(call)) = (b.op, interval_call(&b.right)) {
+            return self.timestamp_plus_interval(b, op, call);
+        }
         let l = self.expr(&b.left);
         let r = self.expr(&b.right);
         let nullable = l.nullable || r.nullable;
@@ -453,6 +457,55 @@ impl Tr<'_, '_> {
         }
     }
 
+    /// `ts + interval("15 minutes")` (or `-`): a timestamp moved by a duration.
+    fn timestamp_plus_interval(
+        &mut self,
+        b: &syn::ExprBinary,
+        op: &str,
+        call: &syn::ExprCall,
+    ) -> Node {
+        let l = self.expr(&b.left);
+        let lit = match (call.args.len(), call.args.first()) {
+            (
+                1,
+                Some(Expr::Lit(syn::ExprLit {
+                    lit: Lit::Str(s), ..
+                })),
+            ) => s,
+            _ => {
+                self.errs.spanned_help(
+                    call,
+                    "`interval` takes one duration string",
+                    "e.g. `interval(\"15 minutes\")`",
+                );
+                return Node::poisoned();
+            }
+        };
+        if let Err(e) = weir_plan::duration::parse_positive_duration_ms(&lit.value()) {
+            self.errs.spanned(lit, e.to_string());
+            return Node::poisoned();
+        }
+        let ty =
+            match l.ty.clone() {
+                Ty::Known(DataType::Timestamp) => Ty::Known(DataType::Timestamp),
+                Ty::Known(d) => {
+                    self.errs.spanned_help(
+                    &b.left,
+                    format!("an interval is added to timestamps, but this is {}", type_name(d)),
+                    "add intervals to Timestamp columns, e.g. `ad_ts + interval(\"15 minutes\")`",
+                );
+                    Ty::Poisoned
+                }
+                other => other,
+            };
+        Node {
+            sql: format!("{} {op} INTERVAL {}", l.at(ADD), sql_string(&lit.value())),
+            prec: ADD,
+            ty,
+            nullable: l.nullable,
+        }
+    }
+
     fn call(&mut self, c: &syn::ExprCall) -> Node {
         let name = match &*c.func {
             Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
@@ -467,6 +520,14 @@ impl Tr<'_, '_> {
                 return Node::poisoned();
             }
         };
+        if name == "interval" {
+            self.errs.spanned_help(
+                c,
+                "an interval can only be added to or subtracted from a timestamp",
+                "write `ts + interval(\"15 minutes\")` or `ts - interval(\"15 minutes\")`",
+            );
+            return Node::poisoned();
+        }
         if AGGREGATES.contains(&name.as_str()) {
             self.errs.spanned_help(
                 &c.func,
@@ -652,6 +713,19 @@ impl Tr<'_, '_> {
             }
             _ => true,
         }
+    }
+}
+
+/// The `interval(...)` call `e` is, if it is one.
+fn interval_call(e: &Expr) -> Option<&syn::ExprCall> {
+    match e {
+        Expr::Call(c) => match &*c.func {
+            Expr::Path(p) if p.path.is_ident("interval") => Some(c),
+            _ => None,
+        },
+        Expr::Paren(p) => interval_call(&p.expr),
+        Expr::Group(g) => interval_call(&g.expr),
+        _ => None,
     }
 }
 

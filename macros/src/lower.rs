@@ -11,21 +11,24 @@ use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use weir_plan::{
-    AggFn, AggSpec, DataType, Field, GroupKey, Op, OutputMode, SelectItem, SinkDecl, SortKey,
-    StreamPlan, WindowSpec,
+    AggFn, AggSpec, DataType, Field, GroupKey, JoinType, Op, OutputMode, SelectItem, SinkDecl,
+    SortKey, StreamPlan, WindowSpec,
 };
 
-use crate::ast::{KeyDecl, QueryDecl, SelectItemDecl, Source, TriggerDecl};
+use crate::ast::{JoinDecl, KeyDecl, QueryDecl, SelectItemDecl, Source, TriggerDecl};
 use crate::errors::Errors;
 use crate::expr::{sql_ident, translate, ColumnRef, Inferred};
 use crate::types::{lookup, rust_type_name, Col, ColType};
 
 /// A declaration lowered to a plan.
 pub struct Lowered {
-    /// The plan: one source, one node `result`.
+    /// The plan: the source, the node `result` (last), and for a
+    /// stream-stream join the joined stream's source and node (first).
     pub plan: StreamPlan,
     /// The query name (`name:`, or the snake_case query ident).
     pub query_name: String,
+    /// The other side of the join, if any.
+    pub join: Option<JoinSide>,
     /// The source's columns.
     pub input: Vec<Col>,
     /// The columns the aggregate sees (after filter, select and with_column).
@@ -35,6 +38,30 @@ pub struct Lowered {
     pub derived: Vec<String>,
     /// Where each plan position came from.
     pub spans: SpanTable,
+}
+
+impl Lowered {
+    /// The index of the result node in `plan.nodes` (the last one).
+    pub fn result_node(&self) -> usize {
+        self.plan.nodes.len() - 1
+    }
+
+    /// The result node's ops.
+    pub fn result_ops(&self) -> &[Op] {
+        &self.plan.nodes[self.result_node()].ops
+    }
+}
+
+/// The other side of a join, lowered.
+pub struct JoinSide {
+    /// Its plan node id (a stream) or static table name (a table).
+    pub name: String,
+    /// Its source's columns.
+    pub input: Vec<Col>,
+    /// The tokens of its ops (plan node 0), for a stream.
+    pub spans: Vec<OpSpans>,
+    /// True for a static table.
+    pub table: bool,
 }
 
 /// From plan positions to the user's tokens.
@@ -106,6 +133,21 @@ pub enum OpSpans {
     Limit {
         /// The `limit` key.
         key: TokenStream,
+    },
+    /// `join:`.
+    Join {
+        /// The `join` key.
+        key: TokenStream,
+        /// The `how:` value (the `join` key when not given).
+        how: TokenStream,
+        /// The `on:` expression.
+        on: Option<TokenStream>,
+        /// Its column references.
+        columns: Vec<ColumnRef>,
+        /// The `using:` columns.
+        using: Vec<TokenStream>,
+        /// The names the condition can see (both sides').
+        visible: Vec<String>,
     },
     /// `group_by:` + `aggregate:`.
     Aggregate {
@@ -188,9 +230,28 @@ pub fn socket_schema() -> Vec<Col> {
     vec![Col::new("value", ColType::new(DataType::String))]
 }
 
-/// Lowers `q` to a plan. Returns `None` when there is no source or no
-/// usable schema (the error is already reported).
-pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
+/// One input lowered: the source's columns and the row ops on them
+/// (`filter` → `select` → `with_column` → `watermark`).
+struct Input {
+    /// The source's name in the plan.
+    source_name: String,
+    /// The source's columns.
+    input: Vec<Col>,
+    /// The ops.
+    ops: Vec<Op>,
+    /// Their tokens.
+    spans: Vec<OpSpans>,
+    /// The typed columns after the ops.
+    cols: Vec<Col>,
+    /// Every column name after the ops (typed or not).
+    visible: Vec<String>,
+    /// Columns computed from an expression.
+    derived: Vec<String>,
+}
+
+/// Lowers a declaration's source, schema and row ops. Returns `None` when
+/// there is no source or no usable schema (the error is already reported).
+fn lower_input(q: &QueryDecl, errs: &mut Errors) -> Option<Input> {
     let source = q.source.as_ref()?;
     let fixed = match source.kind {
         Source::Rate { .. } => Some(("rate", rate_schema(), "timestamp: Timestamp, value: i64")),
@@ -313,6 +374,58 @@ pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
             delay: w.delay.to_token_stream(),
         });
     }
+
+    Some(Input {
+        source_name,
+        input,
+        ops,
+        spans,
+        cols: pre_agg,
+        visible,
+        derived,
+    })
+}
+
+/// Lowers `q` to a plan. Returns `None` when there is no source or no
+/// usable schema (the error is already reported).
+pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
+    let Input {
+        source_name,
+        input,
+        mut ops,
+        mut spans,
+        cols: mut pre_agg,
+        visible,
+        mut derived,
+    } = lower_input(q, errs)?;
+    let mut plan_sources = vec![];
+    let mut plan_statics = vec![];
+    let mut right_node = None;
+    let mut join_side = None;
+    if let Some(j) = &q.join {
+        let side = lower_join(j, &source_name, &pre_agg, &visible, errs)?;
+        pre_agg = side.after.clone();
+        derived.extend(side.derived.iter().cloned());
+        ops.push(side.op.clone());
+        spans.push(side.op_spans);
+        if j.table {
+            plan_statics.push((side.name.clone(), side.fields.clone()));
+        } else {
+            plan_sources.push((side.source_name.clone(), side.fields.clone()));
+            right_node = Some(weir_plan::Node {
+                id: side.name.clone(),
+                input: side.source_name.clone(),
+                ops: side.ops,
+            });
+        }
+        join_side = Some(JoinSide {
+            name: side.name,
+            input: side.input,
+            spans: side.spans,
+            table: j.table,
+        });
+    }
+    let _ = visible;
 
     for (decl, within_watermark) in [
         (&q.drop_duplicates, false),
@@ -463,6 +576,21 @@ pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
         .map(|c| Field::new(c.name.clone(), c.ty.dtype))
         .collect();
     let mut plan = StreamPlan::single(source_name, fields, ops, mode);
+    for (name, schema) in plan_sources {
+        plan.sources.insert(name, weir_plan::SourceDecl { schema });
+    }
+    for (name, schema) in plan_statics {
+        plan.statics.insert(
+            name,
+            weir_plan::StaticDecl {
+                schema,
+                rows: vec![],
+            },
+        );
+    }
+    if let Some(node) = right_node {
+        plan.nodes.insert(0, node);
+    }
     plan.sink = q.sink.as_ref().map(|s| SinkDecl {
         kind: s.kind.kind(),
         checkpoint: q.checkpoint.is_some(),
@@ -482,6 +610,7 @@ pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
     Some(Lowered {
         plan,
         query_name,
+        join: join_side,
         input,
         pre_agg,
         derived,
@@ -493,6 +622,166 @@ pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
             trigger: q.trigger_tokens.clone(),
             ops: spans,
         },
+    })
+}
+
+/// What lowering a join yields.
+struct LoweredJoin {
+    name: String,
+    source_name: String,
+    fields: Vec<Field>,
+    input: Vec<Col>,
+    ops: Vec<Op>,
+    spans: Vec<OpSpans>,
+    derived: Vec<String>,
+    op: Op,
+    op_spans: OpSpans,
+    /// The typed columns after the join.
+    after: Vec<Col>,
+}
+
+/// Lowers `join:` over the left side's columns `left` (named `visible`).
+fn lower_join(
+    j: &JoinDecl,
+    left_source: &str,
+    left: &[Col],
+    visible: &[String],
+    errs: &mut Errors,
+) -> Option<LoweredJoin> {
+    if j.table {
+        if let Some(s) = &j.side.source {
+            if !matches!(s.kind, Source::Files { .. } | Source::Memory) {
+                errs.spanned_help(
+                    &s.ident,
+                    format!("a static table cannot be read from the {} source", s.kind.name()),
+                    "read the table from files (`source: files(path = \"...\", format = csv)`) or hand it in (`source: memory`)",
+                );
+                return None;
+            }
+        }
+    }
+    let side = lower_input(&j.side, errs)?;
+    let mut name = side.source_name.clone();
+    if name == left_source {
+        name.push_str("_right");
+    }
+    let source_name = name.clone();
+    let name = if j.table { name } else { "right".to_string() };
+    let fields: Vec<Field> = side
+        .input
+        .iter()
+        .map(|c| Field::new(c.name.clone(), c.ty.dtype))
+        .collect();
+
+    let how = j.how;
+    let left_nullable = matches!(how, JoinType::RightOuter | JoinType::FullOuter);
+    let right_nullable = matches!(how, JoinType::LeftOuter | JoinType::FullOuter);
+    let semi = matches!(how, JoinType::LeftSemi | JoinType::LeftAnti);
+    let null_if = |c: &Col, n: bool| {
+        let mut c = c.clone();
+        c.ty.nullable |= n;
+        c
+    };
+    let mut env: Vec<Col> = left.to_vec();
+    env.extend(side.cols.iter().cloned());
+    let mut both: Vec<String> = visible.to_vec();
+    both.extend(side.visible.iter().cloned());
+
+    let (on_sql, on_tokens, columns) = match &j.on {
+        Some(e) => {
+            let t = translate(e, &env, errs);
+            if let Inferred::Known(ty) = t.ty {
+                if ty.dtype != DataType::Bool {
+                    errs.spanned_help(
+                        e,
+                        format!(
+                            "a join condition must be a boolean expression, but this is {}",
+                            ty.dtype
+                        ),
+                        "compare the sides' columns, e.g. `click_ad_id == ad_id`",
+                    );
+                }
+            }
+            (Some(t.sql), Some(e.to_token_stream()), t.columns)
+        }
+        None => (None, None, vec![]),
+    };
+    let keys: Vec<String> = j
+        .using
+        .as_ref()
+        .map(|u| u.columns.iter().map(|c| c.unraw().to_string()).collect())
+        .unwrap_or_default();
+
+    let mut after: Vec<Col> = left
+        .iter()
+        .map(|c| {
+            if keys.contains(&c.name) {
+                // A USING key is the left's, or the right's for a right outer join.
+                let r = lookup(&side.cols, &c.name);
+                match (how, r) {
+                    (JoinType::RightOuter, Some(r)) => r.clone(),
+                    (JoinType::FullOuter, Some(r)) => {
+                        let mut c = c.clone();
+                        c.ty.nullable &= r.ty.nullable;
+                        c
+                    }
+                    _ => c.clone(),
+                }
+            } else {
+                null_if(c, left_nullable)
+            }
+        })
+        .collect();
+    if !semi {
+        for c in &side.cols {
+            if keys.contains(&c.name) {
+                continue;
+            }
+            if j.using.is_none() && lookup(left, &c.name).is_some() {
+                errs.spanned_help(
+                    j.on.as_ref().map(|e| e.to_token_stream()).unwrap_or_else(|| j.key.to_token_stream()),
+                    format!("both sides of the join have a column `{}`", c.name),
+                    format!("rename it on one side with `select:` (e.g. `select: {{ right_{0}: {0}, ... }}`), or join `using: [{0}]` when it is the join key", c.name),
+                );
+                continue;
+            }
+            after.push(null_if(c, right_nullable));
+        }
+    }
+
+    let op = Op::Join {
+        right: name.clone(),
+        how,
+        on: on_sql,
+        using: (!keys.is_empty()).then_some(keys),
+    };
+    let op_spans = OpSpans::Join {
+        key: j.key.to_token_stream(),
+        how: j
+            .how_ident
+            .as_ref()
+            .map(|i| i.to_token_stream())
+            .unwrap_or_else(|| j.key.to_token_stream()),
+        on: on_tokens,
+        columns,
+        using: j
+            .using
+            .iter()
+            .flat_map(|u| u.columns.iter().map(|c| c.to_token_stream()))
+            .collect(),
+        visible: both,
+    };
+    Some(LoweredJoin {
+        name,
+        source_name,
+        fields,
+        input: side.input,
+        ops: side.ops,
+        spans: side.spans,
+        derived: side.derived,
+        op,
+        op_spans,
+        after,
     })
 }
 
@@ -576,15 +865,14 @@ pub fn output_columns(l: &Lowered, errs: &mut Errors) -> Vec<Col> {
 
 /// The result columns as the macro types them.
 fn macro_output(l: &Lowered, errs: &mut Errors) -> Vec<Col> {
-    let Some((agg_op, keys, aggs)) =
-        l.plan.nodes[0]
-            .ops
-            .iter()
-            .enumerate()
-            .find_map(|(i, o)| match o {
-                Op::Aggregate { keys, aggs } => Some((i, keys, aggs)),
-                _ => None,
-            })
+    let Some((agg_op, keys, aggs)) = l
+        .result_ops()
+        .iter()
+        .enumerate()
+        .find_map(|(i, o)| match o {
+            Op::Aggregate { keys, aggs } => Some((i, keys, aggs)),
+            _ => None,
+        })
     else {
         return l.pre_agg.clone();
     };
@@ -592,7 +880,8 @@ fn macro_output(l: &Lowered, errs: &mut Errors) -> Vec<Col> {
     // knows a type, its own check reports a mistyped aggregate.
     let plan_input = {
         let mut p = l.plan.clone();
-        p.nodes[0].ops.truncate(agg_op);
+        let ri = l.result_node();
+        p.nodes[ri].ops.truncate(agg_op);
         weir_plan::resolve(&p)
             .0
             .remove(&p.result)
@@ -960,5 +1249,127 @@ mod tests {
             lookup(&out, "m").unwrap().ty,
             ColType::nullable(DataType::Float64)
         );
+    }
+
+    fn shown(out: &[Col]) -> Vec<String> {
+        out.iter()
+            .map(|c| format!("{}: {}", c.name, rust_type_name(c.ty)))
+            .collect()
+    }
+
+    #[test]
+    fn lowers_a_stream_stream_join_to_sparks_plan() {
+        let l = lower_ok(quote! {
+            query AdClicks {
+                source: memory,
+                schema: Impression { imp_ad_id: i32, imp_ts: Timestamp },
+                watermark: imp_ts delay "10 minutes",
+                join: {
+                    how: left_outer,
+                    stream: {
+                        source: memory,
+                        schema: Click { ad_id: i32, ts: Timestamp },
+                        select: { click_ad_id: ad_id, click_ts: ts },
+                        watermark: click_ts delay "20 minutes",
+                    },
+                    on: click_ad_id == imp_ad_id && click_ts >= imp_ts && click_ts <= imp_ts + interval("15 minutes"),
+                },
+                sink: memory,
+            }
+        });
+        assert_eq!(l.plan.nodes.len(), 2);
+        assert_eq!(l.result_node(), 1);
+        assert_eq!(l.plan.nodes[0].id, "right");
+        assert_eq!(l.plan.nodes[0].input, "click");
+        assert_eq!(l.plan.nodes[1].input, "impression");
+        assert_eq!(
+            l.plan.nodes[1].ops[1],
+            Op::Join {
+                right: "right".into(),
+                how: JoinType::LeftOuter,
+                on: Some("click_ad_id = imp_ad_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '15 minutes'".into()),
+                using: None,
+            }
+        );
+        assert_eq!(
+            l.plan.nodes[0].ops[1],
+            Op::Watermark {
+                column: "click_ts".into(),
+                delay: "20 minutes".into()
+            }
+        );
+        assert!(
+            weir_plan::check(&l.plan).is_empty(),
+            "{:?}",
+            weir_plan::check(&l.plan)
+        );
+        let mut errs = Errors::new();
+        let out = output_columns(&l, &mut errs);
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(
+            shown(&out),
+            [
+                "imp_ad_id: i32",
+                "imp_ts: Timestamp",
+                "click_ad_id: Option<i32>",
+                "click_ts: Option<Timestamp>"
+            ]
+        );
+    }
+
+    #[test]
+    fn lowers_a_stream_static_join_using_keys() {
+        let l = lower_ok(quote! {
+            query Enriched {
+                source: memory,
+                schema: Event { ts: Timestamp, key: String, value: i64 },
+                // Spark's USING output: the key first.
+                join: {
+                    how: left_outer,
+                    table: { source: files(path = "dims", format = csv), schema: Dim { key: String, name: String, tier: i32 }, refresh_every: "10 minutes" },
+                    using: [key],
+                },
+                sink: memory,
+            }
+        });
+        assert_eq!(l.plan.nodes.len(), 1);
+        assert_eq!(l.plan.statics.keys().collect::<Vec<_>>(), ["dim"]);
+        assert_eq!(
+            l.plan.nodes[0].ops[0],
+            Op::Join {
+                right: "dim".into(),
+                how: JoinType::LeftOuter,
+                on: None,
+                using: Some(vec!["key".into()]),
+            }
+        );
+        assert!(weir_plan::check(&l.plan).is_empty());
+        let mut errs = Errors::new();
+        let out = output_columns(&l, &mut errs);
+        assert_eq!(
+            shown(&out),
+            [
+                "key: String",
+                "ts: Timestamp",
+                "value: i64",
+                "name: Option<String>",
+                "tier: Option<i32>"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_left_semi_join_keeps_the_left_columns() {
+        let l = lower_ok(quote! {
+            query Seen {
+                source: memory,
+                schema: Event { ts: Timestamp, key: String },
+                join: { how: left_semi, table: { source: memory, schema: Known { known: String } }, on: key == known },
+                sink: memory,
+            }
+        });
+        let mut errs = Errors::new();
+        let out = output_columns(&l, &mut errs);
+        assert_eq!(shown(&out), ["ts: Timestamp", "key: String"]);
     }
 }

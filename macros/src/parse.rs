@@ -9,7 +9,7 @@ use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::{Attribute, Expr, Ident, LitStr, Token};
 use weir_plan::duration::parse_positive_duration_ms;
-use weir_plan::{AggFn, OutputMode};
+use weir_plan::{AggFn, JoinType, OutputMode};
 
 use crate::ast::*;
 use crate::connectors::{parse_sink, parse_source};
@@ -29,6 +29,7 @@ pub const KEYS: &[&str] = &[
     "select",
     "with_column",
     "watermark",
+    "join",
     "drop_duplicates",
     "drop_duplicates_within_watermark",
     "group_by",
@@ -51,6 +52,7 @@ const PLAN_KEYS: &[&str] = &[
     "select",
     "with_column",
     "watermark",
+    "join",
     "drop_duplicates",
     "drop_duplicates_within_watermark",
     "group_by",
@@ -71,30 +73,7 @@ pub fn parse_query(input: TokenStream, errs: &mut Errors) -> Option<QueryDecl> {
             return None;
         }
     };
-    let mut q = QueryDecl {
-        docs: vec![],
-        ident,
-        source: None,
-        schema: None,
-        filter: None,
-        select: None,
-        with_column: None,
-        watermark: None,
-        drop_duplicates: None,
-        drop_duplicates_within_watermark: None,
-        group_by: None,
-        aggregate: None,
-        order_by: None,
-        limit: None,
-        output_mode: None,
-        trigger: None,
-        trigger_tokens: None,
-        sink: None,
-        checkpoint: None,
-        name: None,
-        schema_key: None,
-        incomplete: false,
-    };
+    let mut q = QueryDecl::empty(ident);
     for a in attrs {
         if a.path().is_ident("doc") {
             q.docs.push(a);
@@ -105,7 +84,7 @@ pub fn parse_query(input: TokenStream, errs: &mut Errors) -> Option<QueryDecl> {
     let mut seen: Vec<String> = vec![];
     for entry in split_commas(body) {
         let before = errs.len();
-        let key = parse_entry(&mut q, entry, &mut seen, errs);
+        let key = parse_entry(&mut q, entry, &mut seen, KEYS, errs);
         if errs.len() > before && key.is_some_and(|k| PLAN_KEYS.contains(&k.as_str())) {
             q.incomplete = true;
         }
@@ -172,6 +151,7 @@ fn parse_entry(
     q: &mut QueryDecl,
     entry: TokenStream,
     seen: &mut Vec<String>,
+    allowed: &[&str],
     errs: &mut Errors,
 ) -> Option<String> {
     let head = |input: ParseStream| -> syn::Result<(Ident, TokenStream)> {
@@ -193,6 +173,17 @@ fn parse_entry(
         }
     };
     let name = key.to_string();
+    if KEYS.contains(&name.as_str()) && !allowed.contains(&name.as_str()) {
+        errs.spanned_help(
+            &key,
+            format!("`{name}:` is not allowed in the other side of a join"),
+            format!(
+                "this side takes {}; the query's own keys (`group_by:`, `aggregate:`, ...) apply after the join",
+                allowed.iter().map(|k| format!("`{k}:`")).collect::<Vec<_>>().join(", ")
+            ),
+        );
+        return None;
+    }
     if !KEYS.contains(&name.as_str()) {
         let help = match name.as_str() {
             "format" => "the format is an option of the source or sink: `files(path = \"...\", format = json)`".to_string(),
@@ -240,6 +231,9 @@ fn parse_entry(
         "watermark" => (|i: ParseStream| parse_watermark(i, &key))
             .parse2(value)
             .map(|w| q.watermark = Some(w)),
+        "join" => (|i: ParseStream| parse_join(i, &key, errs))
+            .parse2(value)
+            .map(|j| q.join = j.map(Box::new)),
         "drop_duplicates" | "drop_duplicates_within_watermark" => {
             (|i: ParseStream| parse_columns(i, &name))
                 .parse2(value)
@@ -305,6 +299,236 @@ fn parse_entry(
         errs.syn(e);
     }
     Some(name)
+}
+
+/// The keys of a join's `stream: { ... }` block.
+const STREAM_SIDE_KEYS: &[&str] = &[
+    "source",
+    "schema",
+    "filter",
+    "select",
+    "with_column",
+    "watermark",
+];
+
+/// The keys of a join's `table: { ... }` block (plus `refresh_every:`).
+const TABLE_SIDE_KEYS: &[&str] = &["source", "schema"];
+
+/// The keys of `join: { ... }`.
+const JOIN_KEYS: &[&str] = &["how", "stream", "table", "on", "using"];
+
+/// The join types `how:` takes.
+const JOIN_TYPES: &[(&str, JoinType)] = &[
+    ("inner", JoinType::Inner),
+    ("left_outer", JoinType::LeftOuter),
+    ("right_outer", JoinType::RightOuter),
+    ("full_outer", JoinType::FullOuter),
+    ("left_semi", JoinType::LeftSemi),
+    ("left_anti", JoinType::LeftAnti),
+];
+
+/// `{ how: left_outer, stream: { ... } | table: { ... }, on: expr | using: [cols] }`.
+/// Returns `None` (with the errors pushed) when the join is unusable.
+fn parse_join(input: ParseStream, key: &Ident, errs: &mut Errors) -> syn::Result<Option<JoinDecl>> {
+    let content;
+    syn::braced!(content in input);
+    let body: TokenStream = content.parse()?;
+    let before = errs.len();
+    let mut how = (JoinType::Inner, None);
+    let mut side: Option<(Ident, QueryDecl, bool)> = None;
+    let mut refresh_every = None;
+    let mut on = None;
+    let mut using = None;
+    let mut seen: Vec<String> = vec![];
+    for entry in split_commas(body) {
+        let head = |input: ParseStream| -> syn::Result<(Ident, TokenStream)> {
+            let k = input.call(Ident::parse_any)?;
+            if !input.peek(Token![:]) || input.peek(Token![::]) {
+                return Err(syn::Error::new(k.span(), format!("expected `{k}: value`")));
+            }
+            input.parse::<Token![:]>()?;
+            Ok((k, input.parse()?))
+        };
+        let (k, value) = match head.parse2(entry) {
+            Ok(kv) => kv,
+            Err(e) => {
+                errs.syn(e);
+                continue;
+            }
+        };
+        let name = k.to_string();
+        if !JOIN_KEYS.contains(&name.as_str()) {
+            errs.spanned_help(
+                &k,
+                format!("unknown key `{name}` in `join:`"),
+                suggestion_help(&name, JOIN_KEYS, "keys of `join:`"),
+            );
+            continue;
+        }
+        if seen.contains(&name) || (name == "table" || name == "stream") && side.is_some() {
+            errs.spanned(
+                &k,
+                format!("`{name}:` is given twice; a join has one other side"),
+            );
+            continue;
+        }
+        seen.push(name.clone());
+        if value.is_empty() {
+            errs.spanned(&k, format!("`{name}:` needs a value"));
+            continue;
+        }
+        let res: syn::Result<()> = match name.as_str() {
+            "how" => syn::parse2::<Ident>(value).map(|i| {
+                match JOIN_TYPES.iter().find(|(n, _)| i == n) {
+                    Some((_, t)) => how = (*t, Some(i)),
+                    None => {
+                        let names: Vec<&str> = JOIN_TYPES.iter().map(|(n, _)| *n).collect();
+                        errs.spanned_help(
+                            &i,
+                            format!("unknown join type `{i}`"),
+                            suggestion_help(&i.to_string(), &names, "join types"),
+                        );
+                    }
+                }
+            }),
+            "stream" | "table" => {
+                let table = name == "table";
+                (|i: ParseStream| {
+                    let c;
+                    syn::braced!(c in i);
+                    c.parse::<TokenStream>()
+                })
+                .parse2(value)
+                .map(|body| {
+                    let mut q = QueryDecl::empty(k.clone());
+                    let mut side_seen = vec![];
+                    let allowed = if table { TABLE_SIDE_KEYS } else { STREAM_SIDE_KEYS };
+                    for e in split_commas(body) {
+                        if table {
+                            if let Some(r) = refresh_entry(&e, errs) {
+                                refresh_every = r;
+                                continue;
+                            }
+                            if let Some(TokenTree::Ident(k)) = e.clone().into_iter().next() {
+                                let kn = k.to_string();
+                                if STREAM_SIDE_KEYS.contains(&kn.as_str()) && !allowed.contains(&kn.as_str()) {
+                                    let msg = if kn == "watermark" {
+                                        "a static table has no event time, so no `watermark:`".to_string()
+                                    } else {
+                                        format!("`{kn}:` is not supported on a static table; it is joined as its source gives it")
+                                    };
+                                    errs.spanned_help(
+                                        &k,
+                                        msg,
+                                        "a table takes `source:`, `schema:` and `refresh_every:`",
+                                    );
+                                    q.incomplete = true;
+                                    continue;
+                                }
+                            }
+                        }
+                        let before = errs.len();
+                        parse_entry(&mut q, e, &mut side_seen, allowed, errs);
+                        if errs.len() > before {
+                            q.incomplete = true;
+                        }
+                    }
+                    if q.source.is_none() && !side_seen.iter().any(|s| s == "source") {
+                        errs.spanned_help(
+                            &k,
+                            format!("the joined {name} has no `source:`"),
+                            if table {
+                                "add e.g. `source: files(path = \"data/pages\", format = csv)` or `source: memory`"
+                            } else {
+                                "add e.g. `source: memory` or `source: files(path = \"data/clicks\", format = json)`"
+                            },
+                        );
+                        q.incomplete = true;
+                    }
+                    side = Some((k.clone(), q, table));
+                })
+            }
+            "on" => syn::parse2::<Expr>(value).map(|e| on = Some(e)),
+            _ => (|i: ParseStream| parse_columns(i, "using"))
+                .parse2(value)
+                .map(|columns| {
+                    using = Some(ColumnsDecl {
+                        key: k.clone(),
+                        columns,
+                    })
+                }),
+        };
+        if let Err(e) = res {
+            errs.syn(e);
+        }
+    }
+    let Some((side_key, side, table)) = side else {
+        errs.spanned_help(
+            key,
+            "`join:` needs the other side",
+            "add `stream: { source: ..., schema: ... }` (a stream-stream join) or `table: { source: ..., schema: ... }` (a stream-static join)",
+        );
+        return Ok(None);
+    };
+    match (&on, &using) {
+        (None, None) => errs.spanned_help(
+            key,
+            "`join:` needs a condition",
+            "add `on: a == b` (any boolean expression over both sides) or `using: [column]` (columns both sides have)",
+        ),
+        (Some(e), Some(_)) => errs.spanned_help(
+            e,
+            "a join takes `on:` or `using:`, not both",
+            "put every condition in `on:`",
+        ),
+        _ => {}
+    }
+    let _ = side_key;
+    if errs.len() > before {
+        return Ok(None);
+    }
+    Ok(Some(JoinDecl {
+        key: key.clone(),
+        how: how.0,
+        how_ident: how.1,
+        side,
+        table,
+        refresh_every,
+        on,
+        using,
+    }))
+}
+
+/// `refresh_every: "10 minutes"` in a table block: `Some(parsed)` when the
+/// entry is that key (`Some(None)` when its value is bad), else `None`.
+fn refresh_entry(entry: &TokenStream, errs: &mut Errors) -> Option<Option<(LitStr, u64)>> {
+    let mut it = entry.clone().into_iter();
+    match it.next() {
+        Some(TokenTree::Ident(i)) if i == "refresh_every" => {}
+        _ => return None,
+    }
+    let rest: TokenStream = it.collect();
+    let parsed = (|i: ParseStream| {
+        i.parse::<Token![:]>()?;
+        i.parse::<LitStr>()
+    })
+    .parse2(rest);
+    Some(match parsed {
+        Ok(lit) => match parse_positive_duration_ms(&lit.value()) {
+            Ok(ms) => Some((lit, ms as u64)),
+            Err(e) => {
+                errs.spanned(&lit, e.to_string());
+                None
+            }
+        },
+        Err(e) => {
+            errs.syn(syn::Error::new(
+                e.span(),
+                "`refresh_every:` takes a duration, e.g. `refresh_every: \"10 minutes\"`",
+            ));
+            None
+        }
+    })
 }
 
 fn parse_nonempty_str(
@@ -883,7 +1107,7 @@ mod tests {
         assert_eq!(
             e,
             [
-                "fliter: unknown key `fliter`\nhelp: did you mean `filter`? (keys: source, schema, filter, select, with_column, watermark, drop_duplicates, drop_duplicates_within_watermark, group_by, aggregate, order_by, limit, output_mode, trigger, sink, checkpoint, name)",
+                "fliter: unknown key `fliter`\nhelp: did you mean `filter`? (keys: source, schema, filter, select, with_column, watermark, join, drop_duplicates, drop_duplicates_within_watermark, group_by, aggregate, order_by, limit, output_mode, trigger, sink, checkpoint, name)",
                 "upsert: unknown output mode `upsert`\nhelp: output modes: append, update, complete",
                 "\"0 seconds\": invalid trigger interval \"0 seconds\": the duration must be greater than zero\nhelp: write a positive duration like \"10 seconds\"; leave `trigger:` out to run micro-batches as soon as possible",
                 "cnt: unknown aggregate function `cnt`\nhelp: did you mean `count`? (aggregate functions: count, sum, min, max, avg, count_distinct)",

@@ -170,16 +170,23 @@ fn trigger(t: TriggerDecl) -> TokenStream {
     }
 }
 
-/// An expression of type `::weir::plan::StreamPlan` equal to `plan`. Static
-/// tables are not written by the macro and come out empty.
+/// An expression of type `::weir::plan::StreamPlan` equal to `plan`
+/// (static tables with their schemas; the macro never has their rows).
 pub fn plan(plan: &StreamPlan) -> TokenStream {
-    let sources = plan.sources.iter().map(|(name, decl)| {
-        let name = s(name);
-        let fields = decl.schema.iter().map(|f| {
+    let fields = |schema: &[weir_plan::Field]| {
+        let fields = schema.iter().map(|f| {
             let (n, t) = (s(&f.name), data_type_tokens(f.dtype));
             quote!(::weir::plan::Field { name: #n, dtype: #t })
         });
-        quote!(sources.insert(#name, ::weir::plan::SourceDecl { schema: ::std::vec![#(#fields),*] });)
+        quote!(::std::vec![#(#fields),*])
+    };
+    let sources = plan.sources.iter().map(|(name, decl)| {
+        let (name, schema) = (s(name), fields(&decl.schema));
+        quote!(sources.insert(#name, ::weir::plan::SourceDecl { schema: #schema });)
+    });
+    let statics = plan.statics.iter().map(|(name, decl)| {
+        let (name, schema) = (s(name), fields(&decl.schema));
+        quote!(statics.insert(#name, ::weir::plan::StaticDecl { schema: #schema, rows: ::std::vec::Vec::new() });)
     });
     let nodes = plan.nodes.iter().map(|n| {
         let (id, input) = (s(&n.id), s(&n.input));
@@ -213,9 +220,12 @@ pub fn plan(plan: &StreamPlan) -> TokenStream {
     quote! {{
         let mut sources = ::std::collections::BTreeMap::new();
         #(#sources)*
+        #[allow(unused_mut)]
+        let mut statics = ::std::collections::BTreeMap::new();
+        #(#statics)*
         ::weir::plan::StreamPlan {
             sources,
-            statics: ::std::collections::BTreeMap::new(),
+            statics,
             nodes: ::std::vec![#(#nodes),*],
             result: #result,
             output_mode: #mode,

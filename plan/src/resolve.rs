@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::check::{Location, Part, Rule, Violation};
 use crate::duration::{parse_duration_ms, parse_positive_duration_ms};
-use crate::plan::{AggFn, GroupKey, Op, StreamPlan};
+use crate::plan::{AggFn, GroupKey, JoinType, Op, StreamPlan};
 use crate::sql;
 use crate::types::{DataType, Field};
 
@@ -102,18 +102,26 @@ pub fn resolve(plan: &StreamPlan) -> (BTreeMap<String, NodeSchema>, Vec<Violatio
     (schemas, errs)
 }
 
-fn did_you_mean(name: &str, cols: &[Column]) -> Option<String> {
-    let best = cols
+/// The candidate `name` most likely meant: the shortest one it is a prefix
+/// of (at least 3 characters typed), else the nearest by edit distance when
+/// close enough to be a typo. Case-insensitive.
+pub fn did_you_mean<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let lower = name.to_ascii_lowercase();
+    if lower.len() >= 3 {
+        let prefixed = candidates
+            .iter()
+            .filter(|c| c.len() > name.len() && c.to_ascii_lowercase().starts_with(&lower))
+            .min_by_key(|c| c.len());
+        if let Some(c) = prefixed {
+            return Some(c);
+        }
+    }
+    let (dist, best) = candidates
         .iter()
-        .map(|c| {
-            (
-                edit_distance(&name.to_ascii_lowercase(), &c.name.to_ascii_lowercase()),
-                &c.name,
-            )
-        })
+        .map(|c| (edit_distance(&lower, &c.to_ascii_lowercase()), *c))
         .min_by_key(|(d, _)| *d)?;
-    let limit = (name.len().max(best.1.len()) / 3).max(2);
-    (best.0 <= limit).then(|| format!("did you mean `{}`?", best.1))
+    let limit = (name.len().max(best.len()) / 3).max(2);
+    (dist <= limit).then_some(best)
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -133,7 +141,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// The message and help for a column that does not exist.
 fn unknown_column(name: &str, cur: &NodeSchema, at: Location) -> Violation {
     let names: Vec<&str> = cur.columns.iter().map(|c| c.name.as_str()).collect();
-    let help = match did_you_mean(name, &cur.columns) {
+    let help = match did_you_mean(name, &names).map(|c| format!("did you mean `{c}`?")) {
         Some(s) => format!("{s} (available: {})", names.join(", ")),
         None => format!("available columns: {}", names.join(", ")),
     };
@@ -401,7 +409,10 @@ fn apply_op(
             }
         }
         Op::Join {
-            right, using, on, ..
+            right,
+            using,
+            on,
+            how,
         } => {
             let Some(r) = schemas.get(right) else {
                 errs.push(Violation::new(
@@ -423,6 +434,13 @@ fn apply_op(
                         errs.push(unknown_column(k, r, at(Part::Column(i))));
                     }
                 }
+                // Spark's USING output: the keys, the left's other
+                // columns, then the right's.
+                let (mut key_cols, rest): (Vec<Column>, Vec<Column>) =
+                    cols.into_iter().partition(|c| keys.contains(&c.name));
+                key_cols.sort_by_key(|c| keys.iter().position(|k| *k == c.name));
+                cols = key_cols;
+                cols.extend(rest);
                 cols.extend(
                     r.columns
                         .iter()
@@ -441,7 +459,14 @@ fn apply_op(
             if let Some(on) = on {
                 check_sql_columns(on, &merged, at(Part::Whole), errs);
             }
-            *cur = merged;
+            // A semi or anti join only filters the left side's rows.
+            if matches!(how, JoinType::LeftSemi | JoinType::LeftAnti) {
+                cur.streaming = merged.streaming;
+                cur.has_watermark = merged.has_watermark;
+                cur.aggregated = merged.aggregated;
+            } else {
+                *cur = merged;
+            }
         }
         Op::Sort { by } => {
             for (i, k) in by.iter().enumerate() {

@@ -177,11 +177,14 @@ fn same_rows(got: &[Value], want: &[Value]) -> bool {
 }
 
 /// Compares one batch; returns the differences.
+/// `input_factor`: how many sources each input row is fed to (a query
+/// declared with two sources reading the same rows counts them twice).
 fn compare_batch(
     want: &Value,
     batch_id: i64,
     rows: &[Value],
     progress: Option<&weir::StreamingQueryProgress>,
+    input_factor: i64,
 ) -> Vec<String> {
     let mut diffs = Vec::new();
     let want_id = want["batch_id"].as_i64().unwrap();
@@ -209,7 +212,7 @@ fn compare_batch(
             want["watermark"]
         ));
     }
-    if p.num_input_rows != want["num_input_rows"].as_i64().unwrap_or(0) {
+    if p.num_input_rows != input_factor * want["num_input_rows"].as_i64().unwrap_or(0) {
         diffs.push(format!(
             "batch {want_id} numInputRows {}, Spark {}",
             p.num_input_rows, want["num_input_rows"]
@@ -261,7 +264,7 @@ fn compare_batch(
 }
 
 /// Runs one scenario; Ok(()) when weir matches Spark batch for batch.
-fn run_scenario(name: &str, sc: &Value, provider: &str) -> Result<(), String> {
+fn run_scenario(sc: &Value, provider: &str) -> Result<(), String> {
     let plan: StreamPlan =
         serde_json::from_value(sc["plan"].clone()).map_err(|e| format!("plan: {e}"))?;
     let chk = tempfile::tempdir().unwrap();
@@ -288,7 +291,15 @@ fn run_scenario(name: &str, sc: &Value, provider: &str) -> Result<(), String> {
             Err(e) => Err(format!("failed with {e}, Spark rejects it with: {msg}")),
         };
     }
-    let (mut q, mut table) = run.start().map_err(|e| format!("start: {e}"))?;
+    run_batches(sc, &run, &|r: &Run| r.start(), 1)
+}
+
+type Starter<'a> = &'a dyn Fn(&Run) -> Result<(StreamingQuery, weir::sink::MemoryTable), WeirError>;
+
+/// Feeds a scenario's input batches to every stream of `run` and compares
+/// each micro-batch with Spark's; restarts go through `start` again.
+fn run_batches(sc: &Value, run: &Run, start: Starter, input_factor: i64) -> Result<(), String> {
+    let (mut q, mut table) = start(run).map_err(|e| format!("start: {e}"))?;
     let batches = sc["batches"].as_array().unwrap();
     let mut diffs = Vec::new();
     let mut i = 0;
@@ -297,7 +308,7 @@ fn run_scenario(name: &str, sc: &Value, provider: &str) -> Result<(), String> {
         let b = &batches[i];
         if b["kind"] == "restart" {
             q.stop().unwrap();
-            let (q2, t2) = run.start().map_err(|e| format!("restart: {e}"))?;
+            let (q2, t2) = start(run).map_err(|e| format!("restart: {e}"))?;
             q = q2;
             table = t2;
             i += 1;
@@ -334,7 +345,7 @@ fn run_scenario(name: &str, sc: &Value, provider: &str) -> Result<(), String> {
         let progress = q.recent_progress();
         for ((id, rows), w) in got.iter().zip(&want) {
             let p = progress.iter().find(|p| p.batch_id == *id);
-            diffs.extend(compare_batch(w, *id, &rows_json(rows), p));
+            diffs.extend(compare_batch(w, *id, &rows_json(rows), p, input_factor));
         }
         if let Some(last) = got.last() {
             seen = last.0;
@@ -345,7 +356,6 @@ fn run_scenario(name: &str, sc: &Value, provider: &str) -> Result<(), String> {
     if let Some(e) = q.exception() {
         diffs.push(format!("query failed: {e}"));
     }
-    let _ = name;
     if diffs.is_empty() {
         Ok(())
     } else {
@@ -359,7 +369,7 @@ fn conformance(provider: &str) {
     for (name, sc) in scenarios() {
         let family = name.split('_').next().unwrap_or("").to_string();
         let pending = NOT_YET.iter().any(|p| name.starts_with(p)) && sc.get("rejected").is_none();
-        let result = run_scenario(&name, &sc, provider);
+        let result = run_scenario(&sc, provider);
         let e = by_family.entry(family).or_default();
         e.1 += 1;
         match (&result, pending) {
@@ -401,4 +411,166 @@ fn watermark_policy_names_match_spark() {
     .unwrap();
     assert_eq!(p.conf.watermark_policy, WatermarkPolicy::Max);
     assert!(p.conf.no_data_batches);
+}
+
+/// One scenario by file name.
+fn scenario(name: &str) -> Value {
+    let p = scenario_dir().join(format!("{name}.json"));
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+}
+
+weir::stream_query! {
+    /// Spark's ad-click join (`stream_stream_*_join_wm_range`), declared:
+    /// impressions and clicks from one stream of events, each side with its
+    /// watermark, clicks up to 15 minutes after the impression.
+    query AdClicks {
+        source: memory,
+        schema: AdEvent { side: String, ad_id: i32, ts: Timestamp },
+        filter: side == "imp",
+        select: { imp_ad_id: ad_id, imp_ts: ts },
+        watermark: imp_ts delay "10 minutes",
+        join: {
+            how: left_outer,
+            stream: {
+                source: memory,
+                schema: ClickEvent { side: String, ad_id: i32, ts: Timestamp },
+                filter: side == "click",
+                select: { click_ad_id: ad_id, click_ts: ts },
+                watermark: click_ts delay "20 minutes",
+            },
+            on: click_ad_id == imp_ad_id && click_ts >= imp_ts && click_ts <= imp_ts + interval("15 minutes"),
+        },
+        sink: memory(name = "ad_clicks"),
+    }
+}
+
+weir::stream_query! {
+    /// The same join, inner and full outer (`how:` is the only difference).
+    query AdClicksFull {
+        source: memory,
+        schema: FullAdEvent { side: String, ad_id: i32, ts: Timestamp },
+        filter: side == "imp",
+        select: { imp_ad_id: ad_id, imp_ts: ts },
+        watermark: imp_ts delay "10 minutes",
+        join: {
+            how: full_outer,
+            stream: {
+                source: memory,
+                schema: FullClickEvent { side: String, ad_id: i32, ts: Timestamp },
+                filter: side == "click",
+                select: { click_ad_id: ad_id, click_ts: ts },
+                watermark: click_ts delay "20 minutes",
+            },
+            on: click_ad_id == imp_ad_id && click_ts >= imp_ts && click_ts <= imp_ts + interval("15 minutes"),
+        },
+        sink: memory(name = "ad_clicks_full"),
+    }
+}
+
+weir::stream_query! {
+    /// Spark's `stream_static_left_outer_join`, declared: events enriched
+    /// with a dimension table, `USING (key)`.
+    query EnrichedEvents {
+        source: memory,
+        schema: KeyedEvent { ts: Timestamp, key: String, value: i64 },
+        join: {
+            how: left_outer,
+            table: { source: memory, schema: Dim { key: String, name: String, tier: i32 } },
+            using: [key],
+        },
+        sink: memory(name = "enriched_events"),
+    }
+}
+
+/// A run of a declared query on the scenario's input: each declared memory
+/// source gets every input row (the scenario's one stream, read twice).
+fn declared_run(sc: &Value, plan: StreamPlan, provider: &str, chk: &std::path::Path) -> Run {
+    let spark: StreamPlan = serde_json::from_value(sc["plan"].clone()).unwrap();
+    let mut plan = plan;
+    plan.conf = spark.conf.clone();
+    let mut run = Run::new(plan, chk.join("chk"), provider);
+    // The static table's rows come from the scenario.
+    let spark_run = Run::new(spark, chk.join("unused"), provider);
+    run.statics = spark_run.statics;
+    run
+}
+
+/// The declared stream-stream joins give Spark's output batch for batch.
+#[test]
+fn declared_stream_stream_joins_match_spark() {
+    for provider in ["memory", "rocksdb"] {
+        if provider == "rocksdb" && !cfg!(feature = "rocksdb") {
+            continue;
+        }
+        for (name, plan, sink) in [
+            (
+                "stream_stream_left_outer_join_wm_range",
+                AdClicks::plan(),
+                "ad_clicks",
+            ),
+            (
+                "stream_stream_full_outer_join_wm_range",
+                AdClicksFull::plan(),
+                "ad_clicks_full",
+            ),
+        ] {
+            let sc = scenario(name);
+            let chk = tempfile::tempdir().unwrap();
+            let run = declared_run(&sc, plan, provider, chk.path());
+            assert_eq!(run.streams.len(), 2, "{:?}", run.streams.keys());
+            let start = |r: &Run| {
+                // By name: `*ad_event` (the impressions) before `*click_event`.
+                let mut streams = r.streams.iter();
+                let (l, left) = streams.next().unwrap();
+                let (c, right) = streams.next().unwrap();
+                assert!(
+                    l.contains("ad_event") && c.contains("click_event"),
+                    "{l}, {c}"
+                );
+                let (left, right): (BoxSource, BoxSource) =
+                    (Box::new(left.clone()), Box::new(right.clone()));
+                let w = if sink == "ad_clicks" {
+                    AdClicks::writer_from(&r.session, left, right)?
+                } else {
+                    AdClicksFull::writer_from(&r.session, left, right)?
+                };
+                let q = w
+                    .checkpoint_location(r.checkpoint.to_str().unwrap())
+                    .start()?;
+                let table = r
+                    .session
+                    .memory_table(sink)
+                    .expect("the declared memory sink");
+                Ok((q, table))
+            };
+            if let Err(diffs) = run_batches(&sc, &run, &start, 2) {
+                panic!("{name} declared with stream_query! on {provider}:\n    {diffs}");
+            }
+        }
+    }
+}
+
+/// The declared stream-static join gives Spark's output batch for batch.
+#[test]
+fn declared_stream_static_join_matches_spark() {
+    let sc = scenario("stream_static_left_outer_join");
+    let chk = tempfile::tempdir().unwrap();
+    let run = declared_run(&sc, EnrichedEvents::plan(), "memory", chk.path());
+    let start = |r: &Run| {
+        let source: BoxSource = Box::new(r.streams.values().next().unwrap().clone());
+        let batches = r.statics.values().next().unwrap().clone();
+        let table = weir::StaticTable::from_batches(batches[0].schema(), batches);
+        let q = EnrichedEvents::writer_from(&r.session, source, table)?
+            .checkpoint_location(r.checkpoint.to_str().unwrap())
+            .start()?;
+        Ok((q, r.session.memory_table("enriched_events").unwrap()))
+    };
+    if let Err(diffs) = run_batches(&sc, &run, &start, 1) {
+        panic!("stream_static_left_outer_join declared with stream_query!:\n    {diffs}");
+    }
+    let fields: Vec<String> = <EnrichedEventsRow as weir::Row>::fields()
+        .into_iter()
+        .map(|f| f.name)
+        .collect();
+    assert_eq!(fields, ["key", "ts", "value", "name", "tier"]);
 }
