@@ -47,6 +47,10 @@ pub struct QueryDecl {
     pub trigger_tokens: Option<TokenStream>,
     /// `sink:`.
     pub sink: Option<SinkDecl>,
+    /// `late_rows:`: the sink for rows dropped as late (beyond Spark).
+    pub late_rows: Option<SinkDecl>,
+    /// The `late_rows` key as written.
+    pub late_rows_key: Option<Ident>,
     /// `checkpoint:`.
     pub checkpoint: Option<LitStr>,
     /// `name:`.
@@ -81,6 +85,8 @@ impl QueryDecl {
             trigger: None,
             trigger_tokens: None,
             sink: None,
+            late_rows: None,
+            late_rows_key: None,
             checkpoint: None,
             name: None,
             schema_key: None,

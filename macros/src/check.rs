@@ -278,6 +278,17 @@ fn unknown_column(name: &str, cols: &[String]) -> Violation {
 /// macro yet). Reported after the streaming rules, which the declaration
 /// has been checked against all the same.
 pub fn not_supported_yet(q: &QueryDecl, errs: &mut Errors) {
+    if let Some(s) = q
+        .late_rows
+        .as_ref()
+        .filter(|s| matches!(s.kind, Sink::Kafka { .. }))
+    {
+        errs.spanned_help(
+            &s.ident,
+            "late rows cannot go to Kafka yet",
+            "send them to `files(...)`, `memory`, `console` or `foreach_batch(...)`",
+        );
+    }
     if let (Some(TriggerDecl::Continuous { .. }), Some(t)) = (&q.trigger, &q.trigger_tokens) {
         errs.spanned_help(
             t,
@@ -294,6 +305,32 @@ pub fn not_supported_yet(q: &QueryDecl, errs: &mut Errors) {
             &s.ident,
             "the kafka sink is not supported by stream_query! yet",
             "the Kafka sink's rules are checked (a string or binary `value` column, a checkpoint); until the macro generates the sink, write to Kafka from a `foreach_batch` sink",
+        );
+    }
+}
+
+/// `late_rows:` receives what stateful operators drop behind the
+/// watermark: without a watermark, or without such an operator, it would
+/// never receive a row.
+pub fn late_rows_can_happen(q: &QueryDecl, l: &Lowered, errs: &mut Errors) {
+    let Some(key) = &q.late_rows_key else { return };
+    let ops = || l.plan.nodes.iter().flat_map(|n| &n.ops);
+    if !ops().any(|o| matches!(o, Op::Watermark { .. })) {
+        errs.spanned_help(
+            key,
+            "`late_rows:` needs a `watermark:`: rows are late only behind one",
+            "declare the event-time column, e.g. `watermark: event_ts delay \"10 minutes\"`",
+        );
+        return;
+    }
+    let stateful = ops().any(|o| {
+        o.is_stateful() || matches!(o, Op::Join { .. }) && l.join.as_ref().is_some_and(|j| !j.table)
+    });
+    if !stateful {
+        errs.spanned_help(
+            key,
+            "`late_rows:` needs a stateful operation: only aggregations, drop_duplicates and stream-stream joins drop late rows",
+            "remove `late_rows:`; without state, every row reaches the sink",
         );
     }
 }

@@ -316,46 +316,65 @@ fn pipeline(q: &QueryDecl, l: &Lowered) -> TokenStream {
     }
     if let Some(s) = &q.sink {
         writer.extend(match &s.kind {
-            Sink::Console { truncate, num_rows } => {
-                let mut t = quote!(::weir::sink::ConsoleSink::new());
-                if let Some(v) = truncate {
-                    t.extend(quote!(.truncate(#v)));
-                }
-                if let Some(v) = num_rows {
-                    let v = *v as usize;
-                    t.extend(quote!(.num_rows(#v)));
-                }
-                quote!(.sink(#t))
-            }
-            Sink::Memory { name } => {
-                let name = name.clone().unwrap_or_else(|| l.query_name.clone());
-                quote!(.sink(::weir::sink::MemorySink::new(#name)))
-            }
-            Sink::Files {
-                path,
-                format,
-                partition_by,
-            } => {
-                let format = file_format(quote!(::weir::sink), *format);
-                let mut t = quote!(::weir::sink::FileSink::new(#path, #format));
-                if !partition_by.is_empty() {
-                    let cols = partition_by.iter().map(|c| c.to_string());
-                    t.extend(
-                        quote!(.partition_by(::std::vec![#(::std::string::String::from(#cols)),*])),
-                    );
-                }
-                quote!(.sink(#t))
-            }
             Sink::ForeachBatch(f) => quote!(.foreach_batch(#f)),
-            // Refused by `check::not_supported_yet`: not generated yet.
-            Sink::Kafka { .. } => TokenStream::new(),
+            kind => match sink_expr(kind, &l.query_name) {
+                Some(sink) => quote!(.sink(#sink)),
+                None => TokenStream::new(),
+            },
         });
+    }
+    if let Some(sink) = q
+        .late_rows
+        .as_ref()
+        .and_then(|s| sink_expr(&s.kind, &format!("{}_late_rows", l.query_name)))
+    {
+        writer.extend(quote!(.late_rows_to(#sink)));
     }
     quote! {
         #(#steps)*
         let writer = #writer;
         ::std::result::Result::Ok(writer)
     }
+}
+
+/// A sink as an expression; a memory sink without a name is named
+/// `default_name`. `None` for the sinks the macro refuses (kafka).
+fn sink_expr(kind: &Sink, default_name: &str) -> Option<TokenStream> {
+    Some(match kind {
+        Sink::Console { truncate, num_rows } => {
+            let mut t = quote!(::weir::sink::ConsoleSink::new());
+            if let Some(v) = truncate {
+                t.extend(quote!(.truncate(#v)));
+            }
+            if let Some(v) = num_rows {
+                let v = *v as usize;
+                t.extend(quote!(.num_rows(#v)));
+            }
+            t
+        }
+        Sink::Memory { name } => {
+            let name = name.clone().unwrap_or_else(|| default_name.to_string());
+            quote!(::weir::sink::MemorySink::new(#name))
+        }
+        Sink::Files {
+            path,
+            format,
+            partition_by,
+        } => {
+            let format = file_format(quote!(::weir::sink), *format);
+            let mut t = quote!(::weir::sink::FileSink::new(#path, #format));
+            if !partition_by.is_empty() {
+                let cols = partition_by.iter().map(|c| c.to_string());
+                t.extend(
+                    quote!(.partition_by(::std::vec![#(::std::string::String::from(#cols)),*])),
+                );
+            }
+            t
+        }
+        Sink::ForeachBatch(f) => quote!(::weir::sink::ForeachBatchSink::new(#f)),
+        // Refused by `check::not_supported_yet`: not generated yet.
+        Sink::Kafka { .. } => return None,
+    })
 }
 
 /// One row op as a builder call on `stream`; `None` for a join (the

@@ -88,6 +88,10 @@ pub fn explain(q: &QueryDecl, l: &Lowered, output: &[Col]) -> String {
         .map(|s| sink_text(&s.kind, &l.query_name))
         .unwrap_or_default();
     row("sink", sink);
+    if let Some(s) = &q.late_rows {
+        let name = format!("{}_late_rows", l.query_name);
+        row("late rows", sink_text(&s.kind, &name));
+    }
     row(
         "checkpoint",
         q.checkpoint

@@ -69,6 +69,7 @@ fn expand(input: TokenStream) -> TokenStream {
     let output = lower::output_columns(&l, &mut errs);
     check::partition_columns_exist(&q, &output, &mut errs);
     check::not_supported_yet(&q, &mut errs);
+    check::late_rows_can_happen(&q, &l, &mut errs);
     if !errs.is_empty() {
         return errs.into_compile_errors();
     }

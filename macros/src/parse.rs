@@ -39,6 +39,7 @@ pub const KEYS: &[&str] = &[
     "output_mode",
     "trigger",
     "sink",
+    "late_rows",
     "checkpoint",
     "name",
 ];
@@ -209,6 +210,10 @@ fn parse_entry(
     let res: syn::Result<()> = match name.as_str() {
         "source" => parse_source(value, errs).map(|s| q.source = s),
         "sink" => parse_sink(value, errs).map(|s| q.sink = s),
+        "late_rows" => {
+            q.late_rows_key = Some(key.clone());
+            parse_sink(value, errs).map(|s| q.late_rows = s)
+        }
         "schema" => {
             q.schema_key = Some(key.clone());
             (|i: ParseStream| parse_schema(i, errs))
@@ -378,8 +383,8 @@ fn parse_join(input: ParseStream, key: &Ident, errs: &mut Errors) -> syn::Result
             continue;
         }
         let res: syn::Result<()> = match name.as_str() {
-            "how" => syn::parse2::<Ident>(value).map(|i| {
-                match JOIN_TYPES.iter().find(|(n, _)| i == n) {
+            "how" => {
+                syn::parse2::<Ident>(value).map(|i| match JOIN_TYPES.iter().find(|(n, _)| i == n) {
                     Some((_, t)) => how = (*t, Some(i)),
                     None => {
                         let names: Vec<&str> = JOIN_TYPES.iter().map(|(n, _)| *n).collect();
@@ -389,8 +394,8 @@ fn parse_join(input: ParseStream, key: &Ident, errs: &mut Errors) -> syn::Result
                             suggestion_help(&i.to_string(), &names, "join types"),
                         );
                     }
-                }
-            }),
+                })
+            }
             "stream" | "table" => {
                 let table = name == "table";
                 (|i: ParseStream| {
@@ -1107,7 +1112,7 @@ mod tests {
         assert_eq!(
             e,
             [
-                "fliter: unknown key `fliter`\nhelp: did you mean `filter`? (keys: source, schema, filter, select, with_column, watermark, join, drop_duplicates, drop_duplicates_within_watermark, group_by, aggregate, order_by, limit, output_mode, trigger, sink, checkpoint, name)",
+                "fliter: unknown key `fliter`\nhelp: did you mean `filter`? (keys: source, schema, filter, select, with_column, watermark, join, drop_duplicates, drop_duplicates_within_watermark, group_by, aggregate, order_by, limit, output_mode, trigger, sink, late_rows, checkpoint, name)",
                 "upsert: unknown output mode `upsert`\nhelp: output modes: append, update, complete",
                 "\"0 seconds\": invalid trigger interval \"0 seconds\": the duration must be greater than zero\nhelp: write a positive duration like \"10 seconds\"; leave `trigger:` out to run micro-batches as soon as possible",
                 "cnt: unknown aggregate function `cnt`\nhelp: did you mean `count`? (aggregate functions: count, sum, min, max, avg, count_distinct)",

@@ -34,6 +34,9 @@ mod pass_foreach_batch;
 #[path = "../../ui-tests/pass/joins.rs"]
 mod pass_joins;
 #[allow(dead_code)]
+#[path = "../../ui-tests/pass/late_rows.rs"]
+mod pass_late_rows;
+#[allow(dead_code)]
 #[path = "../../ui-tests/pass/micro_batches.rs"]
 mod pass_micro_batches;
 #[allow(dead_code)]
