@@ -62,3 +62,29 @@
 
 pub use weir_engine::*;
 pub use weir_macros::stream_query;
+
+/// Used by `stream_query!` around the Kafka source and sink it generates:
+/// the expression itself when weir has its `kafka` feature, a clear compile
+/// error when it has not.
+#[cfg(feature = "kafka")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __kafka {
+    ($e:expr) => {
+        $e
+    };
+}
+
+/// Used by `stream_query!` around the Kafka source and sink it generates:
+/// the expression itself when weir has its `kafka` feature, a clear compile
+/// error when it has not.
+#[cfg(not(feature = "kafka"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __kafka {
+    ($e:expr) => {
+        ::core::compile_error!(
+            "this query reads or writes Kafka: enable weir's `kafka` feature (weir = { version = \"..\", features = [\"kafka\"] })"
+        )
+    };
+}

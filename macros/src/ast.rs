@@ -191,6 +191,30 @@ pub enum Source {
     },
     /// `memory`: the stream is handed in at run time.
     Memory,
+    /// `kafka(...)`: Spark's Kafka source.
+    Kafka(KafkaSourceDecl),
+}
+
+/// The options of `source: kafka(...)` (Spark's names, snake_case).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaSourceDecl {
+    /// `host:port,...`.
+    pub bootstrap_servers: String,
+    /// Comma-separated topics.
+    pub subscribe: Option<String>,
+    /// A regex over topic names.
+    pub subscribe_pattern: Option<String>,
+    /// `earliest` or `latest` (Spark's default).
+    pub starting_offsets: Option<String>,
+    /// A cap on records per micro-batch.
+    pub max_offsets_per_trigger: Option<u64>,
+    /// Fail (default) or skip when offsets were lost.
+    pub fail_on_data_loss: Option<bool>,
+    /// Commit processed offsets to this consumer group.
+    pub group_id: Option<String>,
+    /// Decode `value` as `json` or `csv` into `schema:`; without it the rows
+    /// have Spark's Kafka schema.
+    pub format: Option<FileFormat>,
 }
 
 impl Source {
@@ -201,6 +225,7 @@ impl Source {
             Source::Files { .. } => "files",
             Source::Socket { .. } => "socket",
             Source::Memory => "memory",
+            Source::Kafka(_) => "kafka",
         }
     }
 }
@@ -394,12 +419,19 @@ pub enum Sink {
     },
     /// `foreach_batch(f)`.
     ForeachBatch(Expr),
-    /// `kafka(bootstrap_servers, topic)`: checked, not generated yet.
+    /// `kafka(bootstrap_servers, topic, format, key, delivery)`.
     Kafka {
         /// `host:port,...`.
         bootstrap_servers: String,
         /// The topic written to.
         topic: String,
+        /// `json`: each row becomes a JSON object value (otherwise the
+        /// result's `value` column is the value, as in Spark).
+        json: bool,
+        /// Columns that make the record key (with `json`).
+        key: Vec<Ident>,
+        /// At-least-once instead of exactly-once (transactions).
+        at_least_once: bool,
     },
 }
 
@@ -422,6 +454,7 @@ impl Sink {
             Sink::Memory { .. } => weir_plan::SinkKind::Memory,
             Sink::Files { .. } => weir_plan::SinkKind::File,
             Sink::ForeachBatch(_) => weir_plan::SinkKind::ForeachBatch,
+            Sink::Kafka { json: true, .. } => weir_plan::SinkKind::KafkaJson,
             Sink::Kafka { .. } => weir_plan::SinkKind::Kafka,
         }
     }

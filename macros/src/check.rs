@@ -296,17 +296,6 @@ pub fn not_supported_yet(q: &QueryDecl, errs: &mut Errors) {
             "run it in micro-batches instead, e.g. `trigger: processing_time(\"1 second\")`",
         );
     }
-    if let Some(s) = q
-        .sink
-        .as_ref()
-        .filter(|s| matches!(s.kind, Sink::Kafka { .. }))
-    {
-        errs.spanned_help(
-            &s.ident,
-            "the kafka sink is not supported by stream_query! yet",
-            "the Kafka sink's rules are checked (a string or binary `value` column, a checkpoint); until the macro generates the sink, write to Kafka from a `foreach_batch` sink",
-        );
-    }
 }
 
 /// `late_rows:` receives what stateful operators drop behind the
@@ -367,8 +356,10 @@ pub fn distinct_struct_names(q: &QueryDecl, errs: &mut Errors) {
 
 /// Spark's file sink partitions by result columns: each must exist.
 pub fn partition_columns_exist(q: &QueryDecl, output: &[Col], errs: &mut Errors) {
-    let Some(Sink::Files { partition_by, .. }) = q.sink.as_ref().map(|s| &s.kind) else {
-        return;
+    let (partition_by, what) = match q.sink.as_ref().map(|s| &s.kind) {
+        Some(Sink::Files { partition_by, .. }) => (partition_by, "partition column"),
+        Some(Sink::Kafka { key, .. }) => (key, "key column"),
+        _ => return,
     };
     let names: Vec<&str> = output.iter().map(|c| c.name.as_str()).collect();
     for p in partition_by {
@@ -376,7 +367,7 @@ pub fn partition_columns_exist(q: &QueryDecl, output: &[Col], errs: &mut Errors)
         if lookup(output, &name).is_none() {
             errs.spanned_help(
                 p,
-                format!("partition column `{name}` is not a column of the result"),
+                format!("{what} `{name}` is not a column of the result"),
                 crate::errors::suggestion_help(&name, &names, "result columns"),
             );
         }
@@ -692,14 +683,11 @@ mod tests {
                 checkpoint: "chk",
             }
         });
-        assert_eq!(e.len(), 2, "{e:?}");
+        assert_eq!(e.len(), 1, "{e:?}");
         assert_eq!(e[0].0, "kafka");
         assert!(e[0]
             .1
             .starts_with("value attribute unsupported type bigint"));
-        assert!(e[1]
-            .1
-            .starts_with("the kafka sink is not supported by stream_query! yet"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
+use syn::ext::IdentExt;
 use weir_plan::{AggFn, GroupKey, JoinType, Op};
 
 use crate::ast::{FileFormat, QueryDecl, Sink, Source, TriggerDecl};
@@ -166,7 +167,7 @@ fn input_struct<'q>(
     let fixed_schema = matches!(
         q.source.as_ref().map(|s| &s.kind),
         Some(Source::Rate { .. } | Source::Socket { .. })
-    );
+    ) || matches!(q.source.as_ref().map(|s| &s.kind), Some(Source::Kafka(k)) if k.format.is_none());
     let s = q.schema.as_ref().filter(|_| !fixed_schema)?;
     let fields: Vec<RowField> = s
         .fields
@@ -235,6 +236,46 @@ fn source_expr(s: &Source, schema: Option<&syn::Ident>) -> Option<TokenStream> {
             quote!(::weir::source::SocketSource::new(#host, #port))
         }
         Source::Memory => return None,
+        Source::Kafka(k) => {
+            let bs = &k.bootstrap_servers;
+            let mut t = quote!(::weir::source::KafkaSource::new(#bs));
+            if let Some(v) = &k.subscribe {
+                t.extend(quote!(.subscribe(#v)));
+            }
+            if let Some(v) = &k.subscribe_pattern {
+                t.extend(quote!(.subscribe_pattern(#v)));
+            }
+            match k.starting_offsets.as_deref() {
+                Some("earliest") => {
+                    t.extend(quote!(.starting_offsets(::weir::source::StartingOffsets::Earliest)))
+                }
+                Some(_) => {
+                    t.extend(quote!(.starting_offsets(::weir::source::StartingOffsets::Latest)))
+                }
+                None => {}
+            }
+            if let Some(v) = k.max_offsets_per_trigger {
+                t.extend(quote!(.max_offsets_per_trigger(#v)));
+            }
+            if let Some(v) = k.fail_on_data_loss {
+                t.extend(quote!(.fail_on_data_loss(#v)));
+            }
+            if let Some(v) = &k.group_id {
+                t.extend(quote!(.group_id(#v)));
+            }
+            let t = match (k.format, schema) {
+                (Some(FileFormat::Csv), Some(schema)) => {
+                    quote!(::weir::source::DecodeExt::from_csv(#t, "value", <#schema as ::weir::Row>::fields()))
+                }
+                (Some(_), Some(schema)) => {
+                    quote!(::weir::source::DecodeExt::from_json(#t, "value", <#schema as ::weir::Row>::fields()))
+                }
+                (Some(_), None) => return None,
+                (None, _) => t,
+            };
+            // A clear error when weir is built without its `kafka` feature.
+            quote!(::weir::__kafka!(#t))
+        }
     })
 }
 
@@ -317,17 +358,14 @@ fn pipeline(q: &QueryDecl, l: &Lowered) -> TokenStream {
     if let Some(s) = &q.sink {
         writer.extend(match &s.kind {
             Sink::ForeachBatch(f) => quote!(.foreach_batch(#f)),
-            kind => match sink_expr(kind, &l.query_name) {
-                Some(sink) => quote!(.sink(#sink)),
-                None => TokenStream::new(),
-            },
+            kind => {
+                let sink = sink_expr(kind, &l.query_name);
+                quote!(.sink(#sink))
+            }
         });
     }
-    if let Some(sink) = q
-        .late_rows
-        .as_ref()
-        .and_then(|s| sink_expr(&s.kind, &format!("{}_late_rows", l.query_name)))
-    {
+    if let Some(s) = &q.late_rows {
+        let sink = sink_expr(&s.kind, &format!("{}_late_rows", l.query_name));
         writer.extend(quote!(.late_rows_to(#sink)));
     }
     quote! {
@@ -338,9 +376,9 @@ fn pipeline(q: &QueryDecl, l: &Lowered) -> TokenStream {
 }
 
 /// A sink as an expression; a memory sink without a name is named
-/// `default_name`. `None` for the sinks the macro refuses (kafka).
-fn sink_expr(kind: &Sink, default_name: &str) -> Option<TokenStream> {
-    Some(match kind {
+/// `default_name`.
+fn sink_expr(kind: &Sink, default_name: &str) -> TokenStream {
+    match kind {
         Sink::Console { truncate, num_rows } => {
             let mut t = quote!(::weir::sink::ConsoleSink::new());
             if let Some(v) = truncate {
@@ -372,9 +410,27 @@ fn sink_expr(kind: &Sink, default_name: &str) -> Option<TokenStream> {
             t
         }
         Sink::ForeachBatch(f) => quote!(::weir::sink::ForeachBatchSink::new(#f)),
-        // Refused by `check::not_supported_yet`: not generated yet.
-        Sink::Kafka { .. } => return None,
-    })
+        Sink::Kafka {
+            bootstrap_servers,
+            topic,
+            json,
+            key,
+            at_least_once,
+        } => {
+            let mut t = quote!(::weir::sink::KafkaSink::new(#bootstrap_servers).topic(#topic));
+            if *json {
+                t.extend(quote!(.json_values()));
+            }
+            if !key.is_empty() {
+                let k = key.iter().map(|i| i.unraw().to_string());
+                t.extend(quote!(.key_columns(&[#(#k),*])));
+            }
+            if *at_least_once {
+                t.extend(quote!(.at_least_once()));
+            }
+            quote!(::weir::__kafka!(#t))
+        }
+    }
 }
 
 /// One row op as a builder call on `stream`; `None` for a join (the

@@ -9,7 +9,7 @@ use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, Lit, Token};
 
-use crate::ast::{FileFormat, Sink, SinkDecl, Source, SourceDecl};
+use crate::ast::{FileFormat, KafkaSourceDecl, Sink, SinkDecl, Source, SourceDecl};
 use crate::errors::{suggestion_help, Errors};
 
 /// What an option takes.
@@ -91,6 +91,19 @@ const SOURCES: &[(&str, &[Spec])] = &[
         ],
     ),
     ("memory", &[]),
+    (
+        "kafka",
+        &[
+            req("bootstrap_servers", Kind::Str),
+            opt("subscribe", Kind::Str),
+            opt("subscribe_pattern", Kind::Str),
+            opt("starting_offsets", Kind::Choice(&["earliest", "latest"])),
+            opt("max_offsets_per_trigger", Kind::Count { max: u64::MAX }),
+            opt("fail_on_data_loss", Kind::Bool),
+            opt("group_id", Kind::Str),
+            opt("format", Kind::Choice(&["json", "csv"])),
+        ],
+    ),
 ];
 
 /// The sinks and their options.
@@ -119,7 +132,13 @@ const SINKS: &[(&str, &[Spec])] = &[
     ("foreach_batch", &[]),
     (
         "kafka",
-        &[req("bootstrap_servers", Kind::Str), req("topic", Kind::Str)],
+        &[
+            req("bootstrap_servers", Kind::Str),
+            req("topic", Kind::Str),
+            opt("format", Kind::Choice(&["json"])),
+            opt("key", Kind::Columns),
+            opt("delivery", Kind::Choice(&["exactly_once", "at_least_once"])),
+        ],
     ),
 ];
 
@@ -197,6 +216,27 @@ pub fn parse_source(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Optio
             host: take_str(&mut v, "host").unwrap_or_else(|| "localhost".into()),
             port: take_int(&mut v, "port").unwrap_or(0),
         },
+        "kafka" => {
+            let k = KafkaSourceDecl {
+                bootstrap_servers: take_str(&mut v, "bootstrap_servers").unwrap_or_default(),
+                subscribe: take_str(&mut v, "subscribe"),
+                subscribe_pattern: take_str(&mut v, "subscribe_pattern"),
+                starting_offsets: take_str(&mut v, "starting_offsets"),
+                max_offsets_per_trigger: take_int(&mut v, "max_offsets_per_trigger"),
+                fail_on_data_loss: take_bool(&mut v, "fail_on_data_loss"),
+                group_id: take_str(&mut v, "group_id"),
+                format: take_format(&mut v),
+            };
+            // Spark: exactly one of subscribe, subscribePattern, assign.
+            if k.subscribe.is_some() == k.subscribe_pattern.is_some() {
+                errs.spanned_help(
+                    &ident,
+                    "the kafka source needs exactly one of `subscribe` and `subscribe_pattern`",
+                    "e.g. `kafka(bootstrap_servers = \"127.0.0.1:9092\", subscribe = \"clicks\", format = json)`",
+                );
+            }
+            Source::Kafka(k)
+        }
         _ => Source::Memory,
     };
     Ok(Some(SourceDecl { ident, kind }))
@@ -239,10 +279,27 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
         "memory" => Sink::Memory {
             name: take_str(&mut v, "name"),
         },
-        "kafka" => Sink::Kafka {
-            bootstrap_servers: take_str(&mut v, "bootstrap_servers").unwrap_or_default(),
-            topic: take_str(&mut v, "topic").unwrap_or_default(),
-        },
+        "kafka" => {
+            let json = take_str(&mut v, "format").is_some();
+            let key = match v.remove("key") {
+                Some(Val::Columns(c)) => c,
+                _ => vec![],
+            };
+            if !json && !key.is_empty() {
+                errs.spanned_help(
+                    &ident,
+                    "`key = [...]` builds the record key of JSON values; it needs `format = json`",
+                    "add `format = json`, or give the result a `key` column (string or binary), as Spark's Kafka sink takes",
+                );
+            }
+            Sink::Kafka {
+                bootstrap_servers: take_str(&mut v, "bootstrap_servers").unwrap_or_default(),
+                topic: take_str(&mut v, "topic").unwrap_or_default(),
+                json,
+                key,
+                at_least_once: take_str(&mut v, "delivery").as_deref() == Some("at_least_once"),
+            }
+        }
         _ => Sink::Files {
             path: take_str(&mut v, "path").unwrap_or_default(),
             format: take_format(&mut v).unwrap_or(FileFormat::Parquet),
@@ -532,8 +589,32 @@ mod tests {
         assert!(s.is_none());
         assert_eq!(
             e,
-            ["kafak: unknown source `kafak`\nhelp: sources: rate, files, socket, memory"]
+            ["kafak: unknown source `kafak`\nhelp: did you mean `kafka`? (sources: rate, files, socket, memory, kafka)"]
         );
+        let (s, e) = source(quote!(kafka(
+            bootstrap_servers = "b:9092",
+            subscribe = "a",
+            subscribe_pattern = "b.*"
+        )));
+        assert!(s.is_some());
+        assert_eq!(
+            e,
+            ["kafka: the kafka source needs exactly one of `subscribe` and `subscribe_pattern`\nhelp: e.g. `kafka(bootstrap_servers = \"127.0.0.1:9092\", subscribe = \"clicks\", format = json)`"]
+        );
+        let (s, e) = source(quote!(kafka(
+            bootstrap_servers = "b:9092",
+            subscribe = "a",
+            starting_offsets = earliest,
+            max_offsets_per_trigger = 1000,
+            format = json
+        )));
+        assert!(e.is_empty(), "{e:?}");
+        let Some(Source::Kafka(k)) = s else {
+            panic!("a kafka source");
+        };
+        assert_eq!(k.starting_offsets.as_deref(), Some("earliest"));
+        assert_eq!(k.max_offsets_per_trigger, Some(1000));
+        assert_eq!(k.format, Some(FileFormat::Json));
         let (_, e) = source(quote!(memory(name = "x")));
         assert!(e[0].contains("handed in at run time"));
     }

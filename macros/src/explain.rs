@@ -155,6 +155,30 @@ fn source_text(s: &Source) -> String {
             o.push(format!("port = {port}"));
         }
         Source::Memory => return "memory (rows handed in at run time)".into(),
+        Source::Kafka(k) => {
+            o.push(format!("bootstrap_servers = \"{}\"", k.bootstrap_servers));
+            for (name, v) in [
+                ("subscribe", &k.subscribe),
+                ("subscribe_pattern", &k.subscribe_pattern),
+                ("group_id", &k.group_id),
+            ] {
+                if let Some(v) = v {
+                    o.push(format!("{name} = \"{v}\""));
+                }
+            }
+            if let Some(v) = &k.starting_offsets {
+                o.push(format!("starting_offsets = {v}"));
+            }
+            if let Some(v) = k.max_offsets_per_trigger {
+                o.push(format!("max_offsets_per_trigger = {v}"));
+            }
+            if let Some(v) = k.fail_on_data_loss {
+                o.push(format!("fail_on_data_loss = {v}"));
+            }
+            if let Some(f) = k.format {
+                o.push(format!("format = {}", f.name()));
+            }
+        }
     }
     call(s.name(), o)
 }
@@ -190,9 +214,27 @@ fn sink_text(s: &Sink, query_name: &str) -> String {
         Sink::Kafka {
             bootstrap_servers,
             topic,
+            json,
+            key,
+            at_least_once,
         } => {
             o.push(format!("bootstrap_servers = \"{bootstrap_servers}\""));
             o.push(format!("topic = \"{topic}\""));
+            if *json {
+                o.push("format = json".into());
+            }
+            if !key.is_empty() {
+                let k: Vec<String> = key.iter().map(|i| i.to_string()).collect();
+                o.push(format!("key = [{}]", k.join(", ")));
+            }
+            o.push(format!(
+                "delivery = {}",
+                if *at_least_once {
+                    "at_least_once"
+                } else {
+                    "exactly_once"
+                }
+            ));
         }
     }
     call(s.name(), o)

@@ -225,6 +225,19 @@ pub fn rate_schema() -> Vec<Col> {
     ]
 }
 
+/// Spark's Kafka source schema (without `format`).
+pub fn kafka_schema() -> Vec<Col> {
+    vec![
+        Col::new("key", ColType::nullable(DataType::Binary)),
+        Col::new("value", ColType::nullable(DataType::Binary)),
+        Col::new("topic", ColType::new(DataType::String)),
+        Col::new("partition", ColType::new(DataType::Int32)),
+        Col::new("offset", ColType::new(DataType::Int64)),
+        Col::new("timestamp", ColType::new(DataType::Timestamp)),
+        Col::new("timestampType", ColType::new(DataType::Int32)),
+    ]
+}
+
 /// The socket source's fixed schema.
 pub fn socket_schema() -> Vec<Col> {
     vec![Col::new("value", ColType::new(DataType::String))]
@@ -256,15 +269,25 @@ fn lower_input(q: &QueryDecl, errs: &mut Errors) -> Option<Input> {
     let fixed = match source.kind {
         Source::Rate { .. } => Some(("rate", rate_schema(), "timestamp: Timestamp, value: i64")),
         Source::Socket { .. } => Some(("socket", socket_schema(), "value: String")),
+        Source::Kafka(ref k) if k.format.is_none() => Some((
+            "kafka",
+            kafka_schema(),
+            "key: Option<Vec<u8>>, value: Option<Vec<u8>>, topic: String, partition: i32, offset: i64, timestamp: Timestamp, timestampType: i32",
+        )),
         _ => None,
     };
     let (source_name, input) = match (fixed, &q.schema) {
         (Some((name, cols, text)), schema) => {
             if schema.is_some() {
+                let help = if name == "kafka" {
+                    "add `format = json` (or `csv`) to the source to decode each record's value into `schema:`".to_string()
+                } else {
+                    format!("remove `schema:` and use the {name} source's columns ({text})")
+                };
                 errs.spanned_help(
                     q.schema_key.as_ref().unwrap_or(&source.ident),
                     format!("the {name} source has a fixed schema ({text}); `schema:` is not allowed with it"),
-                    format!("remove `schema:` and use the {name} source's columns ({text})"),
+                    help,
                 );
             }
             (name.to_string(), cols)
