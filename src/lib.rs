@@ -88,3 +88,66 @@ macro_rules! __kafka {
         )
     };
 }
+
+/// Used by `stream_query!` around the PostgreSQL sink it generates (see
+/// [`__kafka!`]).
+#[cfg(feature = "postgres")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __postgres {
+    ($e:expr) => {
+        $e
+    };
+}
+
+/// Used by `stream_query!` around the PostgreSQL sink it generates (see
+/// [`__kafka!`]).
+#[cfg(not(feature = "postgres"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __postgres {
+    ($e:expr) => {
+        ::core::compile_error!(
+            "this query writes to PostgreSQL: enable weir's `postgres` feature (weir = { version = \"..\", features = [\"postgres\"] })"
+        )
+    };
+}
+
+/// Used by `stream_query!` around the Redis sink it generates (see
+/// [`__kafka!`]).
+#[cfg(feature = "redis")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __redis {
+    ($e:expr) => {
+        $e
+    };
+}
+
+/// Used by `stream_query!` around the Redis sink it generates (see
+/// [`__kafka!`]).
+#[cfg(not(feature = "redis"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __redis {
+    ($e:expr) => {
+        ::core::compile_error!(
+            "this query writes to Redis: enable weir's `redis` feature (weir = { version = \"..\", features = [\"redis\"] })"
+        )
+    };
+}
+
+/// Used by `stream_query!` for a connector setting written `env("VAR")`:
+/// the variable's value, or an error naming it and what it configures.
+#[doc(hidden)]
+pub fn __env_setting(var: &str, what: &str) -> Result<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => Ok(v),
+        Ok(_) => Err(WeirError::Config(format!(
+            "the environment variable `{var}` (for {what}) is empty"
+        ))),
+        Err(_) => Err(WeirError::Config(format!(
+            "the environment variable `{var}` (for {what}) is not set"
+        ))),
+    }
+}

@@ -195,11 +195,30 @@ pub enum Source {
     Kafka(KafkaSourceDecl),
 }
 
+/// A connection setting: a literal, or `env("VAR")`, read when the query
+/// is built (so addresses and credentials need not be in the source).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Setting {
+    /// `"..."`.
+    Lit(String),
+    /// `env("VAR")`.
+    Env(String),
+}
+
+impl std::fmt::Display for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Setting::Lit(s) => write!(f, "\"{s}\""),
+            Setting::Env(v) => write!(f, "env(\"{v}\")"),
+        }
+    }
+}
+
 /// The options of `source: kafka(...)` (Spark's names, snake_case).
 #[derive(Debug, Clone, PartialEq)]
 pub struct KafkaSourceDecl {
     /// `host:port,...`.
-    pub bootstrap_servers: String,
+    pub bootstrap_servers: Setting,
     /// Comma-separated topics.
     pub subscribe: Option<String>,
     /// A regex over topic names.
@@ -422,7 +441,7 @@ pub enum Sink {
     /// `kafka(bootstrap_servers, topic, format, key, delivery)`.
     Kafka {
         /// `host:port,...`.
-        bootstrap_servers: String,
+        bootstrap_servers: Setting,
         /// The topic written to.
         topic: String,
         /// `json`: each row becomes a JSON object value (otherwise the
@@ -432,6 +451,29 @@ pub enum Sink {
         key: Vec<Ident>,
         /// At-least-once instead of exactly-once (transactions).
         at_least_once: bool,
+    },
+    /// `postgres(url, table, key, create_table)`: exactly once, upserts in
+    /// update mode.
+    Postgres {
+        /// The connection string.
+        url: Setting,
+        /// The table.
+        table: String,
+        /// The columns that identify a row (upsert keys).
+        key: Vec<Ident>,
+        /// Create the table when it does not exist.
+        create_table: Option<bool>,
+    },
+    /// `redis(url, key_prefix, key, key_fields)`: one hash per row, exactly once.
+    Redis {
+        /// `redis://host:port/db`.
+        url: Setting,
+        /// The prefix of every key.
+        key_prefix: Option<String>,
+        /// The columns that make the key.
+        key: Vec<Ident>,
+        /// Also write the key columns as hash fields.
+        key_fields: Option<bool>,
     },
 }
 
@@ -444,6 +486,8 @@ impl Sink {
             Sink::Files { .. } => "files",
             Sink::ForeachBatch(_) => "foreach_batch",
             Sink::Kafka { .. } => "kafka",
+            Sink::Postgres { .. } => "postgres",
+            Sink::Redis { .. } => "redis",
         }
     }
 
@@ -456,6 +500,7 @@ impl Sink {
             Sink::ForeachBatch(_) => weir_plan::SinkKind::ForeachBatch,
             Sink::Kafka { json: true, .. } => weir_plan::SinkKind::KafkaJson,
             Sink::Kafka { .. } => weir_plan::SinkKind::Kafka,
+            Sink::Postgres { .. } | Sink::Redis { .. } => weir_plan::SinkKind::Other,
         }
     }
 }

@@ -278,14 +278,15 @@ fn unknown_column(name: &str, cols: &[String]) -> Violation {
 /// macro yet). Reported after the streaming rules, which the declaration
 /// has been checked against all the same.
 pub fn not_supported_yet(q: &QueryDecl, errs: &mut Errors) {
-    if let Some(s) = q
-        .late_rows
-        .as_ref()
-        .filter(|s| matches!(s.kind, Sink::Kafka { .. }))
-    {
+    if let Some(s) = q.late_rows.as_ref().filter(|s| {
+        matches!(
+            s.kind,
+            Sink::Kafka { .. } | Sink::Postgres { .. } | Sink::Redis { .. }
+        )
+    }) {
         errs.spanned_help(
             &s.ident,
-            "late rows cannot go to Kafka yet",
+            format!("late rows cannot go to {} yet", s.kind.name()),
             "send them to `files(...)`, `memory`, `console` or `foreach_batch(...)`",
         );
     }
@@ -356,9 +357,31 @@ pub fn distinct_struct_names(q: &QueryDecl, errs: &mut Errors) {
 
 /// Spark's file sink partitions by result columns: each must exist.
 pub fn partition_columns_exist(q: &QueryDecl, output: &[Col], errs: &mut Errors) {
-    let (partition_by, what) = match q.sink.as_ref().map(|s| &s.kind) {
-        Some(Sink::Files { partition_by, .. }) => (partition_by, "partition column"),
-        Some(Sink::Kafka { key, .. }) => (key, "key column"),
+    let Some(sink) = &q.sink else { return };
+    let (partition_by, what) = match &sink.kind {
+        Sink::Files { partition_by, .. } => (partition_by, "partition column"),
+        Sink::Kafka { key, .. } => (key, "key column"),
+        Sink::Postgres { key, .. } | Sink::Redis { key, .. } => {
+            let update = q.output_mode.as_ref().map(|m| m.mode) == Some(OutputMode::Update);
+            if update && key.is_empty() {
+                let keys: Vec<String> = q
+                    .group_by
+                    .iter()
+                    .flat_map(|g| &g.keys)
+                    .map(|k| match k {
+                        crate::ast::KeyDecl::Window { .. } => "window".to_string(),
+                        crate::ast::KeyDecl::Session { .. } => "session_window".to_string(),
+                        crate::ast::KeyDecl::Column(c) => c.to_string(),
+                    })
+                    .collect();
+                errs.spanned_help(
+                    &sink.ident,
+                    format!("the {} sink in update mode needs `key = [...]`: update mode overwrites each row by its key", sink.kind.name()),
+                    format!("add the grouping keys: `key = [{}]`", keys.join(", ")),
+                );
+            }
+            (key, "key column")
+        }
         _ => return,
     };
     let names: Vec<&str> = output.iter().map(|c| c.name.as_str()).collect();

@@ -6,7 +6,7 @@ use quote::{format_ident, quote};
 use syn::ext::IdentExt;
 use weir_plan::{AggFn, GroupKey, JoinType, Op};
 
-use crate::ast::{FileFormat, QueryDecl, Sink, Source, TriggerDecl};
+use crate::ast::{FileFormat, QueryDecl, Setting, Sink, Source, TriggerDecl};
 use crate::explain::explain;
 use crate::lower::Lowered;
 use crate::plan_tokens;
@@ -237,7 +237,7 @@ fn source_expr(s: &Source, schema: Option<&syn::Ident>) -> Option<TokenStream> {
         }
         Source::Memory => return None,
         Source::Kafka(k) => {
-            let bs = &k.bootstrap_servers;
+            let bs = setting(&k.bootstrap_servers, "the kafka source's bootstrap_servers");
             let mut t = quote!(::weir::source::KafkaSource::new(#bs));
             if let Some(v) = &k.subscribe {
                 t.extend(quote!(.subscribe(#v)));
@@ -417,7 +417,8 @@ fn sink_expr(kind: &Sink, default_name: &str) -> TokenStream {
             key,
             at_least_once,
         } => {
-            let mut t = quote!(::weir::sink::KafkaSink::new(#bootstrap_servers).topic(#topic));
+            let bs = setting(bootstrap_servers, "the kafka sink's bootstrap_servers");
+            let mut t = quote!(::weir::sink::KafkaSink::new(#bs).topic(#topic));
             if *json {
                 t.extend(quote!(.json_values()));
             }
@@ -430,6 +431,52 @@ fn sink_expr(kind: &Sink, default_name: &str) -> TokenStream {
             }
             quote!(::weir::__kafka!(#t))
         }
+        Sink::Postgres {
+            url,
+            table,
+            key,
+            create_table,
+        } => {
+            let url = setting(url, "the postgres sink's url");
+            let mut t = quote!(::weir::sink::PostgresSink::new(#url, #table));
+            if !key.is_empty() {
+                let k = key.iter().map(|i| i.unraw().to_string());
+                t.extend(quote!(.key_columns([#(#k),*])));
+            }
+            if let Some(b) = create_table {
+                t.extend(quote!(.create_table(#b)));
+            }
+            quote!(::weir::__postgres!(#t))
+        }
+        Sink::Redis {
+            url,
+            key_prefix,
+            key,
+            key_fields,
+        } => {
+            let url = setting(url, "the redis sink's url");
+            let mut t = quote!(::weir::sink::RedisSink::new(#url));
+            if let Some(p) = key_prefix {
+                t.extend(quote!(.key_prefix(#p)));
+            }
+            if !key.is_empty() {
+                let k = key.iter().map(|i| i.unraw().to_string());
+                t.extend(quote!(.key_columns([#(#k),*])));
+            }
+            if let Some(b) = key_fields {
+                t.extend(quote!(.key_fields(#b)));
+            }
+            quote!(::weir::__redis!(#t))
+        }
+    }
+}
+
+/// A connection setting as a `&str` expression: the literal, or the
+/// environment variable read when the query is built (`?` on a missing one).
+fn setting(s: &Setting, what: &str) -> TokenStream {
+    match s {
+        Setting::Lit(v) => quote!(#v),
+        Setting::Env(var) => quote!(&::weir::__env_setting(#var, #what)?),
     }
 }
 

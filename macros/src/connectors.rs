@@ -9,7 +9,7 @@ use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, Lit, Token};
 
-use crate::ast::{FileFormat, KafkaSourceDecl, Sink, SinkDecl, Source, SourceDecl};
+use crate::ast::{FileFormat, KafkaSourceDecl, Setting, Sink, SinkDecl, Source, SourceDecl};
 use crate::errors::{suggestion_help, Errors};
 
 /// What an option takes.
@@ -27,6 +27,8 @@ enum Kind {
     Choice(&'static [&'static str]),
     /// A list of columns, `[a, b]`.
     Columns,
+    /// A string, or `env("VAR")` read at run time.
+    Setting,
 }
 
 /// One option of a connector.
@@ -94,7 +96,7 @@ const SOURCES: &[(&str, &[Spec])] = &[
     (
         "kafka",
         &[
-            req("bootstrap_servers", Kind::Str),
+            req("bootstrap_servers", Kind::Setting),
             opt("subscribe", Kind::Str),
             opt("subscribe_pattern", Kind::Str),
             opt("starting_offsets", Kind::Choice(&["earliest", "latest"])),
@@ -133,11 +135,29 @@ const SINKS: &[(&str, &[Spec])] = &[
     (
         "kafka",
         &[
-            req("bootstrap_servers", Kind::Str),
+            req("bootstrap_servers", Kind::Setting),
             req("topic", Kind::Str),
             opt("format", Kind::Choice(&["json"])),
             opt("key", Kind::Columns),
             opt("delivery", Kind::Choice(&["exactly_once", "at_least_once"])),
+        ],
+    ),
+    (
+        "postgres",
+        &[
+            req("url", Kind::Setting),
+            req("table", Kind::Str),
+            opt("key", Kind::Columns),
+            opt("create_table", Kind::Bool),
+        ],
+    ),
+    (
+        "redis",
+        &[
+            req("url", Kind::Setting),
+            opt("key_prefix", Kind::Str),
+            opt("key", Kind::Columns),
+            opt("key_fields", Kind::Bool),
         ],
     ),
 ];
@@ -148,6 +168,7 @@ enum Val {
     Int(u64),
     Bool(bool),
     Columns(Vec<Ident>),
+    Setting(Setting),
 }
 
 /// `name = value`.
@@ -218,7 +239,7 @@ pub fn parse_source(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Optio
         },
         "kafka" => {
             let k = KafkaSourceDecl {
-                bootstrap_servers: take_str(&mut v, "bootstrap_servers").unwrap_or_default(),
+                bootstrap_servers: take_setting(&mut v, "bootstrap_servers"),
                 subscribe: take_str(&mut v, "subscribe"),
                 subscribe_pattern: take_str(&mut v, "subscribe_pattern"),
                 starting_offsets: take_str(&mut v, "starting_offsets"),
@@ -293,13 +314,25 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
                 );
             }
             Sink::Kafka {
-                bootstrap_servers: take_str(&mut v, "bootstrap_servers").unwrap_or_default(),
+                bootstrap_servers: take_setting(&mut v, "bootstrap_servers"),
                 topic: take_str(&mut v, "topic").unwrap_or_default(),
                 json,
                 key,
                 at_least_once: take_str(&mut v, "delivery").as_deref() == Some("at_least_once"),
             }
         }
+        "postgres" => Sink::Postgres {
+            url: take_setting(&mut v, "url"),
+            table: take_str(&mut v, "table").unwrap_or_default(),
+            key: take_columns(&mut v, "key"),
+            create_table: take_bool(&mut v, "create_table"),
+        },
+        "redis" => Sink::Redis {
+            url: take_setting(&mut v, "url"),
+            key_prefix: take_str(&mut v, "key_prefix"),
+            key: take_columns(&mut v, "key"),
+            key_fields: take_bool(&mut v, "key_fields"),
+        },
         _ => Sink::Files {
             path: take_str(&mut v, "path").unwrap_or_default(),
             format: take_format(&mut v).unwrap_or(FileFormat::Parquet),
@@ -310,6 +343,20 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
         },
     };
     Ok(Some(SinkDecl { ident, kind }))
+}
+
+fn take_setting(v: &mut BTreeMap<&'static str, Val>, name: &str) -> Setting {
+    match v.remove(name) {
+        Some(Val::Setting(s)) => s,
+        _ => Setting::Lit(String::new()),
+    }
+}
+
+fn take_columns(v: &mut BTreeMap<&'static str, Val>, name: &str) -> Vec<Ident> {
+    match v.remove(name) {
+        Some(Val::Columns(c)) => c,
+        _ => vec![],
+    }
 }
 
 fn take_str(v: &mut BTreeMap<&'static str, Val>, name: &str) -> Option<String> {
@@ -414,6 +461,38 @@ fn check_value(spec: &Spec, value: &Expr, errs: &mut Errors) -> Option<Val> {
         _ => None,
     };
     match spec.kind {
+        Kind::Setting => {
+            if let Expr::Call(c) = value {
+                if matches!(&*c.func, Expr::Path(p) if p.path.is_ident("env")) {
+                    return match (c.args.len(), c.args.first()) {
+                        (
+                            1,
+                            Some(Expr::Lit(syn::ExprLit {
+                                lit: Lit::Str(s), ..
+                            })),
+                        ) if !s.value().is_empty() => Some(Val::Setting(Setting::Env(s.value()))),
+                        _ => {
+                            errs.spanned(
+                                value,
+                                format!("`env` takes the variable's name as a string, e.g. {name} = env(\"MY_VAR\")"),
+                            );
+                            None
+                        }
+                    };
+                }
+            }
+            match lit {
+                Some(Lit::Str(s)) if !s.value().is_empty() => {
+                    return Some(Val::Setting(Setting::Lit(s.value())))
+                }
+                Some(Lit::Str(_)) => errs.spanned(value, format!("`{name}` must not be empty")),
+                _ => errs.spanned_help(
+                    value,
+                    format!("`{name}` takes a string or env(\"VAR\")"),
+                    format!("e.g. {name} = \"...\", or {name} = env(\"VAR\") to read it from the environment when the query is built"),
+                ),
+            }
+        }
         Kind::Str => match lit {
             Some(Lit::Str(s)) if !s.value().is_empty() => return Some(Val::Str(s.value())),
             Some(Lit::Str(_)) => errs.spanned(value, format!("`{name}` must not be empty")),
@@ -646,7 +725,7 @@ mod tests {
         assert!(matches!(s.kind, Sink::ForeachBatch(_)));
         assert!(parse_sink(quote!(console(truncate = false) extra), &mut errs).is_err());
         parse_sink(quote!(consol), &mut errs).unwrap();
-        assert_eq!(errs.diagnostics()[0].message, "unknown sink `consol`\nhelp: did you mean `console`? (sinks: console, memory, files, foreach_batch, kafka)");
+        assert_eq!(errs.diagnostics()[0].message, "unknown sink `consol`\nhelp: did you mean `console`? (sinks: console, memory, files, foreach_batch, kafka, postgres, redis)");
         let mut errs = Errors::new();
         let s = parse_sink(
             quote!(kafka(bootstrap_servers = "localhost:9092", topic = "out")),

@@ -156,7 +156,7 @@ fn source_text(s: &Source) -> String {
         }
         Source::Memory => return "memory (rows handed in at run time)".into(),
         Source::Kafka(k) => {
-            o.push(format!("bootstrap_servers = \"{}\"", k.bootstrap_servers));
+            o.push(format!("bootstrap_servers = {}", k.bootstrap_servers));
             for (name, v) in [
                 ("subscribe", &k.subscribe),
                 ("subscribe_pattern", &k.subscribe_pattern),
@@ -211,6 +211,40 @@ fn sink_text(s: &Sink, query_name: &str) -> String {
             }
         }
         Sink::ForeachBatch(_) => return "foreach_batch(<function>)".into(),
+        Sink::Postgres {
+            url,
+            table,
+            key,
+            create_table,
+        } => {
+            o.push(format!("url = {url}"));
+            o.push(format!("table = \"{table}\""));
+            if !key.is_empty() {
+                let k: Vec<String> = key.iter().map(|i| i.to_string()).collect();
+                o.push(format!("key = [{}]", k.join(", ")));
+            }
+            if let Some(b) = create_table {
+                o.push(format!("create_table = {b}"));
+            }
+        }
+        Sink::Redis {
+            url,
+            key_prefix,
+            key,
+            key_fields,
+        } => {
+            o.push(format!("url = {url}"));
+            if let Some(p) = key_prefix {
+                o.push(format!("key_prefix = \"{p}\""));
+            }
+            if !key.is_empty() {
+                let k: Vec<String> = key.iter().map(|i| i.to_string()).collect();
+                o.push(format!("key = [{}]", k.join(", ")));
+            }
+            if let Some(b) = key_fields {
+                o.push(format!("key_fields = {b}"));
+            }
+        }
         Sink::Kafka {
             bootstrap_servers,
             topic,
@@ -218,7 +252,7 @@ fn sink_text(s: &Sink, query_name: &str) -> String {
             key,
             at_least_once,
         } => {
-            o.push(format!("bootstrap_servers = \"{bootstrap_servers}\""));
+            o.push(format!("bootstrap_servers = {bootstrap_servers}"));
             o.push(format!("topic = \"{topic}\""));
             if *json {
                 o.push("format = json".into());

@@ -250,6 +250,55 @@ mod postgres {
         }
     }
 
+    weir::stream_query! {
+        /// Page views to PostgreSQL, declared: the server from the environment.
+        query PgPageViews {
+            source: memory,
+            schema: PgClick { ts: Timestamp, page: String },
+            watermark: ts delay "10 minutes",
+            group_by: [window(ts, "1 minute"), page],
+            aggregate: { views: count() },
+            output_mode: update,
+            sink: postgres(url = env("WEIR_POSTGRES_URL"), table = "weir_dsl_page_views", key = [window, page], create_table = true),
+            checkpoint: "target/weir-dsl-pg",
+        }
+    }
+
+    /// `sink: postgres(...)` in `stream_query!` upserts one row per key.
+    #[test]
+    fn postgres_declared_sink_upserts_one_row_per_key() {
+        let table = "weir_dsl_page_views";
+        let mut c = client();
+        c.batch_execute(&format!(
+            "DROP TABLE IF EXISTS {table}; DELETE FROM weir_sink_commits WHERE sink = '{table}'"
+        ))
+        .or_else(|_| c.batch_execute(&format!("DROP TABLE IF EXISTS {table}")))
+        .unwrap();
+        let chk = tempfile::tempdir().unwrap();
+        let stream = MemoryStream::new(&clicks());
+        let q = PgPageViews::writer_from(&session(), Box::new(stream.clone()))
+            .unwrap()
+            .checkpoint_location(chk.path().to_str().unwrap())
+            .start()
+            .unwrap();
+        stream
+            .add_json(&[click("12:00:10", "/home"), click("12:00:20", "/home")])
+            .unwrap();
+        q.process_all_available().unwrap();
+        stream
+            .add_json(&[click("12:00:30", "/home"), click("12:01:05", "/cart")])
+            .unwrap();
+        q.process_all_available().unwrap();
+        q.stop().unwrap();
+        assert_eq!(
+            page_view_rows(&mut c, table),
+            [
+                ("12:00".to_string(), "/home".to_string(), 3),
+                ("12:01".to_string(), "/cart".to_string(), 1)
+            ]
+        );
+    }
+
     #[test]
     fn postgres_update_mode_upserts_one_row_per_key() {
         let table = unique("pv_update");
@@ -504,6 +553,54 @@ mod redis {
         let mut keys: Vec<String> = c.keys(format!("{prefix}:*")).unwrap();
         keys.push(prefix.to_string());
         let _: () = c.del(keys).unwrap();
+    }
+
+    weir::stream_query! {
+        /// Page views to Redis, declared: the server from the environment.
+        query RedisPageViews {
+            source: memory,
+            schema: RedisClick { ts: Timestamp, page: String },
+            watermark: ts delay "10 minutes",
+            group_by: [window(ts, "1 minute"), page],
+            aggregate: { views: count() },
+            output_mode: update,
+            sink: redis(url = env("WEIR_REDIS_URL"), key_prefix = "weir_dsl_pv", key = [window, page]),
+            checkpoint: "target/weir-dsl-redis",
+        }
+    }
+
+    /// `sink: redis(...)` in `stream_query!` writes one hash per key.
+    #[test]
+    fn redis_declared_sink_writes_one_hash_per_key() {
+        let prefix = "weir_dsl_pv";
+        let mut c = conn();
+        cleanup(&mut c, prefix);
+        let chk = tempfile::tempdir().unwrap();
+        let stream = MemoryStream::new(&clicks());
+        let q = RedisPageViews::writer_from(&session(), Box::new(stream.clone()))
+            .unwrap()
+            .checkpoint_location(chk.path().to_str().unwrap())
+            .start()
+            .unwrap();
+        stream
+            .add_json(&[
+                click("12:00:10", "/home"),
+                click("12:00:20", "/home"),
+                click("12:01:30", "/about"),
+            ])
+            .unwrap();
+        q.process_all_available().unwrap();
+        q.stop().unwrap();
+        let w0 = "2024-01-01T12:00:00Z/2024-01-01T12:01:00Z";
+        let w1 = "2024-01-01T12:01:00Z/2024-01-01T12:02:00Z";
+        assert_eq!(
+            hashes(&mut c, prefix),
+            BTreeMap::from([
+                (format!("{w0}:/home"), fields(&[("views", "2")])),
+                (format!("{w1}:/about"), fields(&[("views", "1")])),
+            ])
+        );
+        cleanup(&mut c, prefix);
     }
 
     #[test]

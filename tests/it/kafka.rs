@@ -1085,7 +1085,7 @@ weir::stream_query! {
     /// exactly once.
     query DslPageViews {
         source: kafka(
-            bootstrap_servers = "127.0.0.1:39092",
+            bootstrap_servers = env("KAFKA_BOOTSTRAP"),
             subscribe = "weir-it-dsl-clicks",
             starting_offsets = latest,
             format = json,
@@ -1096,7 +1096,7 @@ weir::stream_query! {
         aggregate: { views: count() },
         output_mode: update,
         sink: kafka(
-            bootstrap_servers = "127.0.0.1:39092",
+            bootstrap_servers = env("KAFKA_BOOTSTRAP"),
             topic = "weir-it-dsl-page-views",
             format = json,
             key = [page],
@@ -1106,17 +1106,13 @@ weir::stream_query! {
 }
 
 /// `stream_query!` with `source: kafka(...)` and `sink: kafka(...)` runs
-/// against the real broker it declares. The topics have fixed names (they
+/// against the real broker (`env("KAFKA_BOOTSTRAP")`). The topics have fixed names (they
 /// are literals in the declaration), so the test reads only this run's
 /// records: it starts from `latest` and uses a minute of event time of its
 /// own.
 #[test]
 fn a_declared_kafka_to_kafka_query_counts_each_click_once() {
-    assert_eq!(
-        bootstrap(),
-        "127.0.0.1:39092",
-        "DslPageViews declares the broker at 127.0.0.1:39092, scripts/kafka.sh's default"
-    );
+    bootstrap();
     let (input, output) = ("weir-it-dsl-clicks", "weir-it-dsl-page-views");
     admin().create_topic(input, 2).unwrap();
     admin().create_topic(output, 1).unwrap();
@@ -1175,4 +1171,25 @@ fn a_declared_kafka_to_kafka_query_counts_each_click_once() {
         .into_iter()
         .collect();
     assert_eq!(last, want, "{mine:?}");
+}
+
+weir::stream_query! {
+    /// A declared source whose broker comes from an unset variable.
+    query UnsetBroker {
+        source: kafka(bootstrap_servers = env("WEIR_IT_UNSET_BROKER"), subscribe = "t"),
+        sink: console,
+    }
+}
+
+/// `env("VAR")` is read when the query is built; an unset one is a clear error.
+#[test]
+fn a_declared_setting_from_an_unset_variable_is_a_clear_error() {
+    assert!(std::env::var_os("WEIR_IT_UNSET_BROKER").is_none());
+    match UnsetBroker::writer(&Session::new()) {
+        Ok(_) => panic!("built without its broker address"),
+        Err(e) => assert_eq!(
+            e.to_string(),
+            "the environment variable `WEIR_IT_UNSET_BROKER` (for the kafka source's bootstrap_servers) is not set"
+        ),
+    }
 }
