@@ -117,16 +117,23 @@ pub struct JoinDecl {
     pub using: Option<ColumnsDecl>,
 }
 
-/// The Rust name of a join type in `how:`.
+/// The join types `how:` takes, by name.
+pub const JOIN_TYPES: &[(&str, JoinType)] = &[
+    ("inner", JoinType::Inner),
+    ("left_outer", JoinType::LeftOuter),
+    ("right_outer", JoinType::RightOuter),
+    ("full_outer", JoinType::FullOuter),
+    ("left_semi", JoinType::LeftSemi),
+    ("left_anti", JoinType::LeftAnti),
+];
+
+/// The name of a join type in `how:`.
 pub fn join_type_name(how: JoinType) -> &'static str {
-    match how {
-        JoinType::Inner => "inner",
-        JoinType::LeftOuter => "left_outer",
-        JoinType::RightOuter => "right_outer",
-        JoinType::FullOuter => "full_outer",
-        JoinType::LeftSemi => "left_semi",
-        JoinType::LeftAnti => "left_anti",
-    }
+    JOIN_TYPES
+        .iter()
+        .find(|(_, t)| *t == how)
+        .map(|(n, _)| *n)
+        .unwrap_or("inner")
 }
 
 /// A source or sink file format.

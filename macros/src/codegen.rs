@@ -4,7 +4,7 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 use syn::ext::IdentExt;
-use weir_plan::{AggFn, GroupKey, JoinType, Op};
+use weir_plan::{AggFn, GroupKey, Op};
 
 use crate::ast::{FileFormat, QueryDecl, Setting, Sink, Source, TriggerDecl};
 use crate::explain::explain;
@@ -312,7 +312,7 @@ fn pipeline(q: &QueryDecl, l: &Lowered) -> TokenStream {
                 on,
                 using,
             } => {
-                let how = join_type(*how);
+                let how = plan_tokens::join_type(*how);
                 let on = match (on, using) {
                     (Some(sql), _) => {
                         quote!(::weir::dataset::JoinOn::Expr(::std::string::String::from(#sql)))
@@ -554,16 +554,4 @@ fn op_step(op: &Op) -> Option<TokenStream> {
         }
         Op::Join { .. } => return None,
     })
-}
-
-/// The engine's join type.
-fn join_type(how: JoinType) -> TokenStream {
-    match how {
-        JoinType::Inner => quote!(::weir::plan::JoinType::Inner),
-        JoinType::LeftOuter => quote!(::weir::plan::JoinType::LeftOuter),
-        JoinType::RightOuter => quote!(::weir::plan::JoinType::RightOuter),
-        JoinType::FullOuter => quote!(::weir::plan::JoinType::FullOuter),
-        JoinType::LeftSemi => quote!(::weir::plan::JoinType::LeftSemi),
-        JoinType::LeftAnti => quote!(::weir::plan::JoinType::LeftAnti),
-    }
 }

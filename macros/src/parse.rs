@@ -322,16 +322,6 @@ const TABLE_SIDE_KEYS: &[&str] = &["source", "schema"];
 /// The keys of `join: { ... }`.
 const JOIN_KEYS: &[&str] = &["how", "stream", "table", "on", "using"];
 
-/// The join types `how:` takes.
-const JOIN_TYPES: &[(&str, JoinType)] = &[
-    ("inner", JoinType::Inner),
-    ("left_outer", JoinType::LeftOuter),
-    ("right_outer", JoinType::RightOuter),
-    ("full_outer", JoinType::FullOuter),
-    ("left_semi", JoinType::LeftSemi),
-    ("left_anti", JoinType::LeftAnti),
-];
-
 /// `{ how: left_outer, stream: { ... } | table: { ... }, on: expr | using: [cols] }`.
 /// Returns `None` (with the errors pushed) when the join is unusable.
 fn parse_join(input: ParseStream, key: &Ident, errs: &mut Errors) -> syn::Result<Option<JoinDecl>> {

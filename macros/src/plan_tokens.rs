@@ -44,15 +44,17 @@ pub fn agg_fn(f: AggFn) -> TokenStream {
     }
 }
 
-fn join_type(j: JoinType) -> TokenStream {
-    match j {
+/// A join type as a path.
+pub fn join_type(j: JoinType) -> TokenStream {
+    let v = match j {
         JoinType::Inner => quote!(Inner),
         JoinType::LeftOuter => quote!(LeftOuter),
         JoinType::RightOuter => quote!(RightOuter),
         JoinType::FullOuter => quote!(FullOuter),
         JoinType::LeftSemi => quote!(LeftSemi),
         JoinType::LeftAnti => quote!(LeftAnti),
-    }
+    };
+    quote!(::weir::plan::JoinType::#v)
 }
 
 fn key(k: &GroupKey) -> TokenStream {
@@ -133,7 +135,7 @@ fn op(o: &Op) -> TokenStream {
                 }
                 None => quote!(::std::option::Option::None),
             };
-            quote!(::weir::plan::Op::Join { right: #r, how: ::weir::plan::JoinType::#h, on: #on, using: #using })
+            quote!(::weir::plan::Op::Join { right: #r, how: #h, on: #on, using: #using })
         }
         Op::Sort { by } => {
             let by = by.iter().map(|k| {
