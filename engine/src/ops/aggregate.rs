@@ -470,99 +470,133 @@ impl AggregateOp {
     }
 
     /// Aggregates one batch within itself: (key bytes, group) in first-seen order.
+    ///
+    /// Rows are grouped by a batch-local key (the window start, then each key
+    /// column's value bytes) without expanding or copying the input; only the
+    /// distinct groups are converted to the state's row-format keys. Each
+    /// group sees its rows in input order (windows oldest first), so results
+    /// match a row-by-row fold exactly (float sums included).
     fn partial(&self, batch: &RecordBatch) -> Result<Vec<(Vec<u8>, Group)>> {
         let n = batch.num_rows();
-        // Window expansion picks rows (maybe several times) and gives window starts.
-        let mut take_idx: Option<UInt32Array> = None;
-        let mut window_cols: Vec<(ArrayRef, ArrayRef)> = Vec::new();
-        let mut window_ends: Option<Vec<i64>> = None;
-        for k in &self.keys {
-            if let KeyExec::Window { assigner, .. } = k {
-                let times = assigner.times(batch)?;
-                let (idx, starts) = assigner.assign(&times);
-                let ends: Vec<i64> = starts.iter().map(|s| s + assigner.size_us).collect();
-                window_cols.push((
-                    <Timestamp as crate::row::ArrowValue>::to_array(
-                        starts.into_iter().map(Timestamp).collect(),
-                    ),
-                    <Timestamp as crate::row::ArrowValue>::to_array(
-                        ends.iter().copied().map(Timestamp).collect(),
-                    ),
-                ));
-                window_ends = Some(ends);
-                take_idx = Some(UInt32Array::from(idx));
-                break; // one window per grouping (Spark's rule)
-            }
-        }
-        let pick = |a: &ArrayRef| -> Result<ArrayRef> {
-            Ok(match &take_idx {
-                Some(idx) => take(a.as_ref(), idx, None)?,
-                None => a.clone(),
-            })
+        let window = self.keys.iter().enumerate().find_map(|(ki, k)| match k {
+            KeyExec::Window { assigner, .. } => Some((ki, assigner)),
+            KeyExec::Column { .. } => None,
+        });
+        let times = match window {
+            Some((_, a)) => Some(a.time_array(batch)?),
+            None => None,
         };
-        let rows = take_idx.as_ref().map(|i| i.len()).unwrap_or(n);
-        let mut key_arrays: Vec<ArrayRef> = Vec::new();
-        let mut evict_col: Option<Vec<Option<i64>>> = None;
+        let (size, slide) = window
+            .map(|(_, a)| (a.size_us, a.slide_us))
+            .unwrap_or((1, 1));
+        // Windows a row can fall in (one when tumbling).
+        let per_row = ((size + slide - 1) / slide).max(1);
+        let window_evicts = matches!(window, Some((ki, _)) if self.watermark_key == Some(ki));
+        let mut cols = Vec::new();
+        let mut column_evict: Option<arrow::array::TimestampMicrosecondArray> = None;
         for (ki, k) in self.keys.iter().enumerate() {
-            match k {
-                KeyExec::Window { .. } => {
-                    let (s, e) = window_cols[0].clone();
-                    key_arrays.push(s);
-                    key_arrays.push(e);
-                    if self.watermark_key == Some(ki) {
-                        evict_col = window_ends
-                            .clone()
-                            .map(|v| v.into_iter().map(Some).collect());
-                    }
-                }
-                KeyExec::Column { index, .. } => {
-                    let a = pick(batch.column(*index))?;
-                    if self.watermark_key == Some(ki) {
-                        let t = cast(&a, &timestamp_type())?;
-                        evict_col = Some(
-                            t.as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
-                                .iter()
-                                .collect(),
-                        );
-                    }
-                    key_arrays.push(a);
+            if let KeyExec::Column { index, .. } = k {
+                let a = batch.column(*index);
+                cols.push(KeyCol::new(a)?);
+                if self.watermark_key == Some(ki) {
+                    column_evict = Some(
+                        cast(a, &timestamp_type())?
+                            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+                            .clone(),
+                    );
                 }
             }
         }
         let readers = self
             .aggs
             .iter()
-            .map(|a| match a.input {
-                Some(i) => Reader::new(Some(&pick(batch.column(i))?)),
-                None => Ok(Reader::None),
-            })
+            .map(|a| Reader::new(a.input.map(|i| batch.column(i))))
             .collect::<Result<Vec<_>>>()?;
-        let converted = match &self.converter {
-            Some(c) if rows > 0 => Some(c.convert_columns(&key_arrays)?),
-            _ => None,
-        };
-        // One hash lookup per row; the key is copied once per new group.
-        let mut groups: FastMap<Vec<u8>, Group> = FastMap::default();
-        for r in 0..rows {
-            let key: &[u8] = match &converted {
-                Some(rs) => rs.row(r).data(),
-                None => &[],
+        let mut g = Grouper::default();
+        let mut key = Vec::with_capacity(64);
+        let win_bytes = if times.is_some() { 8 } else { 0 };
+        for r in 0..n {
+            key.clear();
+            key.resize(win_bytes, 0);
+            for c in &cols {
+                c.write(r, &mut key);
+            }
+            let column_evict_at = || {
+                column_evict
+                    .as_ref()
+                    .and_then(|c| c.is_valid(r).then(|| c.value(r)))
+                    .unwrap_or(i64::MAX)
             };
-            let g = match groups.get_mut(key) {
-                Some(g) => g,
+            match &times {
                 None => {
-                    let evict_at = evict_col.as_ref().and_then(|c| c[r]).unwrap_or(i64::MAX);
-                    groups.entry(key.to_vec()).or_insert(Group {
-                        evict_at,
+                    let gi = g.find(&key, r, 0, || Group {
+                        evict_at: column_evict_at(),
                         accs: self.new_accs(),
-                    })
+                    });
+                    for (a, rd) in g.groups[gi].accs.iter_mut().zip(&readers) {
+                        a.update(rd, r);
+                    }
                 }
-            };
-            for (a, rd) in g.accs.iter_mut().zip(&readers) {
-                a.update(rd, r);
+                Some(ts) => {
+                    if ts.is_null(r) {
+                        continue; // Spark leaves rows with a null time out
+                    }
+                    let t = ts.value(r);
+                    let last_start = t - t.rem_euclid(slide);
+                    // Oldest window first.
+                    for k in (0..per_row).rev() {
+                        let start = last_start - k * slide;
+                        if !(start <= t && t < start + size) {
+                            continue;
+                        }
+                        key[..8].copy_from_slice(&start.to_le_bytes());
+                        let gi = g.find(&key, r, start, || Group {
+                            evict_at: if window_evicts {
+                                start + size
+                            } else {
+                                column_evict_at()
+                            },
+                            accs: self.new_accs(),
+                        });
+                        for (a, rd) in g.groups[gi].accs.iter_mut().zip(&readers) {
+                            a.update(rd, r);
+                        }
+                    }
+                }
             }
         }
-        Ok(groups.into_iter().collect())
+        if g.groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(conv) = &self.converter else {
+            return Ok(g.groups.into_iter().map(|grp| (Vec::new(), grp)).collect());
+        };
+        // The distinct groups' key columns, in the state's row format.
+        let firsts = UInt32Array::from(std::mem::take(&mut g.firsts));
+        let mut key_arrays: Vec<ArrayRef> = Vec::new();
+        for k in &self.keys {
+            match k {
+                KeyExec::Window { assigner, .. } => {
+                    let ts = |v: Vec<i64>| -> ArrayRef {
+                        Arc::new(
+                            arrow::array::TimestampMicrosecondArray::from(v).with_timezone("UTC"),
+                        )
+                    };
+                    let ends = g.starts.iter().map(|s| s + assigner.size_us).collect();
+                    key_arrays.push(ts(g.starts.clone()));
+                    key_arrays.push(ts(ends));
+                }
+                KeyExec::Column { index, .. } => {
+                    key_arrays.push(take(batch.column(*index).as_ref(), &firsts, None)?)
+                }
+            }
+        }
+        let rows = conv.convert_columns(&key_arrays)?;
+        Ok(g.groups
+            .into_iter()
+            .enumerate()
+            .map(|(i, grp)| (rows.row(i).data().to_vec(), grp))
+            .collect())
     }
 
     /// The input rows this batch drops as late in full (every window they
@@ -830,6 +864,120 @@ impl AggregateOp {
     }
 }
 
+/// A batch's groups by batch-local key, in first-seen order.
+#[derive(Default)]
+struct Grouper {
+    index: FastMap<Vec<u8>, u32>,
+    groups: Vec<Group>,
+    /// Each group's first input row.
+    firsts: Vec<u32>,
+    /// Each group's window start (µs; 0 without a window).
+    starts: Vec<i64>,
+}
+
+impl Grouper {
+    /// The group of `key` (one hash lookup; the key is copied once per new group).
+    #[inline]
+    fn find(&mut self, key: &[u8], row: usize, start: i64, new: impl FnOnce() -> Group) -> usize {
+        if let Some(&i) = self.index.get(key) {
+            return i as usize;
+        }
+        let i = self.groups.len();
+        self.index.insert(key.to_vec(), i as u32);
+        self.groups.push(new());
+        self.firsts.push(row as u32);
+        self.starts.push(start);
+        i
+    }
+}
+
+/// One key column, read in place to write each row's value into a
+/// batch-local group key. Two values write the same bytes exactly when
+/// Arrow's row format (the state key) encodes them the same.
+enum KeyCol {
+    /// Fixed-width values (integers, floats by bits, dates, timestamps, decimals).
+    Fixed {
+        values: arrow::buffer::Buffer,
+        offset: usize,
+        width: usize,
+        nulls: Option<arrow::buffer::NullBuffer>,
+    },
+    /// `Utf8` values.
+    Utf8(StringArray),
+    /// `Binary` values.
+    Binary(BinaryArray),
+    /// Booleans.
+    Bool(arrow::array::BooleanArray),
+    /// Any other type: the column in Arrow's row format.
+    Rows(arrow::row::Rows),
+}
+
+impl KeyCol {
+    fn new(a: &ArrayRef) -> Result<KeyCol> {
+        let t = a.data_type();
+        Ok(match t {
+            ArrowType::Utf8 => KeyCol::Utf8(a.as_string::<i32>().clone()),
+            ArrowType::Binary => KeyCol::Binary(a.as_binary::<i32>().clone()),
+            ArrowType::Boolean => KeyCol::Bool(a.as_boolean().clone()),
+            _ if t.is_primitive() && t.primitive_width().is_some() => {
+                let d = a.to_data();
+                KeyCol::Fixed {
+                    values: d.buffers()[0].clone(),
+                    offset: d.offset(),
+                    width: t.primitive_width().unwrap_or(0),
+                    nulls: d.nulls().cloned(),
+                }
+            }
+            _ => {
+                let conv = RowConverter::new(vec![SortField::new(t.clone())])?;
+                KeyCol::Rows(conv.convert_columns(std::slice::from_ref(a))?)
+            }
+        })
+    }
+
+    /// Appends row `r`'s value (self-delimiting) to `out`.
+    #[inline]
+    fn write(&self, r: usize, out: &mut Vec<u8>) {
+        match self {
+            KeyCol::Fixed {
+                values,
+                offset,
+                width,
+                nulls,
+            } => {
+                if nulls.as_ref().is_some_and(|n| n.is_null(r)) {
+                    out.push(0);
+                } else {
+                    out.push(1);
+                    let at = (offset + r) * width;
+                    out.extend_from_slice(&values.as_slice()[at..at + width]);
+                }
+            }
+            KeyCol::Utf8(a) => var(out, a.is_valid(r).then(|| a.value(r).as_bytes())),
+            KeyCol::Binary(a) => var(out, a.is_valid(r).then(|| a.value(r))),
+            KeyCol::Bool(a) => out.push(match a.is_valid(r).then(|| a.value(r)) {
+                None => 0,
+                Some(false) => 1,
+                Some(true) => 2,
+            }),
+            KeyCol::Rows(rows) => var(out, Some(rows.row(r).data())),
+        }
+    }
+}
+
+/// Appends a nullable variable-length value: a tag, then its length and bytes.
+#[inline]
+fn var(out: &mut Vec<u8>, v: Option<&[u8]>) {
+    match v {
+        None => out.push(0),
+        Some(b) => {
+            out.push(1);
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(b);
+        }
+    }
+}
+
 /// The aggregate columns for groups' accumulators (fields from `first` on in `schema`).
 pub(crate) fn agg_arrays(
     aggs: &[AggExec],
@@ -917,4 +1065,191 @@ pub(crate) fn agg_arrays(
         cols.push(arr);
     }
     Ok(cols)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::window::TimeSource;
+    use arrow::array::{BooleanArray, DictionaryArray, Float64Array, Int32Array};
+    use arrow::datatypes::Int8Type;
+
+    /// Groups and counts rows the slow way: every row's key in Arrow's row format.
+    fn reference(keys: &[ArrayRef]) -> std::collections::BTreeMap<Vec<u8>, i64> {
+        let conv = RowConverter::new(
+            keys.iter()
+                .map(|k| SortField::new(k.data_type().clone()))
+                .collect(),
+        )
+        .unwrap();
+        let rows = conv.convert_columns(keys).unwrap();
+        let mut out = std::collections::BTreeMap::new();
+        for r in rows.iter() {
+            *out.entry(r.data().to_vec()).or_insert(0) += 1;
+        }
+        out
+    }
+
+    fn counts(groups: Vec<(Vec<u8>, Group)>) -> std::collections::BTreeMap<Vec<u8>, i64> {
+        groups
+            .into_iter()
+            .map(|(k, g)| match g.accs[0] {
+                Acc::Count(n) => (k, n),
+                _ => unreachable!(),
+            })
+            .collect()
+    }
+
+    fn count_star() -> AggExec {
+        AggExec {
+            func: AggFn::Count,
+            input: None,
+            input_type: None,
+            name: "n".into(),
+        }
+    }
+
+    #[test]
+    fn batch_local_keys_group_exactly_as_the_row_format() {
+        let ints: ArrayRef = Arc::new(Int32Array::from(vec![
+            Some(1),
+            None,
+            Some(1),
+            Some(2),
+            None,
+            Some(2),
+            Some(1),
+            Some(3),
+        ]));
+        let floats: ArrayRef = Arc::new(Float64Array::from(vec![
+            Some(0.0),
+            Some(-0.0),
+            Some(f64::NAN),
+            Some(0.0),
+            None,
+            Some(f64::NAN),
+            Some(0.0),
+            Some(1.5),
+        ]));
+        let strings: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("a"),
+            Some(""),
+            None,
+            Some("a"),
+            Some(""),
+            None,
+            Some("ab"),
+            Some("a"),
+        ]));
+        let bools: ArrayRef = Arc::new(BooleanArray::from(vec![
+            Some(true),
+            None,
+            Some(false),
+            Some(true),
+            None,
+            Some(false),
+            Some(true),
+            Some(true),
+        ]));
+        let dict: ArrayRef = Arc::new(
+            vec![
+                Some("x"),
+                Some("y"),
+                None,
+                Some("x"),
+                Some("y"),
+                None,
+                Some("x"),
+                Some("z"),
+            ]
+            .into_iter()
+            .collect::<DictionaryArray<Int8Type>>(),
+        );
+        let cols = vec![ints, floats, strings, bools, dict];
+        let fields: Vec<ArrowField> = cols
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ArrowField::new(format!("c{i}"), c.data_type().clone(), true))
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        let batch = RecordBatch::try_new(schema.clone(), cols.clone()).unwrap();
+        // Every subset of key columns, and a sliced batch (non-zero offsets).
+        for mask in 1..(1u32 << cols.len()) {
+            let picked: Vec<usize> = (0..cols.len()).filter(|i| mask & (1 << i) != 0).collect();
+            let keys = picked
+                .iter()
+                .map(|&i| KeyExec::Column {
+                    index: i,
+                    name: format!("c{i}"),
+                    watermarked: false,
+                })
+                .collect();
+            let op = AggregateOp::new(0, keys, vec![count_star()], &schema).unwrap();
+            for b in [batch.clone(), batch.slice(2, 5)] {
+                let key_cols: Vec<ArrayRef> = picked.iter().map(|&i| b.column(i).clone()).collect();
+                assert_eq!(
+                    counts(op.partial(&b).unwrap()),
+                    reference(&key_cols),
+                    "keys {picked:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn sliding_windows_group_each_row_into_every_window() {
+        const MIN: i64 = 60_000_000;
+        let ts: ArrayRef = Arc::new(
+            arrow::array::TimestampMicrosecondArray::from(vec![
+                Some(12 * MIN),
+                Some(10 * MIN),
+                None,
+                Some(-MIN - 1),
+                Some(12 * MIN + 5),
+            ])
+            .with_timezone("UTC"),
+        );
+        let k: ArrayRef = Arc::new(StringArray::from(vec!["a", "a", "a", "b", "a"]));
+        let schema = Arc::new(Schema::new(vec![
+            ArrowField::new("ts", timestamp_type(), true),
+            ArrowField::new("k", ArrowType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![ts, k.clone()]).unwrap();
+        let assigner = WindowAssigner {
+            source: TimeSource::Column(0),
+            size_us: 30 * MIN,
+            slide_us: 5 * MIN,
+        };
+        let times = assigner.times(&batch).unwrap();
+        let (idx, starts) = assigner.assign(&times);
+        let idx = UInt32Array::from(idx);
+        let ts_arr = |v: Vec<i64>| -> ArrayRef {
+            Arc::new(arrow::array::TimestampMicrosecondArray::from(v).with_timezone("UTC"))
+        };
+        let expected = reference(&[
+            ts_arr(starts.clone()),
+            ts_arr(starts.iter().map(|s| s + 30 * MIN).collect()),
+            take(k.as_ref(), &idx, None).unwrap(),
+        ]);
+        let keys = vec![
+            KeyExec::Window {
+                assigner,
+                name: "window".into(),
+                watermarked: true,
+            },
+            KeyExec::Column {
+                index: 1,
+                name: "k".into(),
+                watermarked: false,
+            },
+        ];
+        let op = AggregateOp::new(0, keys, vec![count_star()], &schema).unwrap();
+        let got = op.partial(&batch).unwrap();
+        for (key, g) in &got {
+            // The window end (second key column) is the eviction time.
+            let end = i64::from_be_bytes(key[10..18].try_into().unwrap()) ^ i64::MIN;
+            assert_eq!(g.evict_at, end);
+        }
+        assert_eq!(counts(got), expected);
+    }
 }

@@ -48,6 +48,21 @@ impl WindowAssigner {
         })
     }
 
+    /// The microsecond timestamps of the time source as one Arrow array
+    /// (no copy when the column already is a UTC microsecond timestamp).
+    pub fn time_array(
+        &self,
+        batch: &arrow::record_batch::RecordBatch,
+    ) -> Result<arrow::array::TimestampMicrosecondArray> {
+        Ok(match self.source {
+            TimeSource::Column(i) => {
+                let a = arrow::compute::cast(batch.column(i), &crate::row::timestamp_type())?;
+                a.as_primitive::<TimestampMicrosecondType>().clone()
+            }
+            TimeSource::WindowTime(_) => self.times(batch)?.into(),
+        })
+    }
+
     /// For each output row: the input row index and the window start (µs).
     /// Rows with a null time are left out, as Spark does.
     pub fn assign(&self, times: &[Option<i64>]) -> (Vec<u32>, Vec<i64>) {
