@@ -181,11 +181,24 @@ impl StateStore for MemoryStateStore {
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.touch(&key);
-        let (kl, vl) = (key.len(), value.len());
-        match self.map.insert(key, value) {
-            Some(old) => self.bytes = (self.bytes + vl).saturating_sub(old.len()),
-            None => self.bytes += kl + vl + 48,
+        // The first write of a key in a batch moves its previous value (and
+        // the key) into the undo log; no copies.
+        let vl = value.len();
+        match self.map.get_mut(key.as_slice()) {
+            Some(slot) => {
+                self.bytes = (self.bytes + vl).saturating_sub(slot.len());
+                let old = std::mem::replace(slot, value);
+                if !self.undo.contains_key(key.as_slice()) {
+                    self.undo.insert(key, Some(old));
+                }
+            }
+            None => {
+                self.bytes += key.len() + vl + 48;
+                if !self.undo.contains_key(key.as_slice()) {
+                    self.undo.insert(key.clone(), None);
+                }
+                self.map.insert(key, value);
+            }
         }
     }
 
@@ -274,6 +287,29 @@ mod tests {
         let v2 = MemoryStateStore::open(dir.path(), 2, 100, false).unwrap();
         assert_eq!(v2.get(b"a"), None);
         assert_eq!(v2.get(b"c").as_deref(), Some(&b"3"[..]));
+    }
+
+    #[test]
+    fn overwrites_restore_the_first_value_on_abort_and_persist_the_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = MemoryStateStore::open(dir.path(), 0, 100, false).unwrap();
+        s.put(b"a".to_vec(), b"1".to_vec());
+        s.commit(1).unwrap();
+        let committed = s.memory_used_bytes();
+        s.put(b"a".to_vec(), b"22".to_vec());
+        s.put(b"a".to_vec(), b"333".to_vec());
+        s.put(b"n".to_vec(), b"x".to_vec());
+        s.put(b"n".to_vec(), b"y".to_vec());
+        s.abort();
+        assert_eq!(s.get(b"a").as_deref(), Some(&b"1"[..]));
+        assert_eq!(s.get(b"n"), None);
+        assert_eq!(s.memory_used_bytes(), committed);
+        s.put(b"a".to_vec(), b"22".to_vec());
+        s.put(b"a".to_vec(), b"333".to_vec());
+        s.commit(2).unwrap();
+        let v2 = MemoryStateStore::open(dir.path(), 2, 100, false).unwrap();
+        assert_eq!(v2.get(b"a").as_deref(), Some(&b"333"[..]));
+        assert_eq!(v2.memory_used_bytes(), s.memory_used_bytes());
     }
 
     #[test]
