@@ -512,7 +512,7 @@ impl AggregateOp {
             .iter()
             .map(|a| Reader::new(a.input.map(|i| batch.column(i))))
             .collect::<Result<Vec<_>>>()?;
-        let mut g = Grouper::default();
+        let mut g = Grouper::new(self.new_accs());
         let mut key = Vec::with_capacity(64);
         let win_bytes = if times.is_some() { 8 } else { 0 };
         for r in 0..n {
@@ -529,11 +529,8 @@ impl AggregateOp {
             };
             match &times {
                 None => {
-                    let gi = g.find(&key, r, 0, || Group {
-                        evict_at: column_evict_at(),
-                        accs: self.new_accs(),
-                    });
-                    for (a, rd) in g.groups[gi].accs.iter_mut().zip(&readers) {
+                    let accs = g.find(&key, r, 0, column_evict_at);
+                    for (a, rd) in accs.iter_mut().zip(&readers) {
                         a.update(rd, r);
                     }
                 }
@@ -550,26 +547,26 @@ impl AggregateOp {
                             continue;
                         }
                         key[..8].copy_from_slice(&start.to_le_bytes());
-                        let gi = g.find(&key, r, start, || Group {
-                            evict_at: if window_evicts {
+                        let accs = g.find(&key, r, start, || {
+                            if window_evicts {
                                 start + size
                             } else {
                                 column_evict_at()
-                            },
-                            accs: self.new_accs(),
+                            }
                         });
-                        for (a, rd) in g.groups[gi].accs.iter_mut().zip(&readers) {
+                        for (a, rd) in accs.iter_mut().zip(&readers) {
                             a.update(rd, r);
                         }
                     }
                 }
             }
         }
-        if g.groups.is_empty() {
+        let groups = g.groups();
+        if groups.is_empty() {
             return Ok(Vec::new());
         }
         let Some(conv) = &self.converter else {
-            return Ok(g.groups.into_iter().map(|grp| (Vec::new(), grp)).collect());
+            return Ok(groups.into_iter().map(|grp| (Vec::new(), grp)).collect());
         };
         // The distinct groups' key columns, in the state's row format.
         let firsts = UInt32Array::from(std::mem::take(&mut g.firsts));
@@ -592,7 +589,7 @@ impl AggregateOp {
             }
         }
         let rows = conv.convert_columns(&key_arrays)?;
-        Ok(g.groups
+        Ok(groups
             .into_iter()
             .enumerate()
             .map(|(i, grp)| (rows.row(i).data().to_vec(), grp))
@@ -754,7 +751,8 @@ impl AggregateOp {
             OutputMode::Update => updated,
             OutputMode::Append => evicted,
         };
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        // Keys are unique: an unstable sort gives the same order, without a buffer.
+        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let store = self.store.as_ref().unwrap();
         m.num_rows_total = store.len() as i64;
         m.memory_used_bytes = store.memory_used_bytes() as i64;
@@ -864,11 +862,16 @@ impl AggregateOp {
     }
 }
 
-/// A batch's groups by batch-local key, in first-seen order.
-#[derive(Default)]
+/// A batch's groups by batch-local key, in first-seen order, with their
+/// accumulators side by side in one vector (no pointer to chase per row).
 struct Grouper {
     index: FastMap<Vec<u8>, u32>,
-    groups: Vec<Group>,
+    /// A new group's accumulators.
+    template: Vec<Acc>,
+    /// Every group's accumulators, `template.len()` per group.
+    accs: Vec<Acc>,
+    /// Each group's eviction time.
+    evicts: Vec<i64>,
     /// Each group's first input row.
     firsts: Vec<u32>,
     /// Each group's window start (µs; 0 without a window).
@@ -876,18 +879,54 @@ struct Grouper {
 }
 
 impl Grouper {
-    /// The group of `key` (one hash lookup; the key is copied once per new group).
-    #[inline]
-    fn find(&mut self, key: &[u8], row: usize, start: i64, new: impl FnOnce() -> Group) -> usize {
-        if let Some(&i) = self.index.get(key) {
-            return i as usize;
+    fn new(template: Vec<Acc>) -> Grouper {
+        Grouper {
+            index: FastMap::default(),
+            template,
+            accs: Vec::new(),
+            evicts: Vec::new(),
+            firsts: Vec::new(),
+            starts: Vec::new(),
         }
-        let i = self.groups.len();
-        self.index.insert(key.to_vec(), i as u32);
-        self.groups.push(new());
-        self.firsts.push(row as u32);
-        self.starts.push(start);
-        i
+    }
+
+    /// The accumulators of `key`'s group (one hash lookup; the key is copied
+    /// once per new group, whose eviction time `evict_at` gives).
+    #[inline]
+    fn find(
+        &mut self,
+        key: &[u8],
+        row: usize,
+        start: i64,
+        evict_at: impl FnOnce() -> i64,
+    ) -> &mut [Acc] {
+        let i = match self.index.get(key) {
+            Some(&i) => i as usize,
+            None => {
+                let i = self.evicts.len();
+                self.index.insert(key.to_vec(), i as u32);
+                self.accs.extend_from_slice(&self.template);
+                self.evicts.push(evict_at());
+                self.firsts.push(row as u32);
+                self.starts.push(start);
+                i
+            }
+        };
+        let n = self.template.len();
+        &mut self.accs[i * n..(i + 1) * n]
+    }
+
+    /// The groups, in first-seen order.
+    fn groups(&self) -> Vec<Group> {
+        let n = self.template.len();
+        self.evicts
+            .iter()
+            .enumerate()
+            .map(|(i, &evict_at)| Group {
+                evict_at,
+                accs: self.accs[i * n..(i + 1) * n].to_vec(),
+            })
+            .collect()
     }
 }
 
