@@ -43,16 +43,36 @@ fn write_file(dir: &Path, i: usize) {
 }
 
 fn session() -> Session {
-    Session::with_config(SessionConfig {
+    session_on(MEMORY)
+}
+
+const MEMORY: &str = "memory";
+
+/// A session whose state store is `provider` (`memory` or `rocksdb`).
+fn session_on(provider: &str) -> Session {
+    let mut conf = SessionConfig {
         fsync_checkpoint: true,
         ..SessionConfig::default()
-    })
+    };
+    conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+        .unwrap();
+    Session::with_config(conf)
 }
 
 /// Windowed count+sum over the file source, append mode, one file per batch,
 /// collecting (batch id, sorted rows) through foreach_batch.
 fn start(input: &Path, chk: &Path, out: Collected) -> Result<StreamingQuery, WeirError> {
-    session()
+    start_on(MEMORY, input, chk, out)
+}
+
+/// [`start`] on the `provider` state store.
+fn start_on(
+    provider: &str,
+    input: &Path,
+    chk: &Path,
+    out: Collected,
+) -> Result<StreamingQuery, WeirError> {
+    session_on(provider)
         .read_stream(FileSource::new(input, FileFormat::Json, fields()).max_files_per_trigger(1))
         .with_watermark("ts", "10 minutes")
         .group_by(vec![
@@ -77,7 +97,18 @@ fn start(input: &Path, chk: &Path, out: Collected) -> Result<StreamingQuery, Wei
 /// Starts the query, feeds files `files` one at a time (each fully processed,
 /// with the no-data batches it makes due), then stops it.
 fn run_files(input: &Path, chk: &Path, out: &Collected, files: std::ops::Range<usize>) {
-    let q = start(input, chk, out.clone()).unwrap();
+    run_files_on(MEMORY, input, chk, out, files)
+}
+
+/// [`run_files`] on the `provider` state store.
+fn run_files_on(
+    provider: &str,
+    input: &Path,
+    chk: &Path,
+    out: &Collected,
+    files: std::ops::Range<usize>,
+) {
+    let q = start_on(provider, input, chk, out.clone()).unwrap();
     q.process_all_available().unwrap();
     for i in files {
         write_file(input, i);
@@ -112,6 +143,19 @@ fn stop_and_restart_equals_an_uninterrupted_run() {
     let out: Collected = Arc::default();
     run_files(&input, &chk, &out, 0..3);
     run_files(&input, &chk, &out, 3..FILES.len());
+    assert_eq!(*out.lock().unwrap(), expected);
+}
+
+/// Stop and restart on the RocksDB state store.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn stop_and_restart_equals_an_uninterrupted_run_on_rocksdb() {
+    let expected = uninterrupted();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+    let out: Collected = Arc::default();
+    run_files_on("rocksdb", &input, &chk, &out, 0..3);
+    run_files_on("rocksdb", &input, &chk, &out, 3..FILES.len());
     assert_eq!(*out.lock().unwrap(), expected);
 }
 
@@ -200,19 +244,45 @@ fn a_damaged_checkpoint_is_a_clear_error_not_a_panic() {
 
 /// The child side of the kill test: runs the query over the files with a
 /// failpoint set, and dies (abort) between the state commit and the commit log.
-fn crash_child_if_asked() -> bool {
+fn crash_child_if_asked(provider: &str) -> bool {
     let Ok(dir) = std::env::var("WEIR_CRASH_TEST_DIR") else {
         return false;
     };
     let dir = std::path::PathBuf::from(dir);
     let out: Collected = Arc::default();
-    run_files(&dir.join("in"), &dir.join("chk"), &out, 0..FILES.len());
+    run_files_on(
+        provider,
+        &dir.join("in"),
+        &dir.join("chk"),
+        &out,
+        0..FILES.len(),
+    );
     true
 }
 
 #[test]
 fn a_killed_process_between_state_commit_and_commit_log_recovers_exactly() {
-    if crash_child_if_asked() {
+    killed_process_recovers(
+        MEMORY,
+        "recovery::a_killed_process_between_state_commit_and_commit_log_recovers_exactly",
+    );
+}
+
+/// The kill test on the RocksDB state store: its instance is a cache of the
+/// last committed version, rebuilt from the checkpoint when it is not.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_killed_process_recovers_exactly_on_rocksdb() {
+    killed_process_recovers(
+        "rocksdb",
+        "recovery::a_killed_process_recovers_exactly_on_rocksdb",
+    );
+}
+
+/// Runs the query in a child process (this test binary, test `name`) that
+/// dies between a state commit and the commit log, then restarts it here.
+fn killed_process_recovers(provider: &str, name: &str) {
+    if crash_child_if_asked(provider) {
         return; // (not reached when the failpoint fires)
     }
     let expected = uninterrupted();
@@ -224,12 +294,7 @@ fn a_killed_process_between_state_commit_and_commit_log_recovers_exactly() {
         .unwrap()
         .0;
     let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "recovery::a_killed_process_between_state_commit_and_commit_log_recovers_exactly",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env("WEIR_CRASH_TEST_DIR", dir.path())
         .env("WEIR_FAILPOINT", format!("after_state_commit:{victim}"))
         .stdout(std::process::Stdio::null())
@@ -250,7 +315,13 @@ fn a_killed_process_between_state_commit_and_commit_log_recovers_exactly() {
     // re-run from the logged offsets and the restored state.
     let written = fs::read_dir(dir.path().join("in")).unwrap().count();
     let out: Collected = Arc::default();
-    run_files(&dir.path().join("in"), &chk, &out, written..FILES.len());
+    run_files_on(
+        provider,
+        &dir.path().join("in"),
+        &chk,
+        &out,
+        written..FILES.len(),
+    );
     let got = out.lock().unwrap().clone();
     let tail: Vec<_> = expected
         .iter()

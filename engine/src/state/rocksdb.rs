@@ -21,6 +21,9 @@ use super::{StateIter, StateStore, StateStoreProvider};
 use crate::checkpoint::write_atomic;
 use crate::error::{Result, WeirError};
 
+/// RocksDB's memtable size (its default is 64 MB).
+const WRITE_BUFFER_BYTES: usize = 4 << 20;
+
 /// Opens [`RocksDbStateStore`]s.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RocksDbStateProvider;
@@ -43,15 +46,21 @@ impl StateStoreProvider for RocksDbStateProvider {
 }
 
 /// One operator partition's state in RocksDB.
+///
+/// A batch's writes stay in `pending` (read through it) until `commit`
+/// writes them to RocksDB as one `WriteBatch`: an abort drops them, and the
+/// instance only ever holds committed versions.
 pub struct RocksDbStateStore {
     dir: PathBuf,
     db: DB,
-    /// Keys touched this batch with their previous values (abort and delta).
-    undo: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// This batch's writes: the new value, or `None` for a removal.
+    pending: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Keys committed in RocksDB (not counting `pending`).
+    committed_len: usize,
+    /// `committed_len` with this batch's writes applied.
     len: usize,
     retain: u64,
     sync: bool,
-    dirty: bool,
 }
 
 fn db_err(dir: &Path, e: rocksdb::Error) -> WeirError {
@@ -75,20 +84,25 @@ impl RocksDbStateStore {
         }
         let mut opts = Options::default();
         opts.create_if_missing(true);
+        // Aggregations overwrite the same keys every batch; a small write
+        // buffer flushes those versions out of the memtable often, which
+        // keeps the scans of watermark eviction short.
+        opts.set_write_buffer_size(WRITE_BUFFER_BYTES);
         let db = DB::open(&opts, &db_dir).map_err(|e| db_err(&db_dir, e))?;
         let mut s = RocksDbStateStore {
             dir: dir.to_path_buf(),
             db,
-            undo: HashMap::new(),
+            pending: HashMap::new(),
+            committed_len: 0,
             len: 0,
             retain: retain.max(1),
             sync,
-            dirty: false,
         };
         if cached != Some(version) && version > 0 {
             s.rebuild(version)?;
         }
-        s.len = s.db.iterator(IteratorMode::Start).count();
+        s.committed_len = s.db.iterator(IteratorMode::Start).count();
+        s.len = s.committed_len;
         Ok(s)
     }
 
@@ -127,53 +141,49 @@ impl RocksDbStateStore {
         Ok(())
     }
 
-    fn read(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.db.get(key).ok().flatten()
-    }
-
-    fn touch(&mut self, key: &[u8]) -> bool {
-        if !self.dirty {
-            // The cached instance no longer equals a committed version until commit.
-            let _ = fs::remove_file(Self::marker(&self.dir));
-            self.dirty = true;
+    /// Whether `key` exists, this batch's writes included.
+    fn exists(&self, key: &[u8]) -> bool {
+        match self.pending.get(key) {
+            Some(v) => v.is_some(),
+            None => matches!(self.db.get_pinned(key), Ok(Some(_))),
         }
-        let old = self.read(key);
-        let existed = old.is_some();
-        self.undo.entry(key.to_vec()).or_insert(old);
-        existed
     }
 }
 
 impl StateStore for RocksDbStateStore {
     fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
-        self.read(key).map(Cow::Owned)
+        match self.pending.get(key) {
+            Some(v) => v.as_deref().map(Cow::Borrowed),
+            None => self.db.get(key).ok().flatten().map(Cow::Owned),
+        }
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        if !self.touch(&key) {
+        if !self.exists(&key) {
             self.len += 1;
         }
-        if let Err(e) = self.db.put(&key, &value) {
-            tracing::error!("RocksDB put failed: {e}");
-        }
+        self.pending.insert(key, Some(value));
     }
 
     fn remove(&mut self, key: &[u8]) {
-        if self.touch(key) {
+        if self.exists(key) {
             self.len -= 1;
-        }
-        if let Err(e) = self.db.delete(key) {
-            tracing::error!("RocksDB delete failed: {e}");
+            self.pending.insert(key.to_vec(), None);
         }
     }
 
     fn iter(&self) -> StateIter<'_> {
-        Box::new(
-            self.db
-                .iterator(IteratorMode::Start)
-                .flatten()
-                .map(|(k, v)| (Cow::Owned(k.into_vec()), Cow::Owned(v.into_vec()))),
-        )
+        let committed = self
+            .db
+            .iterator(IteratorMode::Start)
+            .flatten()
+            .filter(|(k, _)| !self.pending.contains_key(k.as_ref()))
+            .map(|(k, v)| (Cow::Owned(k.into_vec()), Cow::Owned(v.into_vec())));
+        let written = self
+            .pending
+            .iter()
+            .filter_map(|(k, v)| Some((Cow::Borrowed(k.as_slice()), Cow::Borrowed(v.as_deref()?))));
+        Box::new(committed.chain(written))
     }
 
     fn len(&self) -> usize {
@@ -181,17 +191,27 @@ impl StateStore for RocksDbStateStore {
     }
 
     fn commit(&mut self, version: u64) -> Result<()> {
-        let changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = self
-            .undo
-            .keys()
-            .map(|k| (k.clone(), self.read(k)))
-            .collect();
-        let delta = encode(changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
+        let delta = encode(
+            self.pending
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_deref())),
+        );
         write_atomic(
             &self.dir.join(format!("{version}.delta")),
             &delta,
             self.sync,
         )?;
+        // The instance is not a committed version while the batch is applied.
+        let _ = fs::remove_file(Self::marker(&self.dir));
+        let mut wb = WriteBatch::default();
+        for (k, v) in self.pending.drain() {
+            match v {
+                Some(v) => wb.put(k, v),
+                None => wb.delete(k),
+            }
+        }
+        self.db.write(wb).map_err(|e| db_err(&self.dir, e))?;
+        self.committed_len = self.len;
         if version % SNAPSHOT_INTERVAL == 0 {
             let all: Vec<(Vec<u8>, Vec<u8>)> = self
                 .db
@@ -207,40 +227,39 @@ impl StateStore for RocksDbStateStore {
             )?;
         }
         if self.sync {
-            self.db.flush().map_err(|e| db_err(&self.dir, e))?;
+            // The marker below must not name a version the instance could
+            // lose in a crash: sync RocksDB's log of this write first.
+            self.db.flush_wal(true).map_err(|e| db_err(&self.dir, e))?;
         }
         write_atomic(
             &Self::marker(&self.dir),
             version.to_string().as_bytes(),
             self.sync,
         )?;
-        self.undo.clear();
-        self.dirty = false;
         super::memory::purge_old(&self.dir, version, self.retain);
         Ok(())
     }
 
     fn abort(&mut self) {
-        let mut wb = WriteBatch::default();
-        for (k, old) in self.undo.drain() {
-            match old {
-                Some(v) => wb.put(k, v),
-                None => wb.delete(k),
-            }
-        }
-        let _ = self.db.write(wb);
-        self.len = self.db.iterator(IteratorMode::Start).count();
+        self.pending.clear();
+        self.len = self.committed_len;
     }
 
     fn memory_used_bytes(&self) -> usize {
-        [
-            "rocksdb.cur-size-all-mem-tables",
-            "rocksdb.estimate-table-readers-mem",
-            "rocksdb.block-cache-usage",
-        ]
-        .iter()
-        .filter_map(|p| self.db.property_int_value(*p).ok().flatten())
-        .sum::<u64>() as usize
+        let pending: usize = self
+            .pending
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()))
+            .sum();
+        pending
+            + [
+                "rocksdb.cur-size-all-mem-tables",
+                "rocksdb.estimate-table-readers-mem",
+                "rocksdb.block-cache-usage",
+            ]
+            .iter()
+            .filter_map(|p| self.db.property_int_value(*p).ok().flatten())
+            .sum::<u64>() as usize
     }
 }
 
@@ -286,6 +305,46 @@ mod tests {
         drop(s);
         let s = RocksDbStateStore::open(dir.path(), 1, 100, false).unwrap();
         assert_eq!(s.get(b"half"), None);
+        assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn reads_and_iteration_see_the_batch_until_it_aborts() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = RocksDbStateStore::open(dir.path(), 0, 100, true).unwrap();
+        s.put(b"a".to_vec(), b"1".to_vec());
+        s.put(b"b".to_vec(), b"2".to_vec());
+        s.commit(1).unwrap();
+        s.put(b"b".to_vec(), b"20".to_vec());
+        s.remove(b"a");
+        s.remove(b"never");
+        s.put(b"c".to_vec(), b"3".to_vec());
+        assert_eq!(s.get(b"b").as_deref(), Some(&b"20"[..]));
+        assert_eq!(s.get(b"a"), None);
+        assert_eq!(s.len(), 2);
+        let mut all: Vec<(Vec<u8>, Vec<u8>)> = s
+            .iter()
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        all.sort();
+        assert_eq!(
+            all,
+            [
+                (b"b".to_vec(), b"20".to_vec()),
+                (b"c".to_vec(), b"3".to_vec())
+            ]
+        );
+        s.abort();
+        assert_eq!(s.get(b"a").as_deref(), Some(&b"1"[..]));
+        assert_eq!(s.get(b"b").as_deref(), Some(&b"2"[..]));
+        assert_eq!(s.len(), 2);
+        // A committed batch survives a reopen at its version (the cached
+        // instance, synced before its marker).
+        s.remove(b"a");
+        s.commit(2).unwrap();
+        drop(s);
+        let s = RocksDbStateStore::open(dir.path(), 2, 100, true).unwrap();
+        assert_eq!(s.get(b"a"), None);
         assert_eq!(s.len(), 1);
     }
 }
