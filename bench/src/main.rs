@@ -20,10 +20,15 @@ use std::time::Instant;
 fn main() {
     let started = Instant::now();
     let args: Vec<String> = std::env::args().skip(1).collect();
+    const USAGE: &str = "usage: weir-bench <lab|page_views|sliding|tiny|startup|baseline> [--batches N] [--rows-per-batch N] [--mode update|append] [--state memory|rocksdb] [--fsync true|false]";
     let Some(scenario) = args.first().cloned() else {
-        eprintln!("usage: weir-bench <lab|page_views|sliding|tiny|startup|baseline> [--batches N] [--rows-per-batch N] [--mode update|append] [--state memory|rocksdb] [--fsync true|false]");
+        eprintln!("{USAGE}");
         std::process::exit(2);
     };
+    if scenario == "--help" || scenario == "-h" {
+        println!("{USAGE}");
+        return;
+    }
     let opts = scenarios::Opts::parse(&args[1..]).unwrap_or_else(|e| {
         eprintln!("weir-bench: {e}");
         std::process::exit(2);
