@@ -313,13 +313,18 @@ pub fn late_rows_can_happen(q: &QueryDecl, l: &Lowered, errs: &mut Errors) {
         );
         return;
     }
-    let stateful = ops().any(|o| {
-        o.is_stateful() || matches!(o, Op::Join { .. }) && l.join.as_ref().is_some_and(|j| !j.table)
-    });
-    if !stateful {
+    if l.join.as_ref().is_some_and(|j| !j.table) {
         errs.spanned_help(
             key,
-            "`late_rows:` needs a stateful operation: only aggregations, drop_duplicates and stream-stream joins drop late rows",
+            "`late_rows:` with a stream-stream join is not supported yet: each side drops its own late rows, in its own schema, and a sink takes one",
+            "remove `late_rows:`; the join's late rows are counted in the progress (numRowsDroppedByWatermark)",
+        );
+        return;
+    }
+    if !ops().any(|o| o.is_stateful()) {
+        errs.spanned_help(
+            key,
+            "`late_rows:` needs a stateful operation (an aggregation or drop_duplicates): only those drop late rows",
             "remove `late_rows:`; without state, every row reaches the sink",
         );
     }

@@ -3,7 +3,7 @@
 
 use weir_plan::{GroupKey, Op};
 
-use crate::ast::{join_type_name, QueryDecl, Sink, Source, TriggerDecl};
+use crate::ast::{join_type_name, QueryDecl, Setting, Sink, Source, TriggerDecl};
 use crate::lower::Lowered;
 use crate::types::{rust_type_name, Col};
 
@@ -217,7 +217,7 @@ fn sink_text(s: &Sink, query_name: &str) -> String {
             key,
             create_table,
         } => {
-            o.push(format!("url = {url}"));
+            o.push(format!("url = {}", redacted(url)));
             o.push(format!("table = \"{table}\""));
             if !key.is_empty() {
                 let k: Vec<String> = key.iter().map(|i| i.to_string()).collect();
@@ -233,7 +233,7 @@ fn sink_text(s: &Sink, query_name: &str) -> String {
             key,
             key_fields,
         } => {
-            o.push(format!("url = {url}"));
+            o.push(format!("url = {}", redacted(url)));
             if let Some(p) = key_prefix {
                 o.push(format!("key_prefix = \"{p}\""));
             }
@@ -349,4 +349,27 @@ fn group_keys(keys: &[GroupKey]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A connection setting with any password in it hidden (`EXPLAIN` is
+/// printed and logged): `user:secret@` in a URL, `password=...` in a
+/// key-value connection string.
+fn redacted(s: &Setting) -> String {
+    let Setting::Lit(v) = s else {
+        return s.to_string();
+    };
+    let mut v = v.clone();
+    if let (Some(scheme), Some(at)) = (v.find("://"), v.rfind('@')) {
+        if let Some(colon) = v[scheme + 3..at].find(':') {
+            v.replace_range(scheme + 3 + colon + 1..at, "***");
+        }
+    }
+    let words: Vec<String> = v
+        .split(' ')
+        .map(|w| match w.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+            _ => w.to_string(),
+        })
+        .collect();
+    format!("\"{}\"", words.join(" "))
 }

@@ -485,6 +485,19 @@ impl Tr<'_, '_> {
             self.errs.spanned(lit, e.to_string());
             return Node::poisoned();
         }
+        // SQL's INTERVAL takes one amount and unit here ("15 minutes").
+        let words: Vec<String> = lit.value().split_whitespace().map(str::to_string).collect();
+        if words.len() != 2 || words[0].parse::<u64>().is_err() {
+            self.errs.spanned_help(
+                lit,
+                format!(
+                    "an interval is one amount and unit, not \"{}\"",
+                    lit.value()
+                ),
+                "e.g. interval(\"15 minutes\") or interval(\"90 seconds\")",
+            );
+            return Node::poisoned();
+        }
         let ty =
             match l.ty.clone() {
                 Ty::Known(DataType::Timestamp) => Ty::Known(DataType::Timestamp),

@@ -305,4 +305,41 @@ mod tests {
         assert!(out.contains("fn writer_from"));
         assert!(out.contains(":: weir :: sink :: MemorySink :: new (\"sums\")"));
     }
+
+    #[test]
+    fn explain_hides_passwords_in_connection_settings() {
+        for (url, shown) in [
+            (
+                "postgresql://weir:s3cret@db:5432/x",
+                "postgresql://weir:***@db:5432/x",
+            ),
+            (
+                "host=db user=weir password=s3cret",
+                "host=db user=weir password=***",
+            ),
+        ] {
+            let mut errs = errors::Errors::new();
+            let q = parse::parse_query(
+                quote! {
+                    query Totals {
+                        source: memory,
+                        schema: Sale { shop: String, amount: i64 },
+                        group_by: [shop],
+                        aggregate: { total: sum(amount) },
+                        output_mode: complete,
+                        sink: postgres(url = #url, table = "totals"),
+                        checkpoint: "chk",
+                    }
+                },
+                &mut errs,
+            )
+            .unwrap();
+            let l = lower::lower(&q, &mut errs).unwrap();
+            let out = lower::output_columns(&l, &mut errs);
+            assert!(errs.is_empty(), "{errs:?}");
+            let text = explain::explain(&q, &l, &out);
+            assert!(text.contains(shown), "{text}");
+            assert!(!text.contains("s3cret"), "{text}");
+        }
+    }
 }

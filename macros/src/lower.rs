@@ -688,8 +688,18 @@ fn lower_join(
     if name == left_source {
         name.push_str("_right");
     }
+    // The plan's names: no identifier (a source's or a table's snake_case
+    // name) can be the other stream's node id, and a table is never named
+    // like the result node.
+    if j.table && name == "result" {
+        name.push_str("_table");
+    }
     let source_name = name.clone();
-    let name = if j.table { name } else { "right".to_string() };
+    let name = if j.table {
+        name
+    } else {
+        "the joined stream".to_string()
+    };
     let fields: Vec<Field> = side
         .input
         .iter()
@@ -755,20 +765,47 @@ fn lower_join(
             }
         })
         .collect();
-    if !semi {
-        for c in &side.cols {
-            if keys.contains(&c.name) {
-                continue;
-            }
-            if j.using.is_none() && lookup(left, &c.name).is_some() {
-                errs.spanned_help(
-                    j.on.as_ref().map(|e| e.to_token_stream()).unwrap_or_else(|| j.key.to_token_stream()),
-                    format!("both sides of the join have a column `{}`", c.name),
-                    format!("rename it on one side with `select:` (e.g. `select: {{ right_{0}: {0}, ... }}`), or join `using: [{0}]` when it is the join key", c.name),
-                );
-                continue;
-            }
+    for c in &side.cols {
+        if keys.contains(&c.name) {
+            continue;
+        }
+        // The engine refuses an ON join whose sides share a name, and a
+        // USING join would have the name twice in the result.
+        if lookup(left, &c.name).is_some() {
+            let at =
+                j.on.as_ref()
+                    .map(|e| e.to_token_stream())
+                    .or_else(|| j.using.as_ref().map(|u| u.key.to_token_stream()))
+                    .unwrap_or_else(|| j.key.to_token_stream());
+            errs.spanned_help(
+                at,
+                format!("both sides of the join have a column `{}`", c.name),
+                format!("rename it on one side with `select:` (e.g. `select: {{ right_{0}: {0}, ... }}`), or join `using: [{0}]` when it is the join key", c.name),
+            );
+            continue;
+        }
+        if !semi {
             after.push(null_if(c, right_nullable));
+        }
+    }
+    // USING keys compare values of one type.
+    for k in j.using.iter().flat_map(|u| &u.columns) {
+        let name = k.unraw().to_string();
+        if let (Some(l), Some(r)) = (lookup(left, &name), lookup(&side.cols, &name)) {
+            if l.ty.dtype != r.ty.dtype {
+                errs.spanned_help(
+                    k,
+                    format!(
+                        "join key `{name}` is {} on the left and {} on the right",
+                        rust_type_name(l.ty),
+                        rust_type_name(r.ty)
+                    ),
+                    format!(
+                        "convert one side with `select:`, e.g. `{name}: {name} as {}`",
+                        rust_type_name(ColType::new(l.ty.dtype))
+                    ),
+                );
+            }
         }
     }
 
@@ -1302,13 +1339,13 @@ mod tests {
         });
         assert_eq!(l.plan.nodes.len(), 2);
         assert_eq!(l.result_node(), 1);
-        assert_eq!(l.plan.nodes[0].id, "right");
+        assert_eq!(l.plan.nodes[0].id, "the joined stream");
         assert_eq!(l.plan.nodes[0].input, "click");
         assert_eq!(l.plan.nodes[1].input, "impression");
         assert_eq!(
             l.plan.nodes[1].ops[1],
             Op::Join {
-                right: "right".into(),
+                right: "the joined stream".into(),
                 how: JoinType::LeftOuter,
                 on: Some("click_ad_id = imp_ad_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '15 minutes'".into()),
                 using: None,

@@ -457,14 +457,13 @@ fn parse_join(input: ParseStream, key: &Ident, errs: &mut Errors) -> syn::Result
             errs.syn(e);
         }
     }
-    let Some((side_key, side, table)) = side else {
+    if side.is_none() {
         errs.spanned_help(
             key,
             "`join:` needs the other side",
             "add `stream: { source: ..., schema: ... }` (a stream-stream join) or `table: { source: ..., schema: ... }` (a stream-static join)",
         );
-        return Ok(None);
-    };
+    }
     match (&on, &using) {
         (None, None) => errs.spanned_help(
             key,
@@ -478,7 +477,9 @@ fn parse_join(input: ParseStream, key: &Ident, errs: &mut Errors) -> syn::Result
         ),
         _ => {}
     }
-    let _ = side_key;
+    let Some((_, side, table)) = side else {
+        return Ok(None);
+    };
     if errs.len() > before {
         return Ok(None);
     }

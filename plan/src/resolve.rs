@@ -425,6 +425,7 @@ fn apply_op(
             };
             let _ = plan;
             let mut cols = cur.columns.clone();
+            let n_left = cols.len();
             if let Some(keys) = using {
                 for (i, k) in keys.iter().enumerate() {
                     if cur.column(k).is_none() {
@@ -459,11 +460,12 @@ fn apply_op(
             if let Some(on) = on {
                 check_sql_columns(on, &merged, at(Part::Whole), errs);
             }
-            // A semi or anti join only filters the left side's rows.
+            // A semi or anti join only filters the left side's rows (USING
+            // keys first, as Spark and the engine give them).
             if matches!(how, JoinType::LeftSemi | JoinType::LeftAnti) {
-                cur.streaming = merged.streaming;
-                cur.has_watermark = merged.has_watermark;
-                cur.aggregated = merged.aggregated;
+                let mut out = merged;
+                out.columns.truncate(n_left);
+                *cur = out;
             } else {
                 *cur = merged;
             }

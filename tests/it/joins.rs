@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use weir::dataset::JoinOn;
+use weir::functions::{col, count_star, window};
 use weir::plan::{DataType, Field, JoinType};
 use weir::sink::MemorySink;
 use weir::source::{FileFormat, MemoryStream};
@@ -159,5 +160,96 @@ fn stream_stream_left_outer_join_emits_unmatched_rows_when_the_watermark_passes(
         p.state_operators[0].num_rows_total < 5,
         "state was evicted: {:?}",
         p.state_operators[0]
+    );
+}
+
+/// Late rows of an aggregation after a stream-static join go to the late
+/// sink in the joined schema (the static join drops nothing itself).
+#[test]
+fn late_rows_after_a_static_join_have_the_joined_schema() {
+    let chk = tempfile::tempdir().unwrap();
+    let events = MemoryStream::new(&[
+        Field::new("ts", DataType::Timestamp),
+        Field::new("key", DataType::String),
+    ]);
+    let dims = MemoryStream::new(&[
+        Field::new("key", DataType::String),
+        Field::new("tier", DataType::Int32),
+    ]);
+    dims.add_json(&[json!({"key": "a", "tier": 1})]).unwrap();
+    let mut src: weir::source::BoxSource = Box::new(dims);
+    let rows = src.get_batch(None, &serde_json::Value::from(0)).unwrap();
+    let table = StaticTable::from_batches(rows[0].schema(), rows);
+    let late = MemorySink::new("");
+    let late_table = late.table();
+    let q = session()
+        .read_stream(events.clone())
+        .with_watermark("ts", "10 minutes")
+        .join_static("dims", table, ["key"], JoinType::LeftOuter)
+        .group_by(vec![window("ts", "10 minutes"), col("tier")])
+        .agg(vec![count_star("n")])
+        .write_stream()
+        .output_mode(weir::plan::OutputMode::Append)
+        .sink(MemorySink::new(""))
+        .late_rows_to(late)
+        .checkpoint_location(chk.path().to_str().unwrap())
+        .start()
+        .unwrap();
+    events
+        .add_json(&[json!({"ts": "2024-01-01T12:30:00Z", "key": "a"})])
+        .unwrap();
+    q.process_all_available().unwrap();
+    events
+        .add_json(&[json!({"ts": "2024-01-01T12:05:00Z", "key": "a"})])
+        .unwrap();
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    assert!(q.exception().is_none(), "{:?}", q.exception());
+    let late: Vec<serde_json::Value> = late_table
+        .batches()
+        .iter()
+        .flat_map(|(_, b)| rows_json(b))
+        .collect();
+    assert_eq!(
+        late,
+        vec![json!({"key": "a", "ts": "2024-01-01T12:05:00Z", "tier": 1})]
+    );
+}
+
+/// A stream-stream join drops late rows of two schemas (each side's); one
+/// late sink cannot take both, and the query says so when it starts.
+#[test]
+fn late_rows_of_a_stream_stream_join_are_refused_at_start() {
+    let chk = tempfile::tempdir().unwrap();
+    let imps = MemoryStream::new(&[
+        Field::new("imp_id", DataType::Int64),
+        Field::new("imp_ts", DataType::Timestamp),
+    ]);
+    let clicks = MemoryStream::new(&[
+        Field::new("click_id", DataType::Int64),
+        Field::new("click_ts", DataType::Timestamp),
+    ]);
+    let s = session();
+    let started = s
+        .read_stream(imps)
+        .with_watermark("imp_ts", "10 minutes")
+        .join(
+            s.read_stream(clicks).with_watermark("click_ts", "10 minutes"),
+            JoinOn::Expr("click_id = imp_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '5 minutes'".into()),
+            JoinType::Inner,
+        )
+        .write_stream()
+        .sink(MemorySink::new(""))
+        .late_rows_to(MemorySink::new(""))
+        .checkpoint_location(chk.path().to_str().unwrap())
+        .start();
+    let Err(err) = started else {
+        panic!("a late sink on a stream-stream join started");
+    };
+    assert!(
+        err.to_string().contains(
+            "late rows of this query come in several schemas ((imp_id, imp_ts), (click_id, click_ts))"
+        ),
+        "{err}"
     );
 }

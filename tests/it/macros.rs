@@ -132,3 +132,56 @@ fn declared_page_views_write_parquet_once_windows_close() {
     );
     let _ = Click::fields();
 }
+
+weir::stream_query! {
+    /// Readings per value: a float grouping key.
+    query ReadingsPerValue {
+        source: memory,
+        schema: Reading { v: f64 },
+        group_by: [v],
+        aggregate: { n: count() },
+        output_mode: complete,
+        sink: memory(name = "readings_per_value"),
+    }
+}
+
+/// Float keys group as Spark's NormalizeFloatingNumbers has them: -0.0 with
+/// 0.0 and every NaN with every other, in one batch and across batches
+/// (through the state store).
+#[test]
+fn float_keys_group_minus_zero_with_zero_and_nan_with_nan() {
+    let session = Session::new();
+    let stream = MemoryStream::of::<Reading>();
+    let dir = tempfile::tempdir().unwrap();
+    let q = ReadingsPerValue::writer_from(&session, Box::new(stream.clone()))
+        .unwrap()
+        .checkpoint_location(dir.path().to_str().unwrap())
+        .start()
+        .unwrap();
+    let other_nan = f64::from_bits(f64::NAN.to_bits() ^ 1);
+    assert!(other_nan.is_nan() && other_nan.to_bits() != f64::NAN.to_bits());
+    let r = |v| Reading { v };
+    stream
+        .add_rows(&[r(0.0), r(-0.0), r(f64::NAN), r(1.5)])
+        .unwrap();
+    q.process_all_available().unwrap();
+    stream.add_rows(&[r(-0.0), r(other_nan)]).unwrap();
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    let table = session.memory_table("readings_per_value").unwrap();
+    let last = table.batches().last().unwrap().1.clone();
+    let mut got: Vec<(String, i64)> = ReadingsPerValue::rows(&last)
+        .unwrap()
+        .into_iter()
+        .map(|r| (format!("{:?}", r.v), r.n))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("0.0".to_string(), 3),
+            ("1.5".to_string(), 1),
+            ("NaN".to_string(), 2)
+        ]
+    );
+}

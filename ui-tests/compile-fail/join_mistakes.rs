@@ -1,7 +1,8 @@
 // Join mistakes: an unknown join type, a grouping inside the joined
 // stream, a watermark on a static table, an interval added to a number, a
-// column both sides have, a join without its other side and without a
-// condition, and an unknown column in the condition.
+// column both sides have (also in a semi join, and beside a USING key), a
+// join without its other side and without a condition, an unknown column in
+// the condition, USING keys of two types, and an interval SQL cannot read.
 weir_macros::stream_query! {
     query Bad1 {
         source: memory,
@@ -62,6 +63,48 @@ weir_macros::stream_query! {
             how: left_outer,
             table: { source: memory, schema: Ad5 { ad_id: i32, campaign: String } },
             on: ad_id == imp_ad,
+        },
+        sink: console,
+    }
+}
+
+weir_macros::stream_query! {
+    query Bad6 {
+        source: memory,
+        schema: Imp6 { imp_id: i64, ts: Timestamp },
+        join: {
+            how: left_semi,
+            table: { source: memory, schema: Seen6 { seen_id: i64, ts: Timestamp } },
+            on: seen_id == imp_id,
+        },
+        sink: console,
+    }
+}
+
+weir_macros::stream_query! {
+    query Bad7 {
+        source: memory,
+        schema: Ev7 { key: String, ts: Timestamp, tier: i64 },
+        join: {
+            table: { source: memory, schema: Dim7 { key: i64, tier: i32 } },
+            using: [key],
+        },
+        sink: console,
+    }
+}
+
+weir_macros::stream_query! {
+    query Bad8 {
+        source: memory,
+        schema: Imp8 { imp_id: i64, imp_ts: Timestamp },
+        watermark: imp_ts delay "1 minute",
+        join: {
+            stream: {
+                source: memory,
+                schema: Click8 { click_id: i64, click_ts: Timestamp },
+                watermark: click_ts delay "1 minute",
+            },
+            on: click_id == imp_id && click_ts <= imp_ts + interval("1 minute 30 seconds"),
         },
         sink: console,
     }

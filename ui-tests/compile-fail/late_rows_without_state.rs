@@ -1,5 +1,6 @@
 // `late_rows:` where no row can ever be late: without a watermark, and
-// without a stateful operation (only those drop late rows).
+// without a stateful operation (only those drop late rows); and after a
+// stream-stream join, whose sides drop late rows of two schemas.
 weir_macros::stream_query! {
     query NoWatermark {
         source: memory,
@@ -17,6 +18,24 @@ weir_macros::stream_query! {
         source: memory,
         schema: Order2 { id: String, ts: Timestamp },
         watermark: ts delay "1 minute",
+        sink: console,
+        late_rows: memory,
+    }
+}
+
+weir_macros::stream_query! {
+    query StreamJoin {
+        source: memory,
+        schema: Imp3 { imp_id: i64, imp_ts: Timestamp },
+        watermark: imp_ts delay "1 minute",
+        join: {
+            stream: {
+                source: memory,
+                schema: Click3 { click_id: i64, click_ts: Timestamp },
+                watermark: click_ts delay "1 minute",
+            },
+            on: click_id == imp_id && click_ts <= imp_ts + interval("5 minutes") && click_ts >= imp_ts,
+        },
         sink: console,
         late_rows: memory,
     }

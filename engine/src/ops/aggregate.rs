@@ -494,9 +494,17 @@ impl AggregateOp {
         let window_evicts = matches!(window, Some((ki, _)) if self.watermark_key == Some(ki));
         let mut cols = Vec::new();
         let mut column_evict: Option<arrow::array::TimestampMicrosecondArray> = None;
+        // Each key column once, floats normalised as Spark groups them.
+        let key_values: Vec<Option<ArrayRef>> = self
+            .keys
+            .iter()
+            .map(|k| match k {
+                KeyExec::Column { index, .. } => Some(normalize_floats(batch.column(*index))),
+                KeyExec::Window { .. } => None,
+            })
+            .collect();
         for (ki, k) in self.keys.iter().enumerate() {
-            if let KeyExec::Column { index, .. } = k {
-                let a = batch.column(*index);
+            if let (KeyExec::Column { .. }, Some(a)) = (k, &key_values[ki]) {
                 cols.push(KeyCol::new(a)?);
                 if self.watermark_key == Some(ki) {
                     column_evict = Some(
@@ -571,7 +579,7 @@ impl AggregateOp {
         // The distinct groups' key columns, in the state's row format.
         let firsts = UInt32Array::from(std::mem::take(&mut g.firsts));
         let mut key_arrays: Vec<ArrayRef> = Vec::new();
-        for k in &self.keys {
+        for (k, values) in self.keys.iter().zip(&key_values) {
             match k {
                 KeyExec::Window { assigner, .. } => {
                     let ts = |v: Vec<i64>| -> ArrayRef {
@@ -584,7 +592,8 @@ impl AggregateOp {
                     key_arrays.push(ts(ends));
                 }
                 KeyExec::Column { index, .. } => {
-                    key_arrays.push(take(batch.column(*index).as_ref(), &firsts, None)?)
+                    let a = values.as_ref().unwrap_or(batch.column(*index));
+                    key_arrays.push(take(a.as_ref(), &firsts, None)?)
                 }
             }
         }
@@ -951,6 +960,31 @@ enum KeyCol {
     Rows(arrow::row::Rows),
 }
 
+/// Spark's `NormalizeFloatingNumbers` for grouping keys: -0.0 groups with
+/// 0.0, and every NaN with every other NaN.
+fn normalize_floats(a: &ArrayRef) -> ArrayRef {
+    fn f64n(v: f64) -> f64 {
+        if v == 0.0 {
+            0.0
+        } else if v.is_nan() {
+            f64::NAN
+        } else {
+            v
+        }
+    }
+    match a.data_type() {
+        ArrowType::Float64 => Arc::new(
+            a.as_primitive::<Float64Type>()
+                .unary::<_, Float64Type>(f64n),
+        ),
+        ArrowType::Float32 => Arc::new(
+            a.as_primitive::<arrow::datatypes::Float32Type>()
+                .unary::<_, arrow::datatypes::Float32Type>(|v| f64n(v as f64) as f32),
+        ),
+        _ => a.clone(),
+    }
+}
+
 impl KeyCol {
     fn new(a: &ArrayRef) -> Result<KeyCol> {
         let t = a.data_type();
@@ -1225,7 +1259,12 @@ mod tests {
                 .collect();
             let op = AggregateOp::new(0, keys, vec![count_star()], &schema).unwrap();
             for b in [batch.clone(), batch.slice(2, 5)] {
-                let key_cols: Vec<ArrayRef> = picked.iter().map(|&i| b.column(i).clone()).collect();
+                // The reference: the row format over the keys as Spark
+                // normalises them (-0.0 is 0.0, one NaN).
+                let key_cols: Vec<ArrayRef> = picked
+                    .iter()
+                    .map(|&i| normalize_floats(b.column(i)))
+                    .collect();
                 assert_eq!(
                     counts(op.partial(&b).unwrap()),
                     reference(&key_cols),

@@ -101,7 +101,7 @@ pub struct Pipeline {
     /// Delay (ms) of each watermark operator, by id.
     pub watermark_delays: Vec<i64>,
     partitions: usize,
-    late_schema: Option<SchemaRef>,
+    late_schemas: Vec<SchemaRef>,
 }
 
 /// Compile-time bookkeeping of one node's output.
@@ -138,7 +138,8 @@ impl Pipeline {
         let mut nodes = Vec::new();
         let mut delays = Vec::new();
         let mut stateful = 0usize;
-        let mut late_schema: Option<SchemaRef> = None;
+        // The input schema of every operator that drops late rows.
+        let mut late_schemas: Vec<SchemaRef> = Vec::new();
         for node in &plan.nodes {
             let (input, mut info) =
                 if let Some(i) = source_names.iter().position(|n| **n == node.input) {
@@ -177,8 +178,8 @@ impl Pipeline {
             let mut ops = Vec::new();
             for op in &node.ops {
                 let schema = info.schema.clone();
-                if late_schema.is_none() && (op.is_stateful() || matches!(op, Op::Join { .. })) {
-                    late_schema = Some(schema.clone());
+                if op.is_stateful() {
+                    late_schemas.push(schema.clone());
                 }
                 let idx = |c: &str| -> Result<usize> {
                     schema.index_of(c).map_err(|_| {
@@ -442,6 +443,9 @@ impl Pipeline {
                         )?;
                         if !is_static {
                             stateful += 1;
+                            // Each side drops its own late rows.
+                            late_schemas.push(schema.clone());
+                            late_schemas.push(rinfo.schema.clone());
                         }
                         let mut wm = info.watermarked.clone();
                         wm.extend(rinfo.watermarked.clone());
@@ -471,7 +475,7 @@ impl Pipeline {
             mode: plan.output_mode,
             watermark_delays: delays,
             partitions: 1,
-            late_schema,
+            late_schemas,
         })
     }
 
@@ -658,11 +662,34 @@ impl Pipeline {
         Ok(())
     }
 
-    /// The schema of rows the first stateful operator drops as late.
-    pub fn late_schema(&self) -> SchemaRef {
-        self.late_schema
-            .clone()
-            .unwrap_or_else(|| Arc::new(arrow::datatypes::Schema::empty()))
+    /// The schema of the rows stateful operators drop as late (one late
+    /// sink takes one schema: an error when they drop rows of several, as
+    /// the two sides of a stream-stream join do).
+    pub fn late_schema(&self) -> Result<SchemaRef> {
+        let Some(first) = self.late_schemas.first() else {
+            return Ok(Arc::new(arrow::datatypes::Schema::empty()));
+        };
+        if self
+            .late_schemas
+            .iter()
+            .all(|s| s.fields() == first.fields())
+        {
+            return Ok(first.clone());
+        }
+        let shown: Vec<String> = self
+            .late_schemas
+            .iter()
+            .map(|s| {
+                let cols: Vec<&str> = s.fields().iter().map(|f| f.name().as_str()).collect();
+                format!("({})", cols.join(", "))
+            })
+            .collect();
+        Err(WeirError::Config(format!(
+            "late rows of this query come in several schemas ({}), and one late-rows sink takes \
+             rows of one schema (a stream-stream join drops each side's own rows): late rows of \
+             such a query cannot be sent aside yet",
+            shown.join(", ")
+        )))
     }
 
     /// Sets the number of state partitions (reported in metrics).

@@ -204,7 +204,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
             query_name: name.clone().map(|n| format!("{n}_late_rows")),
             checkpoint_dir: chk.root().to_path_buf(),
             output_mode: OutputMode::Append,
-            schema: pipeline.late_schema(),
+            schema: pipeline.late_schema()?,
             memory_tables: session.inner.memory_tables.clone(),
         })?;
     }

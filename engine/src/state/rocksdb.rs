@@ -76,9 +76,12 @@ impl RocksDbStateStore {
     pub fn open(dir: &Path, version: u64, retain: u64, sync: bool) -> Result<RocksDbStateStore> {
         fs::create_dir_all(dir).map_err(|e| WeirError::io(dir, e))?;
         let db_dir = dir.join("rocksdb");
+        // The marker names the version the instance holds; without the
+        // instance (e.g. a checkpoint copied without it) it names nothing.
         let cached = fs::read_to_string(Self::marker(dir))
             .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok());
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .filter(|_| db_dir.exists());
         if cached != Some(version) && db_dir.exists() {
             fs::remove_dir_all(&db_dir).map_err(|e| WeirError::io(&db_dir, e))?;
         }
@@ -201,8 +204,19 @@ impl StateStore for RocksDbStateStore {
             &delta,
             self.sync,
         )?;
-        // The instance is not a committed version while the batch is applied.
-        let _ = fs::remove_file(Self::marker(&self.dir));
+        // The instance is not a committed version while the batch is applied
+        // (the removal is made durable before the instance changes).
+        let marker = Self::marker(&self.dir);
+        match fs::remove_file(&marker) {
+            Ok(()) if self.sync => {
+                if let Ok(d) = fs::File::open(&self.dir) {
+                    d.sync_all().map_err(|e| WeirError::io(&self.dir, e))?;
+                }
+            }
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(WeirError::io(&marker, e)),
+        }
         let mut wb = WriteBatch::default();
         for (k, v) in self.pending.drain() {
             match v {
@@ -345,6 +359,20 @@ mod tests {
         drop(s);
         let s = RocksDbStateStore::open(dir.path(), 2, 100, true).unwrap();
         assert_eq!(s.get(b"a"), None);
+        assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn a_checkpoint_copied_without_the_instance_is_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = RocksDbStateStore::open(dir.path(), 0, 100, false).unwrap();
+        s.put(b"a".to_vec(), b"1".to_vec());
+        s.commit(1).unwrap();
+        drop(s);
+        // The marker stays, the instance (a cache) is gone.
+        fs::remove_dir_all(dir.path().join("rocksdb")).unwrap();
+        let s = RocksDbStateStore::open(dir.path(), 1, 100, false).unwrap();
+        assert_eq!(s.get(b"a").as_deref(), Some(&b"1"[..]));
         assert_eq!(s.len(), 1);
     }
 }
