@@ -414,8 +414,10 @@ impl StreamWriter {
     /// Beyond Spark: rows that stateful operators drop as late (behind the
     /// watermark) go to this second sink, with the batch id, instead of only
     /// being counted in `numRowsDroppedByWatermark`. Rows arrive in the schema
-    /// of the operator's input (for a join, each side's). For an aggregation,
-    /// a row is sent here when every window it falls in had closed.
+    /// of the operator's input; a query whose operators drop rows of several
+    /// schemas (a stream-stream join's two sides) is refused at `start()`.
+    /// For an aggregation, a row is sent here when every window it falls in
+    /// had closed.
     pub fn late_rows_to(mut self, s: impl Into<BoxSink>) -> Self {
         self.late_sink = Some(s.into());
         self
