@@ -414,10 +414,11 @@ impl StreamWriter {
     /// Beyond Spark: rows that stateful operators drop as late (behind the
     /// watermark) go to this second sink, with the batch id, instead of only
     /// being counted in `numRowsDroppedByWatermark`. Rows arrive in the schema
-    /// of the operator's input; a query whose operators drop rows of several
-    /// schemas (a stream-stream join's two sides) is refused at `start()`.
-    /// For an aggregation, a row is sent here when every window it falls in
-    /// had closed.
+    /// of the operator's input; a stream-stream join sends both sides' rows
+    /// as `side` (`left`/`right`) and both sides' columns. A query whose
+    /// operators drop rows of different columns (a join and an aggregation
+    /// after it) is refused at `start()`. For an aggregation, a row is sent
+    /// here when every window it falls in had closed.
     pub fn late_rows_to(mut self, s: impl Into<BoxSink>) -> Self {
         self.late_sink = Some(s.into());
         self

@@ -313,18 +313,20 @@ pub fn late_rows_can_happen(q: &QueryDecl, l: &Lowered, errs: &mut Errors) {
         );
         return;
     }
-    if l.join.as_ref().is_some_and(|j| !j.table) {
+    let stream_join = l.join.as_ref().is_some_and(|j| !j.table);
+    let stateful = ops().any(|o| o.is_stateful());
+    if stream_join && stateful {
         errs.spanned_help(
             key,
-            "`late_rows:` with a stream-stream join is not supported yet: each side drops its own late rows, in its own schema, and a sink takes one",
-            "remove `late_rows:`; the join's late rows are counted in the progress (numRowsDroppedByWatermark)",
+            "`late_rows:` after a stream-stream join and an aggregation or drop_duplicates is not supported yet: the join and the operator after it drop rows of different columns, and one sink takes one schema",
+            "remove `late_rows:`, or keep it on a query with one of them; late rows are still counted in the progress (numRowsDroppedByWatermark)",
         );
         return;
     }
-    if !ops().any(|o| o.is_stateful()) {
+    if !stream_join && !stateful {
         errs.spanned_help(
             key,
-            "`late_rows:` needs a stateful operation (an aggregation or drop_duplicates): only those drop late rows",
+            "`late_rows:` needs a stateful operation (an aggregation, drop_duplicates or a stream-stream join): only those drop late rows",
             "remove `late_rows:`; without state, every row reaches the sink",
         );
     }

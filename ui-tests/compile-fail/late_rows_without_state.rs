@@ -1,6 +1,7 @@
 // `late_rows:` where no row can ever be late: without a watermark, and
 // without a stateful operation (only those drop late rows); and after a
-// stream-stream join, whose sides drop late rows of two schemas.
+// stream-stream join followed by an aggregation, which drop late rows of
+// different columns.
 weir_macros::stream_query! {
     query NoWatermark {
         source: memory,
@@ -36,6 +37,8 @@ weir_macros::stream_query! {
             },
             on: click_id == imp_id && click_ts <= imp_ts + interval("5 minutes") && click_ts >= imp_ts,
         },
+        group_by: [window(imp_ts, "10 minutes")],
+        aggregate: { clicks: count() },
         sink: console,
         late_rows: memory,
     }

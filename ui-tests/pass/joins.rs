@@ -42,6 +42,8 @@ weir::stream_query! {
             on: click_imp_id == imp_id && click_ts >= imp_ts && click_ts <= imp_ts + interval("15 minutes"),
         },
         sink: memory(name = "clicked_impressions"),
+        // Impressions and clicks behind the watermark, with their `side`.
+        late_rows: memory(name = "late_impressions_and_clicks"),
     }
 }
 

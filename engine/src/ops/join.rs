@@ -186,6 +186,20 @@ struct NewRows {
     ts: Vec<Option<i64>>,
 }
 
+/// One side's late rows in the join's late schema: `side` = `name`, the
+/// side's own columns, nulls in the other's.
+fn widen(schema: &SchemaRef, name: &str, rows: &RecordBatch) -> Result<RecordBatch> {
+    let n = rows.num_rows();
+    let mut cols: Vec<ArrayRef> = vec![Arc::new(arrow::array::StringArray::from(vec![name; n]))];
+    for f in schema.fields().iter().skip(1) {
+        cols.push(match rows.schema().index_of(f.name()) {
+            Ok(i) => cast(rows.column(i), f.data_type())?,
+            Err(_) => new_null_array(f.data_type(), n),
+        });
+    }
+    Ok(RecordBatch::try_new(schema.clone(), cols)?)
+}
+
 /// The join operator.
 pub struct JoinOp {
     /// Index among stateful operators (stream-stream only).
@@ -647,15 +661,38 @@ impl JoinOp {
         if !self.is_stateful() {
             return Ok(vec![]);
         }
+        let schema = self.late_schema();
         let mut out = Vec::new();
-        for (side, batches) in [(&self.left, left), (&self.right, right)] {
+        for (name, side, batches) in [("left", &self.left, left), ("right", &self.right, right)] {
             if let Some(c) = side.time {
                 for b in batches {
-                    out.extend(crate::ops::watermark::late_rows(b, c, late, |t| t)?);
+                    if let Some(rows) = crate::ops::watermark::late_rows(b, c, late, |t| t)? {
+                        out.push(widen(&schema, name, &rows)?);
+                    }
                 }
             }
         }
         Ok(out)
+    }
+
+    /// The schema of the rows this join drops as late: `side` (`left` or
+    /// `right`), the left's columns, then the right's not named on the left
+    /// (a USING key shares its column), all nullable: one late-rows sink
+    /// takes the rows of both sides.
+    pub fn late_schema(&self) -> SchemaRef {
+        let mut fields = vec![Field::new("side", arrow::datatypes::DataType::Utf8, false)];
+        for f in self
+            .left
+            .schema
+            .fields()
+            .iter()
+            .chain(self.right.schema.fields())
+        {
+            if !fields.iter().any(|g| g.name() == f.name()) {
+                fields.push(f.as_ref().clone().with_nullable(true));
+            }
+        }
+        Arc::new(Schema::new(fields))
     }
 
     /// Runs one micro-batch with this batch's rows of each side.

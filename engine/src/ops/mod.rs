@@ -443,9 +443,8 @@ impl Pipeline {
                         )?;
                         if !is_static {
                             stateful += 1;
-                            // Each side drops its own late rows.
-                            late_schemas.push(schema.clone());
-                            late_schemas.push(rinfo.schema.clone());
+                            // Both sides' late rows, in one schema.
+                            late_schemas.push(op.late_schema());
                         }
                         let mut wm = info.watermarked.clone();
                         wm.extend(rinfo.watermarked.clone());
@@ -663,8 +662,8 @@ impl Pipeline {
     }
 
     /// The schema of the rows stateful operators drop as late (one late
-    /// sink takes one schema: an error when they drop rows of several, as
-    /// the two sides of a stream-stream join do).
+    /// sink takes one schema: an error when they drop rows of several, as a
+    /// stream-stream join and an aggregation after it do).
     pub fn late_schema(&self) -> Result<SchemaRef> {
         let Some(first) = self.late_schemas.first() else {
             return Ok(Arc::new(arrow::datatypes::Schema::empty()));
@@ -686,7 +685,7 @@ impl Pipeline {
             .collect();
         Err(WeirError::Config(format!(
             "late rows of this query come in several schemas ({}), and one late-rows sink takes \
-             rows of one schema (a stream-stream join drops each side's own rows): late rows of \
+             rows of one schema (its stateful operators see different columns): late rows of \
              such a query cannot be sent aside yet",
             shown.join(", ")
         )))
