@@ -60,6 +60,8 @@
 //!     AdClicks::writer_from;
 //! ```
 
+#![warn(missing_docs)]
+
 pub use weir_engine::*;
 pub use weir_macros::stream_query;
 

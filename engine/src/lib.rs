@@ -24,6 +24,8 @@
 //! # Ok::<(), weir_engine::WeirError>(())
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod checkpoint;
 pub mod dataset;
 pub mod error;

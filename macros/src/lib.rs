@@ -10,6 +10,8 @@
 //!
 //! See the facade crate `weir` for the grammar and examples.
 
+#![warn(missing_docs)]
+
 mod ast;
 mod check;
 mod codegen;

@@ -12,6 +12,8 @@
 //! assert_eq!(DataType::parse("timestamp"), Some(DataType::Timestamp));
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod check;
 pub mod duration;
 pub mod plan;
