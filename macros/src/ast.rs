@@ -445,6 +445,8 @@ pub enum Sink {
     },
     /// `foreach_batch(f)`.
     ForeachBatch(Expr),
+    /// `foreach(writer)`: a `ForeachWriter` of the result row struct.
+    Foreach(Expr),
     /// `kafka(bootstrap_servers, topic, format, key, delivery)`.
     Kafka {
         /// `host:port,...`.
@@ -492,6 +494,7 @@ impl Sink {
             Sink::Memory { .. } => "memory",
             Sink::Files { .. } => "files",
             Sink::ForeachBatch(_) => "foreach_batch",
+            Sink::Foreach(_) => "foreach",
             Sink::Kafka { .. } => "kafka",
             Sink::Postgres { .. } => "postgres",
             Sink::Redis { .. } => "redis",
@@ -505,6 +508,7 @@ impl Sink {
             Sink::Memory { .. } => weir_plan::SinkKind::Memory,
             Sink::Files { .. } => weir_plan::SinkKind::File,
             Sink::ForeachBatch(_) => weir_plan::SinkKind::ForeachBatch,
+            Sink::Foreach(_) => weir_plan::SinkKind::Other,
             Sink::Kafka { json: true, .. } => weir_plan::SinkKind::KafkaJson,
             Sink::Kafka { .. } => weir_plan::SinkKind::Kafka,
             Sink::Postgres { .. } | Sink::Redis { .. } => weir_plan::SinkKind::Other,

@@ -281,7 +281,7 @@ pub fn not_supported_yet(q: &QueryDecl, errs: &mut Errors) {
     if let Some(s) = q.late_rows.as_ref().filter(|s| {
         matches!(
             s.kind,
-            Sink::Kafka { .. } | Sink::Postgres { .. } | Sink::Redis { .. }
+            Sink::Kafka { .. } | Sink::Postgres { .. } | Sink::Redis { .. } | Sink::Foreach(_)
         )
     }) {
         errs.spanned_help(

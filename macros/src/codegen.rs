@@ -358,6 +358,10 @@ fn pipeline(q: &QueryDecl, l: &Lowered) -> TokenStream {
     if let Some(s) = &q.sink {
         writer.extend(match &s.kind {
             Sink::ForeachBatch(f) => quote!(.foreach_batch(#f)),
+            Sink::Foreach(w) => {
+                let row = format_ident!("{}Row", q.ident);
+                quote!(.sink(::weir::sink::ForeachSink::<#row, _>::new(#w)))
+            }
             kind => {
                 let sink = sink_expr(kind, &l.query_name);
                 quote!(.sink(#sink))
@@ -410,6 +414,9 @@ fn sink_expr(kind: &Sink, default_name: &str) -> TokenStream {
             t
         }
         Sink::ForeachBatch(f) => quote!(::weir::sink::ForeachBatchSink::new(#f)),
+        // The main sink's foreach is generated with the result row type;
+        // late rows (other columns) refuse it (`check::not_supported_yet`).
+        Sink::Foreach(_) => TokenStream::new(),
         Sink::Kafka {
             bootstrap_servers,
             topic,

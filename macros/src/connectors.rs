@@ -132,6 +132,7 @@ const SINKS: &[(&str, &[Spec])] = &[
         ],
     ),
     ("foreach_batch", &[]),
+    ("foreach", &[]),
     (
         "kafka",
         &[
@@ -276,20 +277,23 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
         );
         return Ok(None);
     };
-    if name == "foreach_batch" {
+    if name == "foreach_batch" || name == "foreach" {
         let Some(args) = args else {
-            errs.spanned_help(
-                &ident,
-                "foreach_batch needs a function",
-                "write `foreach_batch(|batch_id, batches| { ...; Ok(()) })` or `foreach_batch(path::to::handler)`",
-            );
+            let help = if name == "foreach" {
+                "write `foreach(MyWriter { .. })` with a `weir::sink::ForeachWriter` of the result rows, or `foreach(weir::sink::row_fn(|row: QueryRow| { ...; Ok(()) }))`"
+            } else {
+                "write `foreach_batch(|batch_id, batches| { ...; Ok(()) })` or `foreach_batch(path::to::handler)`"
+            };
+            errs.spanned_help(&ident, format!("{name} needs a writer"), help);
             return Ok(None);
         };
         let f: Expr = syn::parse2(args)?;
-        return Ok(Some(SinkDecl {
-            ident,
-            kind: Sink::ForeachBatch(f),
-        }));
+        let kind = if name == "foreach" {
+            Sink::Foreach(f)
+        } else {
+            Sink::ForeachBatch(f)
+        };
+        return Ok(Some(SinkDecl { ident, kind }));
     }
     let mut v = read_options(&ident, "sink", args, specs, errs)?;
     let kind = match name.as_str() {
@@ -725,7 +729,7 @@ mod tests {
         assert!(matches!(s.kind, Sink::ForeachBatch(_)));
         assert!(parse_sink(quote!(console(truncate = false) extra), &mut errs).is_err());
         parse_sink(quote!(consol), &mut errs).unwrap();
-        assert_eq!(errs.diagnostics()[0].message, "unknown sink `consol`\nhelp: did you mean `console`? (sinks: console, memory, files, foreach_batch, kafka, postgres, redis)");
+        assert_eq!(errs.diagnostics()[0].message, "unknown sink `consol`\nhelp: did you mean `console`? (sinks: console, memory, files, foreach_batch, foreach, kafka, postgres, redis)");
         let mut errs = Errors::new();
         let s = parse_sink(
             quote!(kafka(bootstrap_servers = "localhost:9092", topic = "out")),
@@ -745,5 +749,14 @@ mod tests {
             errs.diagnostics()[0].message,
             "the kafka sink needs the option `topic`\nhelp: add `topic = \"...\"`"
         );
+        let mut errs = Errors::new();
+        let s = parse_sink(quote!(foreach(Recorder)), &mut errs)
+            .unwrap()
+            .unwrap();
+        assert!(matches!(s.kind, Sink::Foreach(_)));
+        assert!(parse_sink(quote!(foreach), &mut errs).unwrap().is_none());
+        assert!(errs.diagnostics()[0]
+            .message
+            .starts_with("foreach needs a writer\nhelp: write `foreach(MyWriter { .. })`"));
     }
 }

@@ -211,6 +211,7 @@ fn sink_text(s: &Sink, query_name: &str) -> String {
             }
         }
         Sink::ForeachBatch(_) => return "foreach_batch(<function>)".into(),
+        Sink::Foreach(_) => return "foreach(<writer>)".into(),
         Sink::Postgres {
             url,
             table,

@@ -31,6 +31,9 @@ mod pass_files_append;
 #[path = "../../ui-tests/pass/foreach_batch.rs"]
 mod pass_foreach_batch;
 #[allow(dead_code)]
+#[path = "../../ui-tests/pass/foreach_rows.rs"]
+mod pass_foreach_rows;
+#[allow(dead_code)]
 #[path = "../../ui-tests/pass/joins.rs"]
 mod pass_joins;
 #[allow(dead_code)]

@@ -1,9 +1,11 @@
 //! Sinks: where each micro-batch's result rows go. A sink must tolerate a
 //! batch id it has seen before (a re-run after a crash) without duplicating
-//! output where it can (memory, file and foreach_batch get the batch id).
+//! output where it can (memory, file, foreach and foreach_batch get the
+//! batch id).
 
 pub mod console;
 pub mod file;
+pub mod foreach;
 pub mod foreach_batch;
 #[cfg(feature = "kafka")]
 pub mod kafka;
@@ -24,6 +26,7 @@ use crate::error::Result;
 pub use crate::source::FileFormat;
 pub use console::ConsoleSink;
 pub use file::FileSink;
+pub use foreach::{row_fn, ForeachSink, ForeachWriter, RowFn};
 pub use foreach_batch::ForeachBatchSink;
 #[cfg(feature = "kafka")]
 pub use kafka::{DeliveryGuarantee, KafkaSink};
