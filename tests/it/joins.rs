@@ -93,28 +93,46 @@ fn stream_static_left_outer_join_rereads_a_slowly_changing_table() {
     );
 }
 
-#[test]
-fn stream_stream_left_outer_join_emits_unmatched_rows_when_the_watermark_passes() {
-    let chk = tempfile::tempdir().unwrap();
-    let imps = MemoryStream::new(&[
+/// A stream of impressions (`imp_id`, `imp_ts`).
+fn imps() -> MemoryStream {
+    MemoryStream::new(&[
         Field::new("imp_id", DataType::Int64),
         Field::new("imp_ts", DataType::Timestamp),
-    ]);
-    let clicks = MemoryStream::new(&[
+    ])
+}
+
+/// A stream of clicks (`click_id`, `click_ts`).
+fn clicks() -> MemoryStream {
+    MemoryStream::new(&[
         Field::new("click_id", DataType::Int64),
         Field::new("click_ts", DataType::Timestamp),
-    ]);
+    ])
+}
+
+/// Impressions joined with their clicks within 5 minutes, 10-minute
+/// watermarks on both sides.
+fn clicks_within_5_minutes(
+    imps: &MemoryStream,
+    clicks: &MemoryStream,
+    how: JoinType,
+) -> weir::DataStream {
     let s = session();
-    let sink = MemorySink::new("");
-    let table = sink.table();
-    let q = s
-        .read_stream(imps.clone())
+    s.read_stream(imps.clone())
         .with_watermark("imp_ts", "10 minutes")
         .join(
             s.read_stream(clicks.clone()).with_watermark("click_ts", "10 minutes"),
             JoinOn::Expr("click_id = imp_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '5 minutes'".into()),
-            JoinType::LeftOuter,
+            how,
         )
+}
+
+#[test]
+fn stream_stream_left_outer_join_emits_unmatched_rows_when_the_watermark_passes() {
+    let chk = tempfile::tempdir().unwrap();
+    let (imps, clicks) = (imps(), clicks());
+    let sink = MemorySink::new("");
+    let table = sink.table();
+    let q = clicks_within_5_minutes(&imps, &clicks, JoinType::LeftOuter)
         .write_stream()
         .sink(sink)
         .checkpoint_location(chk.path().to_str().unwrap())
@@ -221,25 +239,10 @@ fn late_rows_after_a_static_join_have_the_joined_schema() {
 #[test]
 fn late_rows_of_a_stream_stream_join_carry_their_side() {
     let chk = tempfile::tempdir().unwrap();
-    let imps = MemoryStream::new(&[
-        Field::new("imp_id", DataType::Int64),
-        Field::new("imp_ts", DataType::Timestamp),
-    ]);
-    let clicks = MemoryStream::new(&[
-        Field::new("click_id", DataType::Int64),
-        Field::new("click_ts", DataType::Timestamp),
-    ]);
-    let s = session();
+    let (imps, clicks) = (imps(), clicks());
     let late = MemorySink::new("");
     let late_table = late.table();
-    let q = s
-        .read_stream(imps.clone())
-        .with_watermark("imp_ts", "10 minutes")
-        .join(
-            s.read_stream(clicks.clone()).with_watermark("click_ts", "10 minutes"),
-            JoinOn::Expr("click_id = imp_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '5 minutes'".into()),
-            JoinType::Inner,
-        )
+    let q = clicks_within_5_minutes(&imps, &clicks, JoinType::Inner)
         .write_stream()
         .sink(MemorySink::new(""))
         .late_rows_to(late)
