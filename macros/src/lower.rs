@@ -448,7 +448,6 @@ pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
             table: j.table,
         });
     }
-    let _ = visible;
 
     for (decl, within_watermark) in [
         (&q.drop_duplicates, false),
