@@ -676,11 +676,18 @@ impl JoinOp {
     }
 
     /// The schema of the rows this join drops as late: `side` (`left` or
-    /// `right`), the left's columns, then the right's not named on the left
-    /// (a USING key shares its column), all nullable: one late-rows sink
-    /// takes the rows of both sides.
+    /// `right`; `_side` if a side has a `side` column), the left's columns,
+    /// then the right's not named on the left (a USING key shares its
+    /// column), all nullable: one late-rows sink takes the rows of both sides.
     pub fn late_schema(&self) -> SchemaRef {
-        let mut fields = vec![Field::new("side", arrow::datatypes::DataType::Utf8, false)];
+        // `side`, or `_side` etc. when a side has a column of that name.
+        let taken =
+            |n: &str| self.left.schema.index_of(n).is_ok() || self.right.schema.index_of(n).is_ok();
+        let mut marker = "side".to_string();
+        while taken(&marker) {
+            marker.insert(0, '_');
+        }
+        let mut fields = vec![Field::new(marker, arrow::datatypes::DataType::Utf8, false)];
         for f in self
             .left
             .schema
