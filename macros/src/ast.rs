@@ -198,6 +198,16 @@ pub enum Source {
     },
     /// `memory`: the stream is handed in at run time.
     Memory,
+    /// `rate_micro_batch(rows_per_batch, start_timestamp, advance_millis_per_batch)`:
+    /// Spark's `rate-micro-batch`, a fixed number of rows per micro-batch.
+    RateMicroBatch {
+        /// Rows per micro-batch.
+        rows_per_batch: u64,
+        /// The first batch's timestamp, ms since the epoch.
+        start_timestamp: Option<u64>,
+        /// Event time advance per batch, ms.
+        advance_millis_per_batch: Option<u64>,
+    },
     /// `kafka(...)`: Spark's Kafka source.
     Kafka(KafkaSourceDecl),
 }
@@ -251,6 +261,7 @@ impl Source {
             Source::Files { .. } => "files",
             Source::Socket { .. } => "socket",
             Source::Memory => "memory",
+            Source::RateMicroBatch { .. } => "rate_micro_batch",
             Source::Kafka(_) => "kafka",
         }
     }

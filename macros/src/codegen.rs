@@ -166,7 +166,7 @@ fn input_struct<'q>(
 ) -> Option<&'q syn::Ident> {
     let fixed_schema = matches!(
         q.source.as_ref().map(|s| &s.kind),
-        Some(Source::Rate { .. } | Source::Socket { .. })
+        Some(Source::Rate { .. } | Source::RateMicroBatch { .. } | Source::Socket { .. })
     ) || matches!(q.source.as_ref().map(|s| &s.kind), Some(Source::Kafka(k)) if k.format.is_none());
     let s = q.schema.as_ref().filter(|_| !fixed_schema)?;
     let fields: Vec<RowField> = s
@@ -236,6 +236,22 @@ fn source_expr(s: &Source, schema: Option<&syn::Ident>) -> Option<TokenStream> {
             quote!(::weir::source::SocketSource::new(#host, #port))
         }
         Source::Memory => return None,
+        Source::RateMicroBatch {
+            rows_per_batch,
+            start_timestamp,
+            advance_millis_per_batch,
+        } => {
+            let mut t = quote!(::weir::source::RateMicroBatchSource::new(#rows_per_batch));
+            if let Some(v) = start_timestamp {
+                let v = *v as i64;
+                t.extend(quote!(.start_timestamp(#v)));
+            }
+            if let Some(v) = advance_millis_per_batch {
+                let v = *v as i64;
+                t.extend(quote!(.advance_millis_per_batch(#v)));
+            }
+            t
+        }
         Source::Kafka(k) => {
             let bs = setting(&k.bootstrap_servers, "the kafka source's bootstrap_servers");
             let mut t = quote!(::weir::source::KafkaSource::new(#bs));

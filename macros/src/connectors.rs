@@ -94,6 +94,14 @@ const SOURCES: &[(&str, &[Spec])] = &[
     ),
     ("memory", &[]),
     (
+        "rate_micro_batch",
+        &[
+            req("rows_per_batch", Kind::Count { max: u64::MAX }),
+            opt("start_timestamp", Kind::Count { max: u64::MAX }),
+            opt("advance_millis_per_batch", Kind::Count { max: u64::MAX }),
+        ],
+    ),
+    (
         "kafka",
         &[
             req("bootstrap_servers", Kind::Setting),
@@ -237,6 +245,11 @@ pub fn parse_source(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Optio
         "socket" => Source::Socket {
             host: take_str(&mut v, "host").unwrap_or_else(|| "localhost".into()),
             port: take_int(&mut v, "port").unwrap_or(0),
+        },
+        "rate_micro_batch" => Source::RateMicroBatch {
+            rows_per_batch: take_int(&mut v, "rows_per_batch").unwrap_or(1),
+            start_timestamp: take_int(&mut v, "start_timestamp"),
+            advance_millis_per_batch: take_int(&mut v, "advance_millis_per_batch"),
         },
         "kafka" => {
             let k = KafkaSourceDecl {
@@ -672,7 +685,7 @@ mod tests {
         assert!(s.is_none());
         assert_eq!(
             e,
-            ["kafak: unknown source `kafak`\nhelp: did you mean `kafka`? (sources: rate, files, socket, memory, kafka)"]
+            ["kafak: unknown source `kafak`\nhelp: did you mean `kafka`? (sources: rate, files, socket, memory, rate_micro_batch, kafka)"]
         );
         let (s, e) = source(quote!(kafka(
             bootstrap_servers = "b:9092",

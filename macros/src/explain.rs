@@ -155,6 +155,19 @@ fn source_text(s: &Source) -> String {
             o.push(format!("port = {port}"));
         }
         Source::Memory => return "memory (rows handed in at run time)".into(),
+        Source::RateMicroBatch {
+            rows_per_batch,
+            start_timestamp,
+            advance_millis_per_batch,
+        } => {
+            o.push(format!("rows_per_batch = {rows_per_batch}"));
+            if let Some(v) = start_timestamp {
+                o.push(format!("start_timestamp = {v}"));
+            }
+            if let Some(v) = advance_millis_per_batch {
+                o.push(format!("advance_millis_per_batch = {v}"));
+            }
+        }
         Source::Kafka(k) => {
             o.push(format!("bootstrap_servers = {}", k.bootstrap_servers));
             for (name, v) in [

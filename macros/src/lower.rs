@@ -267,7 +267,11 @@ struct Input {
 fn lower_input(q: &QueryDecl, errs: &mut Errors) -> Option<Input> {
     let source = q.source.as_ref()?;
     let fixed = match source.kind {
-        Source::Rate { .. } => Some(("rate", rate_schema(), "timestamp: Timestamp, value: i64")),
+        Source::Rate { .. } | Source::RateMicroBatch { .. } => Some((
+            source.kind.name(),
+            rate_schema(),
+            "timestamp: Timestamp, value: i64",
+        )),
         Source::Socket { .. } => Some(("socket", socket_schema(), "value: String")),
         Source::Kafka(ref k) if k.format.is_none() => Some((
             "kafka",

@@ -185,3 +185,39 @@ fn float_keys_group_minus_zero_with_zero_and_nan_with_nan() {
         ]
     );
 }
+
+weir::stream_query! {
+    /// Spark's rate-micro-batch source, declared: 10 rows per micro-batch.
+    query MicroBatchCount {
+        source: rate_micro_batch(rows_per_batch = 10, start_timestamp = 1704110400000, advance_millis_per_batch = 500),
+        aggregate: { n: count(), first: min(value), last: max(value), at: min(timestamp) },
+        output_mode: complete,
+        trigger: once,
+        sink: memory(name = "micro_batch_count"),
+    }
+}
+
+/// `source: rate_micro_batch(...)` gives exactly `rows_per_batch` rows per
+/// batch, timestamps from `start_timestamp`.
+#[test]
+fn a_declared_rate_micro_batch_source_gives_its_rows_per_batch() {
+    let session = Session::new();
+    let dir = tempfile::tempdir().unwrap();
+    let q = MicroBatchCount::writer(&session)
+        .unwrap()
+        .checkpoint_location(dir.path().to_str().unwrap())
+        .start()
+        .unwrap();
+    assert!(q
+        .await_termination(Some(std::time::Duration::from_secs(30)))
+        .unwrap());
+    let table = session.memory_table("micro_batch_count").unwrap();
+    let rows = MicroBatchCount::rows(&table.rows()).unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].n, 10);
+    assert_eq!((rows[0].first, rows[0].last), (Some(0), Some(9)));
+    assert_eq!(
+        rows[0].at,
+        Some(weir::Timestamp::parse("2024-01-01T12:00:00Z").unwrap())
+    );
+}
