@@ -1,9 +1,9 @@
 //! `stream_query!`: a streaming pipeline declared in Rust and checked at
 //! compile time.
 //!
-//! This crate is glue: [`stream_query!`] runs parse ([`parse`]) → lower to a
-//! `weir_plan::StreamPlan` ([`lower`]) → the plan's streaming rules mapped
-//! to the user's tokens ([`check`]) → code generation ([`codegen`]). Each
+//! This crate is glue: [`stream_query!`] runs parse (`parse.rs`) → lower to a
+//! `weir_plan::StreamPlan` (`lower.rs`) → the plan's streaming rules mapped
+//! to the user's tokens (`check.rs`) → code generation (`codegen.rs`). Each
 //! step is an ordinary function with unit tests. Every error of a
 //! declaration is reported in one compile; when there is any, the expansion
 //! is only `compile_error!`s.
