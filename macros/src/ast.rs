@@ -240,7 +240,9 @@ pub struct KafkaSourceDecl {
     pub subscribe: Option<String>,
     /// A regex over topic names.
     pub subscribe_pattern: Option<String>,
-    /// `earliest` or `latest` (Spark's default).
+    /// `{"topic":[0,1]}`: these partitions.
+    pub assign: Option<String>,
+    /// `earliest`, `latest` (Spark's default) or per-partition offsets JSON.
     pub starting_offsets: Option<String>,
     /// A cap on records per micro-batch.
     pub max_offsets_per_trigger: Option<u64>,

@@ -261,13 +261,18 @@ fn source_expr(s: &Source, schema: Option<&syn::Ident>) -> Option<TokenStream> {
             if let Some(v) = &k.subscribe_pattern {
                 t.extend(quote!(.subscribe_pattern(#v)));
             }
+            if let Some(v) = &k.assign {
+                t.extend(quote!(.option("assign", #v)));
+            }
             match k.starting_offsets.as_deref() {
                 Some("earliest") => {
                     t.extend(quote!(.starting_offsets(::weir::source::StartingOffsets::Earliest)))
                 }
-                Some(_) => {
+                Some("latest") => {
                     t.extend(quote!(.starting_offsets(::weir::source::StartingOffsets::Latest)))
                 }
+                // Per-partition offsets, checked by the macro, parsed by the source.
+                Some(json) => t.extend(quote!(.option("startingOffsets", #json))),
                 None => {}
             }
             if let Some(v) = k.max_offsets_per_trigger {

@@ -27,6 +27,8 @@ enum Kind {
     Choice(&'static [&'static str]),
     /// A list of columns, `[a, b]`.
     Columns,
+    /// A string this function accepts (or says why not).
+    Checked(fn(&str) -> Result<(), String>),
     /// A string, or `env("VAR")` read at run time.
     Setting,
 }
@@ -107,7 +109,8 @@ const SOURCES: &[(&str, &[Spec])] = &[
             req("bootstrap_servers", Kind::Setting),
             opt("subscribe", Kind::Str),
             opt("subscribe_pattern", Kind::Str),
-            opt("starting_offsets", Kind::Choice(&["earliest", "latest"])),
+            opt("assign", Kind::Checked(check_assign)),
+            opt("starting_offsets", Kind::Checked(check_starting_offsets)),
             opt("max_offsets_per_trigger", Kind::Count { max: u64::MAX }),
             opt("fail_on_data_loss", Kind::Bool),
             opt("group_id", Kind::Str),
@@ -229,7 +232,9 @@ pub fn parse_source(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Optio
         );
         return Ok(None);
     };
+    let before = errs.len();
     let mut v = read_options(&ident, "source", args, specs, errs)?;
+    let options_ok = errs.len() == before;
     let kind = match name.as_str() {
         "rate" => Source::Rate {
             rows_per_second: take_int(&mut v, "rows_per_second"),
@@ -256,6 +261,7 @@ pub fn parse_source(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Optio
                 bootstrap_servers: take_setting(&mut v, "bootstrap_servers"),
                 subscribe: take_str(&mut v, "subscribe"),
                 subscribe_pattern: take_str(&mut v, "subscribe_pattern"),
+                assign: take_str(&mut v, "assign"),
                 starting_offsets: take_str(&mut v, "starting_offsets"),
                 max_offsets_per_trigger: take_int(&mut v, "max_offsets_per_trigger"),
                 fail_on_data_loss: take_bool(&mut v, "fail_on_data_loss"),
@@ -263,10 +269,15 @@ pub fn parse_source(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Optio
                 format: take_format(&mut v),
             };
             // Spark: exactly one of subscribe, subscribePattern, assign.
-            if k.subscribe.is_some() == k.subscribe_pattern.is_some() {
+            let given = [&k.subscribe, &k.subscribe_pattern, &k.assign]
+                .iter()
+                .filter(|o| o.is_some())
+                .count();
+            // (A mistyped one is reported already.)
+            if given != 1 && options_ok {
                 errs.spanned_help(
                     &ident,
-                    "the kafka source needs exactly one of `subscribe` and `subscribe_pattern`",
+                    "the kafka source needs exactly one of `subscribe`, `subscribe_pattern` and `assign`",
                     "e.g. `kafka(bootstrap_servers = \"127.0.0.1:9092\", subscribe = \"clicks\", format = json)`",
                 );
             }
@@ -360,6 +371,50 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
         },
     };
     Ok(Some(SinkDecl { ident, kind }))
+}
+
+/// Spark's `assign`: `{"topic":[0,1],...}`.
+fn check_assign(s: &str) -> Result<(), String> {
+    let v: serde_json::Value = serde_json::from_str(s)
+        .map_err(|e| format!("not JSON ({e}); write {{\"topic\":[0,1]}}"))?;
+    let topics = v
+        .as_object()
+        .filter(|o| !o.is_empty())
+        .ok_or("write {\"topic\":[0,1]}: topics and their partitions")?;
+    for (t, parts) in topics {
+        let ok = parts
+            .as_array()
+            .is_some_and(|a| !a.is_empty() && a.iter().all(|p| p.as_u64().is_some()));
+        if !ok {
+            return Err(format!(
+                "topic `{t}` needs a list of partition numbers, e.g. [0,1]"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Spark's `startingOffsets`: `earliest`, `latest` or
+/// `{"topic":{"0":23,"1":-2}}` (-2 earliest, -1 latest).
+fn check_starting_offsets(s: &str) -> Result<(), String> {
+    if s == "earliest" || s == "latest" {
+        return Ok(());
+    }
+    let help = "use earliest, latest or {\"topic\":{\"0\":23,\"1\":-2}} (-2: earliest, -1: latest)";
+    let v: serde_json::Value = serde_json::from_str(s).map_err(|_| help.to_string())?;
+    let topics = v.as_object().filter(|o| !o.is_empty()).ok_or(help)?;
+    for (t, parts) in topics {
+        let ok = parts.as_object().is_some_and(|o| {
+            !o.is_empty()
+                && o.iter().all(|(p, off)| {
+                    p.parse::<u32>().is_ok() && off.as_i64().is_some_and(|n| n >= -2)
+                })
+        });
+        if !ok {
+            return Err(format!("topic `{t}`: {help}"));
+        }
+    }
+    Ok(())
 }
 
 fn take_setting(v: &mut BTreeMap<&'static str, Val>, name: &str) -> Setting {
@@ -510,6 +565,21 @@ fn check_value(spec: &Spec, value: &Expr, errs: &mut Errors) -> Option<Val> {
                 ),
             }
         }
+        Kind::Checked(check) => match (lit, &bare) {
+            (Some(Lit::Str(s)), _) => match check(&s.value()) {
+                Ok(()) => return Some(Val::Str(s.value())),
+                Err(e) => errs.spanned(value, format!("`{name}`: {e}")),
+            },
+            // A bare word (`starting_offsets = earliest`).
+            (_, Some(b)) => match check(b) {
+                Ok(()) => return Some(Val::Str(b.clone())),
+                Err(e) => errs.spanned(value, format!("`{name}`: {e}")),
+            },
+            _ => errs.spanned(
+                value,
+                format!("`{name}` takes a string, e.g. {name} = \"...\""),
+            ),
+        },
         Kind::Str => match lit {
             Some(Lit::Str(s)) if !s.value().is_empty() => return Some(Val::Str(s.value())),
             Some(Lit::Str(_)) => errs.spanned(value, format!("`{name}` must not be empty")),
@@ -695,7 +765,7 @@ mod tests {
         assert!(s.is_some());
         assert_eq!(
             e,
-            ["kafka: the kafka source needs exactly one of `subscribe` and `subscribe_pattern`\nhelp: e.g. `kafka(bootstrap_servers = \"127.0.0.1:9092\", subscribe = \"clicks\", format = json)`"]
+            ["kafka: the kafka source needs exactly one of `subscribe`, `subscribe_pattern` and `assign`\nhelp: e.g. `kafka(bootstrap_servers = \"127.0.0.1:9092\", subscribe = \"clicks\", format = json)`"]
         );
         let (s, e) = source(quote!(kafka(
             bootstrap_servers = "b:9092",

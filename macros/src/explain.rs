@@ -173,14 +173,17 @@ fn source_text(s: &Source) -> String {
             for (name, v) in [
                 ("subscribe", &k.subscribe),
                 ("subscribe_pattern", &k.subscribe_pattern),
+                ("assign", &k.assign),
                 ("group_id", &k.group_id),
             ] {
                 if let Some(v) = v {
                     o.push(format!("{name} = \"{v}\""));
                 }
             }
-            if let Some(v) = &k.starting_offsets {
-                o.push(format!("starting_offsets = {v}"));
+            match k.starting_offsets.as_deref() {
+                Some(v @ ("earliest" | "latest")) => o.push(format!("starting_offsets = {v}")),
+                Some(v) => o.push(format!("starting_offsets = {v:?}")),
+                None => {}
             }
             if let Some(v) = k.max_offsets_per_trigger {
                 o.push(format!("max_offsets_per_trigger = {v}"));

@@ -1,6 +1,6 @@
 // Kafka connector mistakes: no topic to read, a schema without a value
-// format, a record key without JSON values, and a key column the result
-// does not have.
+// format, a record key without JSON values, a key column the result does
+// not have, and assign / startingOffsets JSON that Spark would refuse.
 weir_macros::stream_query! {
     query NoTopic {
         source: kafka(bootstrap_servers = "127.0.0.1:9092", format = json),
@@ -36,6 +36,17 @@ weir_macros::stream_query! {
         output_mode: update,
         sink: kafka(bootstrap_servers = "127.0.0.1:9092", topic = "out", format = json, key = [pages]),
         checkpoint: "chk/unknown_key",
+    }
+}
+
+weir_macros::stream_query! {
+    query BadOffsets {
+        source: kafka(
+            bootstrap_servers = "127.0.0.1:9092",
+            assign = "{\"clicks\": [\"0\"]}",
+            starting_offsets = "{\"clicks\": {\"0\": -5}}",
+        ),
+        sink: console,
     }
 }
 
