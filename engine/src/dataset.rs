@@ -415,7 +415,8 @@ impl StreamWriter {
     /// watermark) go to this second sink, with the batch id, instead of only
     /// being counted in `numRowsDroppedByWatermark`. Rows arrive in the schema
     /// of the operator's input; a stream-stream join sends both sides' rows
-    /// as `side` (`left`/`right`) and both sides' columns. A query whose
+    /// as `side` (`left`/`right`; `_side` when a side has a `side` column)
+    /// and both sides' columns. A query whose
     /// operators drop rows of different columns (a join and an aggregation
     /// after it) is refused at `start()`. For an aggregation, a row is sent
     /// here when every window it falls in had closed.

@@ -21,6 +21,8 @@ enum Kind {
     Duration,
     /// A whole number in `1..=max`.
     Count { max: u64 },
+    /// A whole number in `0..=max`.
+    Whole { max: u64 },
     /// `true` or `false`.
     Bool,
     /// One of these names (bare or quoted).
@@ -98,9 +100,20 @@ const SOURCES: &[(&str, &[Spec])] = &[
     (
         "rate_micro_batch",
         &[
-            req("rows_per_batch", Kind::Count { max: u64::MAX }),
-            opt("start_timestamp", Kind::Count { max: u64::MAX }),
-            opt("advance_millis_per_batch", Kind::Count { max: u64::MAX }),
+            req("rows_per_batch", Kind::Count { max: 100_000_000 }),
+            // Milliseconds since the epoch, up to the year 9999.
+            opt(
+                "start_timestamp",
+                Kind::Whole {
+                    max: 253_402_300_799_999,
+                },
+            ),
+            opt(
+                "advance_millis_per_batch",
+                Kind::Whole {
+                    max: 86_400_000_000,
+                },
+            ),
         ],
     ),
     (
@@ -382,9 +395,11 @@ fn check_assign(s: &str) -> Result<(), String> {
         .filter(|o| !o.is_empty())
         .ok_or("write {\"topic\":[0,1]}: topics and their partitions")?;
     for (t, parts) in topics {
-        let ok = parts
-            .as_array()
-            .is_some_and(|a| !a.is_empty() && a.iter().all(|p| p.as_u64().is_some()));
+        let ok = parts.as_array().is_some_and(|a| {
+            !a.is_empty()
+                && a.iter()
+                    .all(|p| p.as_u64().is_some_and(|p| p <= i32::MAX as u64))
+        });
         if !ok {
             return Err(format!(
                 "topic `{t}` needs a list of partition numbers, e.g. [0,1]"
@@ -401,7 +416,12 @@ fn check_starting_offsets(s: &str) -> Result<(), String> {
         return Ok(());
     }
     let help = "use earliest, latest or {\"topic\":{\"0\":23,\"1\":-2}} (-2: earliest, -1: latest)";
-    let v: serde_json::Value = serde_json::from_str(s).map_err(|_| help.to_string())?;
+    let v: serde_json::Value = serde_json::from_str(s).map_err(|e| {
+        match crate::errors::did_you_mean(s, &["earliest", "latest"]) {
+            Some(w) if !s.trim_start().starts_with('{') => format!("did you mean `{w}`? ({help})"),
+            _ => format!("not JSON ({e}); {help}"),
+        }
+    })?;
     let topics = v.as_object().filter(|o| !o.is_empty()).ok_or(help)?;
     for (t, parts) in topics {
         let ok = parts.as_object().is_some_and(|o| {
@@ -617,6 +637,19 @@ fn check_value(spec: &Spec, value: &Expr, errs: &mut Errors) -> Option<Val> {
             _ => errs.spanned(
                 value,
                 format!("`{name}` takes a whole number, e.g. {name} = 10"),
+            ),
+        },
+        Kind::Whole { max } => match lit {
+            Some(Lit::Int(i)) => match i.base10_parse::<u64>() {
+                Ok(n) if n <= max => return Some(Val::Int(n)),
+                _ => errs.spanned(
+                    value,
+                    format!("`{name}` takes a whole number from 0 to {max}"),
+                ),
+            },
+            _ => errs.spanned(
+                value,
+                format!("`{name}` takes a whole number, e.g. {name} = 0"),
             ),
         },
         Kind::Bool => match lit {

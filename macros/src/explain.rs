@@ -177,7 +177,7 @@ fn source_text(s: &Source) -> String {
                 ("group_id", &k.group_id),
             ] {
                 if let Some(v) = v {
-                    o.push(format!("{name} = \"{v}\""));
+                    o.push(format!("{name} = {v:?}"));
                 }
             }
             match k.starting_offsets.as_deref() {

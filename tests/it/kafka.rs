@@ -1249,3 +1249,41 @@ fn a_declared_assign_reads_only_its_partitions() {
     pages.sort();
     assert_eq!(pages, ["/p2", "/p3"]);
 }
+
+weir::stream_query! {
+    /// Assigned partitions 0 and 1, starting offsets for partition 0 only.
+    query PartlyStarted {
+        source: kafka(
+            bootstrap_servers = env("KAFKA_BOOTSTRAP"),
+            assign = "{\"weir-it-dsl-assign\":[0,1]}",
+            starting_offsets = "{\"weir-it-dsl-assign\":{\"0\":-2}}",
+        ),
+        trigger: available_now,
+        sink: memory(name = "partly_started"),
+    }
+}
+
+/// Specific starting offsets must name every assigned partition (Spark's
+/// assertion), or the query says which are missing.
+#[test]
+fn starting_offsets_must_name_every_assigned_partition() {
+    bootstrap();
+    admin().create_topic("weir-it-dsl-assign", 2).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let started = PartlyStarted::writer(&Session::new())
+        .unwrap()
+        .checkpoint_location(dir.path().to_str().unwrap())
+        .start();
+    let err = match started {
+        Err(e) => e.to_string(),
+        Ok(q) => {
+            let _ = q.await_termination(Some(Duration::from_secs(30)));
+            q.exception().map(|e| e.to_string()).unwrap_or_default()
+        }
+    };
+    assert!(
+        err.contains("startingOffsets must name every partition")
+            && err.contains("weir-it-dsl-assign-1"),
+        "{err}"
+    );
+}

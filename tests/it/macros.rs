@@ -187,23 +187,59 @@ fn float_keys_group_minus_zero_with_zero_and_nan_with_nan() {
 }
 
 weir::stream_query! {
-    /// Spark's rate-micro-batch source, declared: 10 rows per micro-batch.
+    /// Spark's rate-micro-batch source, declared: 10 rows per micro-batch,
+    /// event time 500 ms further each batch, one batch per run.
     query MicroBatchCount {
         source: rate_micro_batch(rows_per_batch = 10, start_timestamp = 1704110400000, advance_millis_per_batch = 500),
-        aggregate: { n: count(), first: min(value), last: max(value), at: min(timestamp) },
+        aggregate: { n: count(), first: min(value), last: max(value), from: min(timestamp), to: max(timestamp) },
         output_mode: complete,
         trigger: once,
         sink: memory(name = "micro_batch_count"),
     }
 }
 
+weir::stream_query! {
+    /// The same source under the available-now trigger: the batch that is
+    /// next when the query starts, then the query stops.
+    query MicroBatchNow {
+        source: rate_micro_batch(rows_per_batch = 10),
+        aggregate: { n: count() },
+        output_mode: complete,
+        trigger: available_now,
+        sink: memory(name = "micro_batch_now"),
+    }
+}
+
 /// `source: rate_micro_batch(...)` gives exactly `rows_per_batch` rows per
-/// batch, timestamps from `start_timestamp`.
+/// batch, timestamps from `start_timestamp` advancing per batch; under
+/// `available_now` the query runs one batch and stops.
 #[test]
 fn a_declared_rate_micro_batch_source_gives_its_rows_per_batch() {
     let session = Session::new();
     let dir = tempfile::tempdir().unwrap();
-    let q = MicroBatchCount::writer(&session)
+    // Two runs of one batch each, on one checkpoint: batches 0 and 1.
+    for _ in 0..2 {
+        let q = MicroBatchCount::writer(&session)
+            .unwrap()
+            .checkpoint_location(dir.path().to_str().unwrap())
+            .start()
+            .unwrap();
+        assert!(q
+            .await_termination(Some(std::time::Duration::from_secs(30)))
+            .unwrap());
+    }
+    let table = session.memory_table("micro_batch_count").unwrap();
+    let last = table.batches().last().unwrap().1.clone();
+    let rows = MicroBatchCount::rows(&last).unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let t = |s: &str| Some(weir::Timestamp::parse(s).unwrap());
+    assert_eq!(rows[0].n, 20);
+    assert_eq!((rows[0].first, rows[0].last), (Some(0), Some(19)));
+    assert_eq!(rows[0].from, t("2024-01-01T12:00:00Z"));
+    assert_eq!(rows[0].to, t("2024-01-01T12:00:00.500Z"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let q = MicroBatchNow::writer(&session)
         .unwrap()
         .checkpoint_location(dir.path().to_str().unwrap())
         .start()
@@ -211,13 +247,6 @@ fn a_declared_rate_micro_batch_source_gives_its_rows_per_batch() {
     assert!(q
         .await_termination(Some(std::time::Duration::from_secs(30)))
         .unwrap());
-    let table = session.memory_table("micro_batch_count").unwrap();
-    let rows = MicroBatchCount::rows(&table.rows()).unwrap();
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(rows[0].n, 10);
-    assert_eq!((rows[0].first, rows[0].last), (Some(0), Some(9)));
-    assert_eq!(
-        rows[0].at,
-        Some(weir::Timestamp::parse("2024-01-01T12:00:00Z").unwrap())
-    );
+    let table = session.memory_table("micro_batch_now").unwrap();
+    assert_eq!(MicroBatchNow::rows(&table.rows()).unwrap()[0].n, 10);
 }

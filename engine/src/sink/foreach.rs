@@ -2,9 +2,11 @@
 //! `ForeachWriter`): `open(partition_id, epoch_id)` before a batch's rows
 //! (return `false` to skip them, e.g. when that epoch was written before),
 //! `process(row)` per row, typed, and `close(error)` after them, also when
-//! `open` or `process` failed. weir runs a micro-batch as one partition, 0;
-//! the epoch id is the batch id, the same when a batch is re-run after a
-//! crash.
+//! `open` or `process` failed (Spark promises `close` after every `open`
+//! that returns; weir also calls it after one that fails). weir runs a
+//! micro-batch as one partition, 0, with one writer for every batch (Spark
+//! copies the writer per task); the epoch id is the batch id, the same when
+//! a batch is re-run after a crash.
 //!
 //! ```
 //! use weir_engine::sink::ForeachWriter;

@@ -524,7 +524,8 @@ impl KafkaSource {
         what: &str,
     ) -> Result<()> {
         let given_keys: BTreeSet<TopicPartition> = given.keys().cloned().collect();
-        if matches!(self.strategy, Some(Strategy::Assign(_))) || &given_keys == parts {
+        // Spark: specific offsets name every partition read, assigned ones too.
+        if &given_keys == parts {
             return Ok(());
         }
         let show = |s: &BTreeSet<TopicPartition>| {

@@ -20,6 +20,10 @@ pub struct RateMicroBatchSource {
     advance_ms: i64,
     /// Stop offering batches after this many (None: forever).
     max_batches: Option<i64>,
+    /// Under the available-now trigger: the batch that was next when the
+    /// query started is the last (Spark's target offset).
+    available_now: bool,
+    target: Option<i64>,
 }
 
 impl RateMicroBatchSource {
@@ -30,6 +34,8 @@ impl RateMicroBatchSource {
             start_ms: 0,
             advance_ms: 1000,
             max_batches: None,
+            available_now: false,
+            target: None,
         }
     }
 
@@ -66,10 +72,20 @@ impl Source for RateMicroBatchSource {
 
     fn latest_offset(&mut self, start: Option<&Offset>) -> Result<Option<Offset>> {
         let next = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
-        Ok(Some(Offset::from(match self.max_batches {
+        let mut latest = match self.max_batches {
             Some(m) if next >= m => m - 1,
             _ => next,
-        })))
+        };
+        if self.available_now {
+            latest = latest.min(*self.target.get_or_insert(latest));
+        }
+        Ok(Some(Offset::from(latest)))
+    }
+
+    fn prepare_for_available_now(&mut self) -> Result<()> {
+        self.available_now = true;
+        self.target = None;
+        Ok(())
     }
 
     fn get_batch(&mut self, start: Option<&Offset>, end: &Offset) -> Result<Vec<RecordBatch>> {
@@ -77,15 +93,20 @@ impl Source for RateMicroBatchSource {
         let to = end.as_i64().unwrap_or(-1);
         let mut out = Vec::new();
         for b in from..=to {
-            let n = self.rows_per_batch as i64;
-            let ts = (self.start_ms + b * self.advance_ms) * 1000;
+            let n = i64::try_from(self.rows_per_batch).unwrap_or(i64::MAX);
+            let ts = self
+                .start_ms
+                .saturating_add(b.saturating_mul(self.advance_ms))
+                .saturating_mul(1000);
             out.push(RecordBatch::try_new(
                 self.schema(),
                 vec![
                     Arc::new(
                         TimestampMicrosecondArray::from(vec![ts; n as usize]).with_timezone("UTC"),
                     ),
-                    Arc::new(Int64Array::from_iter_values(b * n..(b + 1) * n)),
+                    Arc::new(Int64Array::from_iter_values(
+                        b.saturating_mul(n)..b.saturating_add(1).saturating_mul(n),
+                    )),
                 ],
             )?);
         }
