@@ -362,8 +362,10 @@ pub fn distinct_struct_names(q: &QueryDecl, errs: &mut Errors) {
     }
 }
 
-/// Spark's file sink partitions by result columns: each must exist.
-pub fn partition_columns_exist(q: &QueryDecl, output: &[Col], errs: &mut Errors) {
+/// The result columns a sink names (the file sink's `partition_by`, the
+/// Kafka, PostgreSQL and Redis sinks' `key`) must exist; PostgreSQL and
+/// Redis need `key` in update mode.
+pub fn sink_columns_exist(q: &QueryDecl, output: &[Col], errs: &mut Errors) {
     let Some(sink) = &q.sink else { return };
     let (partition_by, what) = match &sink.kind {
         Sink::Files { partition_by, .. } => (partition_by, "partition column"),
@@ -421,7 +423,7 @@ mod tests {
             }
             distinct_struct_names(&q, &mut errs);
             let out = output_columns(&l, &mut errs);
-            partition_columns_exist(&q, &out, &mut errs);
+            sink_columns_exist(&q, &out, &mut errs);
             not_supported_yet(&q, &mut errs);
         }
         errs.diagnostics()

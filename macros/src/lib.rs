@@ -69,7 +69,7 @@ fn expand(input: TokenStream) -> TokenStream {
     }
     check::distinct_struct_names(&q, &mut errs);
     let output = lower::output_columns(&l, &mut errs);
-    check::partition_columns_exist(&q, &output, &mut errs);
+    check::sink_columns_exist(&q, &output, &mut errs);
     check::not_supported_yet(&q, &mut errs);
     check::late_rows_can_happen(&q, &l, &mut errs);
     if !errs.is_empty() {
@@ -82,6 +82,16 @@ fn expand(input: TokenStream) -> TokenStream {
 mod tests {
     use super::*;
     use quote::quote;
+
+    /// The `EXPLAIN` text of a declaration that must have no errors.
+    fn explained(decl: TokenStream) -> String {
+        let mut errs = errors::Errors::new();
+        let q = parse::parse_query(decl, &mut errs).unwrap();
+        let l = lower::lower(&q, &mut errs).unwrap();
+        let out = lower::output_columns(&l, &mut errs);
+        assert!(errs.is_empty(), "{errs:?}");
+        explain::explain(&q, &l, &out)
+    }
 
     #[test]
     fn expands_a_valid_query_to_items() {
@@ -126,30 +136,21 @@ mod tests {
 
     #[test]
     fn explains_the_plan() {
-        let mut errs = errors::Errors::new();
-        let q = parse::parse_query(
-            quote! {
-                query PageViews {
-                    source: files(path = "data/clicks", format = json, max_files_per_trigger = 10),
-                    schema: Click { page: String, event_ts: Timestamp, user: Option<String>, n: i64 },
-                    filter: n > 0 && page != "x",
-                    select: { page, event_ts, n2: n * 2 },
-                    watermark: event_ts delay "2 minutes",
-                    group_by: [window(event_ts, "1 minute"), page],
-                    aggregate: { views: count(), total: sum(n2) },
-                    output_mode: update,
-                    trigger: processing_time("1 minute"),
-                    sink: console(truncate = false, num_rows = 20),
-                    checkpoint: "chk/page_views",
-                }
-            },
-            &mut errs,
-        )
-        .unwrap();
-        let l = lower::lower(&q, &mut errs).unwrap();
-        let out = lower::output_columns(&l, &mut errs);
-        assert!(errs.is_empty());
-        let text = explain::explain(&q, &l, &out);
+        let text = explained(quote! {
+            query PageViews {
+                source: files(path = "data/clicks", format = json, max_files_per_trigger = 10),
+                schema: Click { page: String, event_ts: Timestamp, user: Option<String>, n: i64 },
+                filter: n > 0 && page != "x",
+                select: { page, event_ts, n2: n * 2 },
+                watermark: event_ts delay "2 minutes",
+                group_by: [window(event_ts, "1 minute"), page],
+                aggregate: { views: count(), total: sum(n2) },
+                output_mode: update,
+                trigger: processing_time("1 minute"),
+                sink: console(truncate = false, num_rows = 20),
+                checkpoint: "chk/page_views",
+            }
+        });
         assert_eq!(
             text,
             r#"query page_views (PageViews)
@@ -170,30 +171,21 @@ mod tests {
 
     #[test]
     fn explains_the_operations_after_select() {
-        let mut errs = errors::Errors::new();
-        let q = parse::parse_query(
-            quote! {
-                query Top {
-                    source: memory,
-                    schema: Sale { id: String, shop: String, amount: i64, ts: Timestamp },
-                    with_column: { shop: upper(shop) },
-                    watermark: ts delay "1 minute",
-                    drop_duplicates_within_watermark: [id],
-                    group_by: [shop],
-                    aggregate: { total: sum(amount) },
-                    order_by: [total desc, shop],
-                    limit: 3,
-                    output_mode: complete,
-                    sink: memory,
-                }
-            },
-            &mut errs,
-        )
-        .unwrap();
-        let l = lower::lower(&q, &mut errs).unwrap();
-        let out = lower::output_columns(&l, &mut errs);
-        assert!(errs.is_empty(), "{errs:?}");
-        let text = explain::explain(&q, &l, &out);
+        let text = explained(quote! {
+            query Top {
+                source: memory,
+                schema: Sale { id: String, shop: String, amount: i64, ts: Timestamp },
+                with_column: { shop: upper(shop) },
+                watermark: ts delay "1 minute",
+                drop_duplicates_within_watermark: [id],
+                group_by: [shop],
+                aggregate: { total: sum(amount) },
+                order_by: [total desc, shop],
+                limit: 3,
+                output_mode: complete,
+                sink: memory,
+            }
+        });
         let ops: Vec<&str> = text.lines().skip(3).take(7).collect();
         assert_eq!(
             ops,
@@ -273,11 +265,7 @@ mod tests {
             "{text}"
         );
 
-        let mut errs = errors::Errors::new();
-        let q = parse::parse_query(decl, &mut errs).unwrap();
-        let l = lower::lower(&q, &mut errs).unwrap();
-        let out = lower::output_columns(&l, &mut errs);
-        let text = explain::explain(&q, &l, &out);
+        let text = explained(decl);
         assert!(
             text.contains(
                 "  group by   session_window(ts, \"5 minutes\") AS session_window, user\n"
@@ -320,26 +308,17 @@ mod tests {
                 "host=db user=weir password=***",
             ),
         ] {
-            let mut errs = errors::Errors::new();
-            let q = parse::parse_query(
-                quote! {
-                    query Totals {
-                        source: memory,
-                        schema: Sale { shop: String, amount: i64 },
-                        group_by: [shop],
-                        aggregate: { total: sum(amount) },
-                        output_mode: complete,
-                        sink: postgres(url = #url, table = "totals"),
-                        checkpoint: "chk",
-                    }
-                },
-                &mut errs,
-            )
-            .unwrap();
-            let l = lower::lower(&q, &mut errs).unwrap();
-            let out = lower::output_columns(&l, &mut errs);
-            assert!(errs.is_empty(), "{errs:?}");
-            let text = explain::explain(&q, &l, &out);
+            let text = explained(quote! {
+                query Totals {
+                    source: memory,
+                    schema: Sale { shop: String, amount: i64 },
+                    group_by: [shop],
+                    aggregate: { total: sum(amount) },
+                    output_mode: complete,
+                    sink: postgres(url = #url, table = "totals"),
+                    checkpoint: "chk",
+                }
+            });
             assert!(text.contains(shown), "{text}");
             assert!(!text.contains("s3cret"), "{text}");
         }

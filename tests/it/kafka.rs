@@ -1079,6 +1079,17 @@ fn sink_writes_key_value_partition_and_headers_columns() {
     );
 }
 
+/// A minute of event time (ms) no earlier run used: the declared queries
+/// read fixed topics, and their payloads' event times tell this run's
+/// records from those of earlier runs.
+fn minute_of_this_run() -> i64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    T0 + (nanos % 1_000_000) as i64 * 60_000
+}
+
 weir::stream_query! {
     /// The seed's page views declared end to end: JSON clicks from Kafka,
     /// views per page and minute back to Kafka as JSON keyed by page,
@@ -1125,12 +1136,7 @@ fn a_declared_kafka_to_kafka_query_counts_each_click_once() {
         .unwrap();
     // The first batch fixes the starting offsets (`latest`).
     q.process_all_available().unwrap();
-    // Event time is in the payload: a minute of its own for this run.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let minute = T0 + (nanos % 1_000_000) as i64 * 60_000;
+    let minute = minute_of_this_run();
     let at = |s: i64| minute + s * 1000;
     produce(
         input,
@@ -1217,11 +1223,7 @@ fn a_declared_assign_reads_only_its_partitions() {
     bootstrap();
     let topic = "weir-it-dsl-assign";
     admin().create_topic(topic, 2).unwrap();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let at = T0 + (nanos % 1_000_000) as i64 * 60_000;
+    let at = minute_of_this_run();
     produce(
         topic,
         &[
