@@ -8,6 +8,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, WeirError};
 
+/// The batch id a log file's name stands for: only the canonical decimal
+/// form `i64::to_string` writes for a non-negative id (`7`, never `07`, `+7`,
+/// `-1`, `7.tmp`). Other names are not log entries (a copy left by an editor
+/// or a tool, a temp file) and are ignored, so they can neither shadow nor
+/// invent a batch.
+pub fn parse_batch_id(name: &str) -> Option<i64> {
+    let canonical = !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_digit())
+        && (name == "0" || !name.starts_with('0'));
+    if !canonical {
+        return None;
+    }
+    name.parse::<i64>().ok()
+}
+
 /// A directory of per-batch files named by batch id.
 #[derive(Debug, Clone)]
 pub struct BatchLog {
@@ -53,7 +68,8 @@ impl BatchLog {
         self.dir.join(batch.to_string())
     }
 
-    /// The highest batch id present.
+    /// The highest batch id present (names that are not canonical batch ids
+    /// are ignored, with a warning for those that look like one).
     pub fn latest(&self) -> Result<Option<i64>> {
         let rd = match fs::read_dir(&self.dir) {
             Ok(rd) => rd,
@@ -63,8 +79,17 @@ impl BatchLog {
         let mut best = None;
         for e in rd {
             let e = e.map_err(|e| WeirError::io(&self.dir, e))?;
-            if let Some(n) = e.file_name().to_str().and_then(|s| s.parse::<i64>().ok()) {
-                best = best.max(Some(n));
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            match parse_batch_id(&name) {
+                Some(n) => best = best.max(Some(n)),
+                None if name.trim().parse::<i64>().is_ok() => {
+                    tracing::warn!(
+                        file = %e.path().display(),
+                        "ignoring a stray file whose name is not a canonical batch id (e.g. `7`); remove it"
+                    );
+                }
+                None => {}
             }
         }
         Ok(best)
@@ -147,7 +172,7 @@ impl BatchLog {
     pub fn purge_before(&self, keep_from: i64) -> Result<()> {
         if let Ok(rd) = fs::read_dir(&self.dir) {
             for e in rd.flatten() {
-                if let Some(n) = e.file_name().to_str().and_then(|s| s.parse::<i64>().ok()) {
+                if let Some(n) = e.file_name().to_str().and_then(parse_batch_id) {
                     if n < keep_from {
                         let _ = fs::remove_file(e.path());
                     }
@@ -155,5 +180,46 @@ impl BatchLog {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_canonical_names_are_batch_ids() {
+        for (name, id) in [("0", Some(0)), ("7", Some(7)), ("120", Some(120))] {
+            assert_eq!(parse_batch_id(name), id, "{name}");
+        }
+        for name in [
+            "07", "+7", "-1", "7.tmp", " 7", "7 ", "", "00", "x", "7e0", "-0",
+        ] {
+            assert_eq!(parse_batch_id(name), None, "{name:?}");
+        }
+        assert_eq!(parse_batch_id(&i64::MAX.to_string()), Some(i64::MAX));
+        assert_eq!(parse_batch_id("9223372036854775808"), None);
+    }
+
+    #[test]
+    fn stray_names_neither_shadow_nor_invent_a_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = BatchLog::new(dir.path().to_path_buf(), false);
+        let e = CommitEntry {
+            next_batch_watermark_ms: 0,
+            operator_watermarks_ms: vec![],
+        };
+        log.write_commit(3, &e).unwrap();
+        for stray in ["07", "+7", "-1", "7.tmp", "0009"] {
+            std::fs::write(dir.path().join(stray), "junk").unwrap();
+        }
+        assert_eq!(log.latest().unwrap(), Some(3));
+        assert_eq!(log.read_commit(3).unwrap(), Some(e));
+        log.purge_before(100).unwrap();
+        assert_eq!(log.latest().unwrap(), None);
+        assert!(
+            dir.path().join("07").exists(),
+            "purge leaves stray names alone"
+        );
     }
 }

@@ -22,12 +22,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, WeirError};
 
-pub use log::{BatchLog, CommitEntry, OffsetEntry};
+pub use log::{parse_batch_id, BatchLog, CommitEntry, OffsetEntry};
 
 /// Writes `bytes` to `path` atomically: temp file, fsync (when `sync`), rename, fsync dir.
+///
+/// Missing directories on the way are created, each fsynced in its parent
+/// (when `sync`). A crash can leave the temp file (`.<name>.<uuid>.tmp`)
+/// behind; [`remove_temp_files`] removes it when the checkpoint opens again.
 pub fn write_atomic(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(|e| WeirError::io(dir, e))?;
+    create_dir_all_synced(dir, sync)?;
     let tmp = dir.join(format!(
         ".{}.{}.tmp",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
@@ -40,10 +44,127 @@ pub fn write_atomic(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
             f.sync_all().map_err(|e| WeirError::io(&tmp, e))?;
         }
     }
+    crate::failpoint::failpoint_here("before_rename");
     fs::rename(&tmp, path).map_err(|e| WeirError::io(path, e))?;
     if sync {
-        if let Ok(d) = fs::File::open(dir) {
-            let _ = d.sync_all();
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Fsyncs a directory, so the names created, renamed or removed in it are
+/// durable. File systems that cannot fsync a directory are tolerated.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    let d = fs::File::open(dir).map_err(|e| WeirError::io(dir, e))?;
+    match d.sync_all() {
+        Ok(()) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::Unsupported
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(WeirError::io(dir, e)),
+    }
+}
+
+/// `fs::create_dir_all` that, when `sync`, fsyncs the parent of every
+/// directory it creates (a new directory's name is durable only once its
+/// parent is fsynced), so that what is later written inside survives a power
+/// cut together with its path.
+pub fn create_dir_all_synced(dir: &Path, sync: bool) -> Result<()> {
+    create_dirs_with(dir, &mut |parent| {
+        if sync {
+            sync_dir(parent)
+        } else {
+            Ok(())
+        }
+    })
+}
+
+/// Creates `dir` and its missing ancestors top-down, calling `synced` on the
+/// parent of each directory it created, right after creating it.
+fn create_dirs_with(dir: &Path, synced: &mut dyn FnMut(&Path) -> Result<()>) -> Result<()> {
+    if dir.as_os_str().is_empty() || dir.is_dir() {
+        return Ok(());
+    }
+    let mut missing = Vec::new();
+    let mut cur = Some(dir);
+    while let Some(d) = cur {
+        if d.as_os_str().is_empty() || d.is_dir() {
+            break;
+        }
+        missing.push(d);
+        cur = d.parent();
+    }
+    for d in missing.into_iter().rev() {
+        match fs::create_dir(d) {
+            Ok(()) => {
+                let parent = match d.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+                synced(parent)?;
+            }
+            // Created meanwhile by someone else: theirs to sync.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && d.is_dir() => {}
+            Err(e) => return Err(WeirError::io(d, e)),
+        }
+    }
+    Ok(())
+}
+
+/// True for the name of a temp file [`write_atomic`] creates:
+/// `.<name>.<32 hex digits>.tmp`.
+pub fn is_temp_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('.').and_then(|r| r.strip_suffix(".tmp")) else {
+        return false;
+    };
+    match rest.rsplit_once('.') {
+        Some((stem, id)) => {
+            !stem.is_empty() && id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
+        }
+        None => false,
+    }
+}
+
+/// Removes, in `dir` and the directories below it, the temp files
+/// [`write_atomic`] left behind when a process died before its rename
+/// (never a complete file: a temp file is only ever renamed). Returns how
+/// many were removed. Only for directories no running writer uses.
+pub fn remove_temp_files(dir: &Path) -> Result<usize> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(WeirError::io(dir, e)),
+    };
+    let mut removed = 0;
+    for e in rd {
+        let e = e.map_err(|e| WeirError::io(dir, e))?;
+        let ft = e.file_type().map_err(|er| WeirError::io(e.path(), er))?;
+        if ft.is_dir() {
+            removed += remove_temp_files(&e.path())?;
+        } else if ft.is_file() && e.file_name().to_str().is_some_and(is_temp_name) {
+            match fs::remove_file(e.path()) {
+                Ok(()) => removed += 1,
+                Err(er) if er.kind() == std::io::ErrorKind::NotFound => {}
+                Err(er) => return Err(WeirError::io(e.path(), er)),
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// [`remove_temp_files`] in `dir` alone, not below it.
+fn remove_temp_files_in(dir: &Path) -> Result<()> {
+    let rd = fs::read_dir(dir).map_err(|e| WeirError::io(dir, e))?;
+    for e in rd.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_file())
+            && e.file_name().to_str().is_some_and(is_temp_name)
+        {
+            let _ = fs::remove_file(e.path());
         }
     }
     Ok(())
@@ -82,10 +203,17 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Opens (creating when missing) a checkpoint directory.
+    /// Opens (creating when missing, each new directory fsynced in its
+    /// parent when `sync`) a checkpoint directory, and removes the temp
+    /// files a crashed run left in it.
     pub fn open(root: impl Into<PathBuf>, sync: bool) -> Result<Checkpoint> {
         let root = root.into();
-        fs::create_dir_all(&root).map_err(|e| WeirError::io(&root, e))?;
+        create_dir_all_synced(&root, sync)?;
+        // Only weir's own directories: the root may hold anything else.
+        remove_temp_files_in(&root)?;
+        for sub in ["offsets", "commits", "sources", "state"] {
+            remove_temp_files(&root.join(sub))?;
+        }
         Ok(Checkpoint {
             offsets: BatchLog::new(root.join("offsets"), sync),
             commits: BatchLog::new(root.join("commits"), sync),
@@ -153,6 +281,22 @@ impl Checkpoint {
                 ));
             }
             return Ok(meta);
+        }
+        // Batches were logged but the query id is gone: a new id would not
+        // match the markers the idempotent sinks keep, and the pending batch
+        // would be written twice.
+        let logged = match self.offsets.latest()? {
+            Some(b) => Some(("offsets", b)),
+            None => self.commits.latest()?.map(|b| ("commits", b)),
+        };
+        if let Some((log, b)) = logged {
+            return Err(WeirError::checkpoint(
+                &path,
+                format!(
+                    "the checkpoint has batches ({log}/{b}) but no metadata file, which holds the query id the sinks' exactly-once markers are keyed by; a new id would write the pending batch twice. Restore {} from a backup of this checkpoint, or start with a new, empty checkpoint location",
+                    path.display()
+                ),
+            ));
         }
         let meta = CheckpointMetadata {
             id: uuid::Uuid::new_v4().to_string(),
@@ -248,5 +392,103 @@ fn describe_change(old: &weir_plan::StreamPlan, new: &weir_plan::StreamPlan) -> 
         "the query's shape changed".into()
     } else {
         diffs.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_created_directory_is_synced_in_its_parent() {
+        let root = tempfile::tempdir().unwrap();
+        let deep = root.path().join("a").join("b").join("c");
+        let mut synced = Vec::new();
+        create_dirs_with(&deep, &mut |p| {
+            assert!(p.is_dir(), "the parent exists when it is synced");
+            synced.push(p.to_path_buf());
+            Ok(())
+        })
+        .unwrap();
+        assert!(deep.is_dir());
+        assert_eq!(
+            synced,
+            vec![
+                root.path().to_path_buf(),
+                root.path().join("a"),
+                root.path().join("a").join("b"),
+            ],
+            "one fsync per new directory, in its parent, top-down"
+        );
+        // Nothing new: nothing synced.
+        synced.clear();
+        create_dirs_with(&deep, &mut |p| {
+            synced.push(p.to_path_buf());
+            Ok(())
+        })
+        .unwrap();
+        assert!(synced.is_empty());
+        // An fsync failure is reported, not swallowed.
+        let err = create_dirs_with(&root.path().join("x/y"), &mut |p| {
+            Err(WeirError::io(p, std::io::Error::other("disk gone")))
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("disk gone"), "{err}");
+        // The real thing on a real file system.
+        create_dir_all_synced(&root.path().join("s/t"), true).unwrap();
+        assert!(root.path().join("s/t").is_dir());
+    }
+
+    #[test]
+    fn temp_names_are_recognised_exactly() {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        assert!(is_temp_name(&format!(".7.{id}.tmp")));
+        assert!(is_temp_name(&format!(".metadata.{id}.tmp")));
+        for name in [
+            "7".to_string(),
+            format!("7.{id}.tmp"),
+            format!(".7.{id}"),
+            ".7.tmp".to_string(),
+            format!(".7.{}.tmp", &id[1..]),
+            format!("..{id}.tmp"),
+            ".f01.tmp".to_string(),
+        ] {
+            assert!(!is_temp_name(&name), "{name}");
+        }
+    }
+
+    #[test]
+    fn leftover_temp_files_are_removed_when_the_checkpoint_opens() {
+        let root = tempfile::tempdir().unwrap();
+        let chk = Checkpoint::open(root.path(), false).unwrap();
+        chk.commits
+            .write_commit(
+                0,
+                &CommitEntry {
+                    next_batch_watermark_ms: 0,
+                    operator_watermarks_ms: vec![],
+                },
+            )
+            .unwrap();
+        let id = || uuid::Uuid::new_v4().simple().to_string();
+        let leftovers = [
+            root.path().join(format!(".metadata.{}.tmp", id())),
+            root.path().join(format!("offsets/.1.{}.tmp", id())),
+            root.path().join(format!("commits/.1.{}.tmp", id())),
+            root.path().join(format!("state/0/1/.2.delta.{}.tmp", id())),
+            root.path().join(format!("sources/0/.3.{}.tmp", id())),
+        ];
+        for p in &leftovers {
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, "half").unwrap();
+        }
+        let mine = root.path().join("notes.tmp");
+        fs::write(&mine, "keep").unwrap();
+        let chk = Checkpoint::open(root.path(), true).unwrap();
+        for p in &leftovers {
+            assert!(!p.exists(), "{} is left", p.display());
+        }
+        assert!(mine.exists(), "a file weir did not write is kept");
+        assert_eq!(chk.commits.latest().unwrap(), Some(0));
     }
 }

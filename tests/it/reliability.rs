@@ -1,0 +1,163 @@
+//! Reliability: the checkpoint, the file sink and the file source under
+//! crashes, damage and hostile names (issue 10).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use weir::source::{FileFormat, FileSource};
+use weir::{StreamingQuery, WeirError};
+
+use crate::common::{fields, rows_json, session};
+
+/// (batch id, rows as JSON) as a foreach_batch sink saw them.
+type Seen = Arc<Mutex<Vec<(i64, Vec<serde_json::Value>)>>>;
+
+/// One JSON file of `n` rows with values `first..first + n`.
+fn add_file(dir: &Path, name: &str, first: i64, n: i64) {
+    fs::create_dir_all(dir).unwrap();
+    let text: Vec<String> = (first..first + n)
+        .map(|v| format!(r#"{{"ts":"2024-01-01T12:00:00Z","key":"k{v}","value":{v}}}"#))
+        .collect();
+    let tmp = dir.join(format!(".{name}.writing"));
+    fs::write(&tmp, text.join("\n")).unwrap();
+    fs::rename(&tmp, dir.join(name)).unwrap();
+}
+
+/// A pass-through query over the file source in `input`, one file a batch.
+fn start_files(input: &Path, chk: &Path, seen: Seen) -> Result<StreamingQuery, WeirError> {
+    session()
+        .read_stream(FileSource::new(input, FileFormat::Json, fields()).max_files_per_trigger(1))
+        .write_stream()
+        .checkpoint_location(chk.to_str().unwrap())
+        .foreach_batch(move |id, batches| {
+            let mut s = seen.lock().unwrap();
+            s.retain(|(b, _)| *b != id);
+            s.push((id, rows_json(batches)));
+            Ok(())
+        })
+        .start()
+}
+
+/// Runs [`start_files`] until idle, then stops it.
+fn run_files(input: &Path, chk: &Path, seen: &Seen) {
+    let q = start_files(input, chk, seen.clone()).unwrap();
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    assert!(q.exception().is_none(), "{:?}", q.exception());
+}
+
+/// Every value the sink saw, by batch.
+fn values(seen: &Seen) -> Vec<(i64, Vec<i64>)> {
+    let mut v: Vec<(i64, Vec<i64>)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(b, rows)| {
+            let mut vals: Vec<i64> = rows.iter().map(|r| r["value"].as_i64().unwrap()).collect();
+            vals.sort();
+            (*b, vals)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every file below `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().unwrap().is_dir() {
+                out.extend(walk(&e.path()));
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_checkpoint_with_batches_but_no_metadata_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+    let seen: Seen = Arc::default();
+    add_file(&input, "a.json", 0, 2);
+    run_files(&input, &chk, &seen);
+    fs::remove_file(chk.join("metadata")).unwrap();
+    add_file(&input, "b.json", 2, 2);
+    let err = start_files(&input, &chk, seen.clone()).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&chk.join("metadata").display().to_string()),
+        "names the missing file: {msg}"
+    );
+    assert!(msg.contains("query id"), "says why it matters: {msg}");
+    assert!(
+        msg.contains("new, empty checkpoint location") && msg.contains("backup"),
+        "says what to do: {msg}"
+    );
+    assert!(
+        !chk.join("metadata").exists(),
+        "no new query id was written"
+    );
+    assert_eq!(values(&seen), vec![(0, vec![0, 1])], "nothing ran twice");
+}
+
+#[test]
+fn stray_names_in_the_logs_do_not_stop_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+    let seen: Seen = Arc::default();
+    add_file(&input, "a.json", 0, 2);
+    run_files(&input, &chk, &seen);
+    add_file(&input, "b.json", 2, 2);
+    run_files(&input, &chk, &seen);
+    // Copies an editor, a sync tool or a person left behind.
+    for log in ["offsets", "commits"] {
+        for stray in ["07", "+7", "-1", "7.tmp", "00"] {
+            fs::copy(chk.join(log).join("1"), chk.join(log).join(stray)).unwrap();
+        }
+    }
+    add_file(&input, "c.json", 4, 1);
+    run_files(&input, &chk, &seen);
+    assert_eq!(
+        values(&seen),
+        vec![(0, vec![0, 1]), (1, vec![2, 3]), (2, vec![4])],
+        "batch ids continue after the real last batch"
+    );
+    assert!(chk.join("commits").join("2").exists());
+}
+
+#[test]
+fn leftover_temp_files_are_gone_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+    let seen: Seen = Arc::default();
+    add_file(&input, "a.json", 0, 2);
+    run_files(&input, &chk, &seen);
+    // What a kill between a temp file's write and its rename leaves.
+    let uuid = "0123456789abcdef0123456789abcdef";
+    let leftovers = [
+        chk.join(format!("offsets/.1.{uuid}.tmp")),
+        chk.join(format!("commits/.1.{uuid}.tmp")),
+        chk.join(format!("sources/0/.1.{uuid}.tmp")),
+        chk.join(format!(".metadata.{uuid}.tmp")),
+    ];
+    for p in &leftovers {
+        fs::write(p, "half written").unwrap();
+    }
+    add_file(&input, "b.json", 2, 1);
+    run_files(&input, &chk, &seen);
+    for p in &leftovers {
+        assert!(!p.exists(), "{} survived the restart", p.display());
+    }
+    let tmp: Vec<_> = walk(&chk)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(tmp.is_empty(), "{tmp:?}");
+    assert_eq!(values(&seen), vec![(0, vec![0, 1]), (1, vec![2])]);
+}
