@@ -6,10 +6,13 @@
 #   PostgreSQL/Redis sink tests against real servers, all on 127.0.0.1.
 # Servers: when KAFKA_BOOTSTRAP / WEIR_POSTGRES_URL / WEIR_REDIS_URL are unset,
 # scripts/kafka.sh and scripts/services.sh start them (and they are stopped
-# afterwards). Needs: Java 17 + Maven (the broker), and the Debian packages
-# librocksdb-dev libclang-dev postgresql redis-server (.ci/run installs them).
+# afterwards). It first installs what a fresh machine lacks (scripts/setup.sh:
+# librocksdb-dev libclang-dev postgresql redis-server, Maven and Java 17 for the
+# broker) when run as root, and otherwise says exactly what to install.
+# Extra arguments go to `cargo test` (e.g. `--test it -- kafka::`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/setup.sh
 started_kafka=""
 started_services=""
 cleanup() {

@@ -29,6 +29,7 @@
 pub mod checkpoint;
 pub mod dataset;
 pub mod error;
+pub mod failpoint;
 pub mod functions;
 mod hash;
 pub mod ops;

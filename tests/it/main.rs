@@ -3,13 +3,16 @@
 
 mod common;
 mod conformance;
+mod crash_matrix;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod external_sinks;
 mod joins;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod macros;
+mod properties;
 mod recovery;
+mod reliability;
 mod sessions;
 mod sinks;
 mod triggers;

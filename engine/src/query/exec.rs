@@ -25,6 +25,7 @@ use super::{QueryShared, QueryState, StreamingQuery, Trigger};
 use crate::checkpoint::{Checkpoint, CommitEntry, OffsetEntry};
 use crate::dataset::StreamWriter;
 use crate::error::{Result, WeirError};
+use crate::failpoint::{failpoint, set_current_batch};
 use crate::ops::aggregate::Watermarks;
 use crate::ops::{BatchContext, Pipeline};
 use crate::progress::{
@@ -35,21 +36,6 @@ use crate::session::Session;
 use crate::sink::{BoxSink, SinkContext};
 use crate::source::{BoxSource, Offset, SourceContext};
 use crate::state::PartitionedStore;
-
-/// Crash-testing hook: with `WEIR_FAILPOINT=<point>:<batch id>` in the
-/// environment the process aborts (no unwinding, no cleanup: like a kill)
-/// when batch `<batch id>` reaches `<point>` (`after_state_commit`: state
-/// version committed, commit log not yet written).
-fn failpoint(point: &str, batch_id: i64) {
-    if let Ok(v) = std::env::var("WEIR_FAILPOINT") {
-        if v.split_once(':')
-            .is_some_and(|(p, b)| p == point && b.parse() == Ok(batch_id))
-        {
-            eprintln!("weir: failpoint {point} at batch {batch_id}: aborting");
-            std::process::abort();
-        }
-    }
-}
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -520,7 +506,9 @@ impl Runner {
                     sources,
                 };
                 let t = Instant::now();
+                set_current_batch(batch_id);
                 self.checkpoint.offsets.write_offsets(batch_id, &entry)?;
+                failpoint("after_offsets", batch_id);
                 durations.insert("walCommit".into(), t.elapsed().as_millis() as i64);
                 (entry, no_data)
             }
@@ -541,6 +529,8 @@ impl Runner {
             inputs.push(batches);
         }
         durations.insert("getBatch".into(), t.elapsed().as_millis() as i64);
+        set_current_batch(batch_id);
+        failpoint("after_read", batch_id);
         let watermarks = if has_wm {
             Watermarks {
                 late_ms: Some(self.current_wm.unwrap_or(entry.batch_watermark_ms)),
@@ -575,6 +565,7 @@ impl Runner {
             }
         }
         durations.insert("addBatch".into(), t.elapsed().as_millis() as i64);
+        failpoint("after_sink", batch_id);
         let t = Instant::now();
         self.pipeline.commit_state(batch_id as u64 + 1)?;
         failpoint("after_state_commit", batch_id);
@@ -611,6 +602,7 @@ impl Runner {
                 operator_watermarks_ms: op_wms.clone(),
             },
         )?;
+        failpoint("after_commit_log", batch_id);
         durations.insert("commitOffsets".into(), t.elapsed().as_millis() as i64);
         for (i, (_, s)) in self.sources.iter_mut().enumerate() {
             if let Some(e) = entry.sources.get(i).cloned().flatten() {
@@ -620,6 +612,7 @@ impl Runner {
         let retain = self.session.conf().min_batches_to_retain as i64;
         if batch_id >= retain && batch_id % 10 == 0 {
             self.checkpoint.offsets.purge_before(batch_id - retain)?;
+            failpoint("during_cleanup", batch_id);
             self.checkpoint.commits.purge_before(batch_id - retain)?;
         }
         let start_offsets = std::mem::replace(&mut self.committed, entry.sources.clone());

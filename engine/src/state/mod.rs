@@ -38,7 +38,17 @@ pub trait StateStore: Send {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Makes this batch's writes durable as version `version`.
+    /// The first read error of this batch, if any. `get` and `iter` cannot
+    /// return one (a store on disk, such as RocksDB, records it and answers
+    /// as if the key were absent): an operator calls `check` after its reads
+    /// and before its output leaves the batch, so nothing computed from a
+    /// failed read reaches a sink, and `commit` fails with the same error.
+    /// Cleared by `abort`. Stores whose reads cannot fail keep the default.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Makes this batch's writes durable as version `version` (an error if
+    /// a read of this batch failed: see [`StateStore::check`]).
     fn commit(&mut self, version: u64) -> Result<()>;
     /// Undoes this batch's writes.
     fn abort(&mut self);
@@ -93,8 +103,16 @@ impl StateStore for PartitionedStore {
     fn len(&self) -> usize {
         self.parts.iter().map(|p| p.len()).sum()
     }
+    fn check(&self) -> Result<()> {
+        self.parts.iter().try_for_each(|p| p.check())
+    }
     fn commit(&mut self, version: u64) -> Result<()> {
-        for p in &mut self.parts {
+        // A failed read in any partition: no partition commits.
+        self.check()?;
+        for (i, p) in self.parts.iter_mut().enumerate() {
+            if i > 0 {
+                crate::failpoint::failpoint_here("between_state_partitions");
+            }
             p.commit(version)?;
         }
         Ok(())

@@ -1,0 +1,2 @@
+//! Property tests (proptest): round trips of what the checkpoint stores,
+//! window assignment over the whole time range.
