@@ -8,6 +8,11 @@
 //! a marker file names the version it holds, and it is rebuilt from the
 //! deltas whenever the marker is missing (a batch was in flight) or names
 //! another version.
+//!
+//! A failed RocksDB read is never taken for an absent key: the store
+//! remembers the first failure of the batch, [`StateStore::check`] reports it
+//! (operators call it before their output leaves the batch) and
+//! [`StateStore::commit`] refuses to commit a version computed from it.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -62,6 +67,9 @@ pub struct RocksDbStateStore {
     pending: HashMap<Vec<u8>, Option<Vec<u8>>>,
     /// Keys read this batch (not written yet) and whether they exist.
     read: RefCell<HashMap<Vec<u8>, bool>>,
+    /// The first RocksDB read error of this batch (reads cannot return
+    /// one: it fails the batch at `check` and `commit`).
+    failed: RefCell<Option<String>>,
     /// Keys committed in RocksDB (not counting `pending`).
     committed_len: usize,
     /// `committed_len` with this batch's writes applied.
@@ -79,7 +87,9 @@ impl RocksDbStateStore {
         dir.join("rocksdb.version")
     }
 
-    /// Opens the store in `dir` at committed `version`.
+    /// Opens the store in `dir` at committed `version`. The cached instance
+    /// is used when its marker names `version`; one that cannot be opened or
+    /// read (a damaged disk) is discarded and rebuilt from the checkpoint.
     pub fn open(dir: &Path, version: u64, retain: u64, sync: bool) -> Result<RocksDbStateStore> {
         fs::create_dir_all(dir).map_err(|e| WeirError::io(dir, e))?;
         let db_dir = dir.join("rocksdb");
@@ -89,7 +99,29 @@ impl RocksDbStateStore {
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
             .filter(|_| db_dir.exists());
-        if cached != Some(version) && db_dir.exists() {
+        if cached == Some(version) {
+            match Self::open_instance(dir, version, retain, sync, true) {
+                Ok(s) => return Ok(s),
+                Err(e) => tracing::warn!(
+                    dir = %db_dir.display(),
+                    "the cached RocksDB instance cannot be read ({e}); rebuilding it from the checkpoint"
+                ),
+            }
+        }
+        Self::open_instance(dir, version, retain, sync, false)
+    }
+
+    /// Opens the instance (`cached`: as it is, at `version`; otherwise a new
+    /// one rebuilt from the checkpoint) and counts its keys.
+    fn open_instance(
+        dir: &Path,
+        version: u64,
+        retain: u64,
+        sync: bool,
+        cached: bool,
+    ) -> Result<RocksDbStateStore> {
+        let db_dir = dir.join("rocksdb");
+        if !cached && db_dir.exists() {
             fs::remove_dir_all(&db_dir).map_err(|e| WeirError::io(&db_dir, e))?;
         }
         let mut opts = Options::default();
@@ -101,17 +133,52 @@ impl RocksDbStateStore {
             db,
             pending: HashMap::new(),
             read: RefCell::new(HashMap::new()),
+            failed: RefCell::new(None),
             committed_len: 0,
             len: 0,
             retain: retain.max(1),
             sync,
         };
-        if cached != Some(version) && version > 0 {
+        if !cached && version > 0 {
             s.rebuild(version)?;
         }
-        s.committed_len = s.db.iterator(IteratorMode::Start).count();
-        s.len = s.committed_len;
+        let mut n = 0;
+        for kv in s.db.iterator(IteratorMode::Start) {
+            kv.map_err(|e| s.read_err(e))?;
+            n += 1;
+        }
+        s.committed_len = n;
+        s.len = n;
         Ok(s)
+    }
+
+    /// A read error, as the store reports it.
+    fn read_err(&self, e: impl std::fmt::Display) -> WeirError {
+        WeirError::checkpoint(
+            self.dir.join("rocksdb"),
+            format!("RocksDB read failed ({e}); the batch is not committed and runs again on restart. Check the disk: a restart rebuilds a damaged instance from the checkpoint's state files"),
+        )
+    }
+
+    /// Remembers the batch's first read error.
+    fn record(&self, e: rocksdb::Error) {
+        let mut f = self.failed.borrow_mut();
+        if f.is_none() {
+            tracing::error!(dir = %self.dir.display(), "RocksDB state read failed: {e}");
+            *f = Some(e.to_string());
+        }
+    }
+
+    /// RocksDB's value for `key`, a read error recorded (and read as absent
+    /// only until the batch checks or commits, which then fail).
+    fn db_get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        match self.db.get(key) {
+            Ok(v) => v,
+            Err(e) => {
+                self.record(e);
+                None
+            }
+        }
     }
 
     /// Loads version `version` from the snapshot and deltas under the checkpoint.
@@ -159,7 +226,13 @@ impl RocksDbStateStore {
         if let Some(known) = self.read.borrow().get(key) {
             return *known;
         }
-        matches!(self.db.get_pinned(key), Ok(Some(_)))
+        match self.db.get_pinned(key) {
+            Ok(v) => v.is_some(),
+            Err(e) => {
+                self.record(e);
+                false
+            }
+        }
     }
 }
 
@@ -168,7 +241,7 @@ impl StateStore for RocksDbStateStore {
         match self.pending.get(key) {
             Some(v) => v.as_deref().map(Cow::Borrowed),
             None => {
-                let v = self.db.get(key).ok().flatten();
+                let v = self.db_get(key);
                 self.read.borrow_mut().insert(key.to_vec(), v.is_some());
                 v.map(Cow::Owned)
             }
@@ -195,7 +268,13 @@ impl StateStore for RocksDbStateStore {
         let committed = self
             .db
             .iterator(IteratorMode::Start)
-            .flatten()
+            .map_while(move |kv| match kv {
+                Ok(kv) => Some(kv),
+                Err(e) => {
+                    self.record(e);
+                    None
+                }
+            })
             .filter(|(k, _)| !self.pending.contains_key(k.as_ref()))
             .map(|(k, v)| (Cow::Owned(k.into_vec()), Cow::Owned(v.into_vec())));
         let written = self
@@ -209,7 +288,16 @@ impl StateStore for RocksDbStateStore {
         self.len
     }
 
+    fn check(&self) -> Result<()> {
+        match &*self.failed.borrow() {
+            Some(e) => Err(self.read_err(e)),
+            None => Ok(()),
+        }
+    }
+
     fn commit(&mut self, version: u64) -> Result<()> {
+        // Nothing computed from a failed read becomes a version.
+        self.check()?;
         let delta = encode(
             self.pending
                 .iter()
@@ -244,12 +332,12 @@ impl StateStore for RocksDbStateStore {
         self.db.write(wb).map_err(|e| db_err(&self.dir, e))?;
         self.committed_len = self.len;
         if version % SNAPSHOT_INTERVAL == 0 {
-            let all: Vec<(Vec<u8>, Vec<u8>)> = self
+            let all = self
                 .db
                 .iterator(IteratorMode::Start)
-                .flatten()
-                .map(|(k, v)| (k.into_vec(), v.into_vec()))
-                .collect();
+                .map(|kv| kv.map(|(k, v)| (k.into_vec(), v.into_vec())))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| self.read_err(e))?;
             let snap = encode(all.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))));
             write_atomic(
                 &self.dir.join(format!("{version}.snapshot")),
@@ -274,6 +362,7 @@ impl StateStore for RocksDbStateStore {
     fn abort(&mut self) {
         self.pending.clear();
         self.read.get_mut().clear();
+        *self.failed.get_mut() = None;
         self.len = self.committed_len;
     }
 
@@ -403,5 +492,59 @@ mod tests {
         let s = RocksDbStateStore::open(dir.path(), 1, 100, false).unwrap();
         assert_eq!(s.get(b"a").as_deref(), Some(&b"1"[..]));
         assert_eq!(s.len(), 1);
+    }
+
+    /// Overwrites bytes of every table file under `db_dir` in place (the
+    /// instance keeps them open), as a failing disk would.
+    fn damage_tables(db_dir: &Path) {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut n = 0;
+        for e in fs::read_dir(db_dir).unwrap().flatten() {
+            if e.path().extension().is_some_and(|x| x == "sst") {
+                let mut f = fs::OpenOptions::new().write(true).open(e.path()).unwrap();
+                f.seek(SeekFrom::Start(4)).unwrap();
+                f.write_all(&[0xA5; 16]).unwrap();
+                f.sync_all().unwrap();
+                n += 1;
+            }
+        }
+        assert!(n > 0, "no table file to damage");
+    }
+
+    #[test]
+    fn a_failed_read_fails_the_batch_instead_of_reading_as_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = RocksDbStateStore::open(dir.path(), 0, 100, false).unwrap();
+        s.put(b"count".to_vec(), b"41".to_vec());
+        s.commit(1).unwrap();
+        // The committed value moves from the memtable to a table file, which
+        // the disk then damages (its blocks were never cached).
+        s.db.flush().unwrap();
+        damage_tables(&dir.path().join("rocksdb"));
+        assert!(s.check().is_ok());
+        // The read fails: the operator may see "absent", but the batch cannot
+        // get past `check` or `commit`, so "count = 1" never replaces 41.
+        let v = s.get(b"count");
+        assert_ne!(v.as_deref(), Some(&b"41"[..]), "the damage was not read");
+        s.put(b"count".to_vec(), b"1".to_vec());
+        let err = s.check().unwrap_err().to_string();
+        assert!(err.contains("RocksDB read failed"), "{err}");
+        let err = s.commit(2).unwrap_err().to_string();
+        assert!(err.contains("RocksDB read failed"), "{err}");
+        assert!(!dir.path().join("2.delta").exists());
+        // The partitioned store (what operators hold) reports it too, and
+        // commits no partition.
+        let mut p = super::super::PartitionedStore::new(vec![Box::new(s)]);
+        assert!(p.check().is_err());
+        assert!(p.commit(2).is_err());
+        // An abort forgets the failure (the batch runs again).
+        p.abort();
+        assert!(p.check().is_ok());
+        drop(p);
+        // A restart trusts nothing from the damaged instance it cannot read:
+        // the instance is rebuilt from the deltas, which restore 41.
+        let s = RocksDbStateStore::open(dir.path(), 1, 100, false).unwrap();
+        assert_eq!(s.get(b"count").as_deref(), Some(&b"41"[..]));
+        assert!(s.check().is_ok());
     }
 }
