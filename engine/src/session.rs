@@ -38,6 +38,15 @@ pub struct SessionConfig {
     pub fsync_checkpoint: bool,
     /// `spark.sql.streaming.stateStore.providerClass`: the state store.
     pub state_store: Arc<dyn StateStoreProvider>,
+    /// `spark.ui.enabled` (default true): false starts no Streaming UI
+    /// where weir would start one (`weir::ui::UiServer::start_if_enabled`).
+    pub ui_enabled: bool,
+    /// `spark.ui.port` (default 4040): the Streaming UI's first port to try.
+    pub ui_port: u16,
+    /// `weir.ui.allowedHosts` (comma-separated, default none): `Host` names
+    /// the Streaming UI answers besides localhost, 127.0.0.1, [::1] and its
+    /// bound address (`name` for its port, `name:port`, or `*` for any).
+    pub ui_allowed_hosts: Vec<String>,
 }
 
 impl Default for SessionConfig {
@@ -51,6 +60,9 @@ impl Default for SessionConfig {
             polling_delay: Duration::from_millis(10),
             fsync_checkpoint: true,
             state_store: Arc::new(MemoryStateProvider),
+            ui_enabled: true,
+            ui_port: 4040,
+            ui_allowed_hosts: Vec::new(),
         }
     }
 }
@@ -64,6 +76,9 @@ impl std::fmt::Debug for SessionConfig {
             .field("min_batches_to_retain", &self.min_batches_to_retain)
             .field("fsync_checkpoint", &self.fsync_checkpoint)
             .field("state_store", &self.state_store.name())
+            .field("ui_enabled", &self.ui_enabled)
+            .field("ui_port", &self.ui_port)
+            .field("ui_allowed_hosts", &self.ui_allowed_hosts)
             .finish()
     }
 }
@@ -101,6 +116,16 @@ impl SessionConfig {
                 )
             }
             "weir.checkpoint.fsync" => self.fsync_checkpoint = flag()?,
+            "spark.ui.enabled" => self.ui_enabled = flag()?,
+            "spark.ui.port" => self.ui_port = value.trim().parse().map_err(|_| bad())?,
+            "weir.ui.allowedHosts" => {
+                self.ui_allowed_hosts = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|h| !h.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            }
             "spark.sql.streaming.stateStore.providerClass" => match value {
                 "memory"
                 | "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider" => {
