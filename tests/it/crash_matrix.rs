@@ -12,7 +12,7 @@
 //! (append and update, read `read_committed`), PostgreSQL (append and update,
 //! the table) and Redis (update, the hashes).
 //!
-//! CI runs a seeded sample (`WEIR_CRASH_RUNS`, default 14; `WEIR_CRASH_SEED`);
+//! CI runs a seeded sample (`WEIR_CRASH_RUNS`, default 20; `WEIR_CRASH_SEED`);
 //! `bash scripts/crash_matrix.sh` runs every combination
 //! (`WEIR_CRASH_RUNS=all`) and prints the tally.
 
@@ -145,11 +145,13 @@ impl Pair {
         match self {
             Pair::FileAppend => FileSink::new(target, FileFormat::Json).into(),
             #[cfg(feature = "kafka")]
-            Pair::KafkaAppend | Pair::KafkaUpdate => weir::sink::KafkaSink::new(&kafka::bootstrap())
-                .topic(target)
-                .json_values()
-                .key_columns(&["key"])
-                .into(),
+            Pair::KafkaAppend | Pair::KafkaUpdate => {
+                weir::sink::KafkaSink::new(&kafka::bootstrap())
+                    .topic(target)
+                    .json_values()
+                    .key_columns(&["key"])
+                    .into()
+            }
             #[cfg(feature = "postgres")]
             Pair::PostgresAppend => weir::sink::PostgresSink::new(postgres::url(), target)
                 .create_table(true)
@@ -338,7 +340,11 @@ fn sample(mut runs: Vec<Run>, seed: u64, n: usize) -> Vec<Run> {
 fn kill_at_every_step_matches_an_uninterrupted_run() {
     if let Ok(dir) = std::env::var("WEIR_CRASH_CHILD") {
         let pair = Pair::from_name(&std::env::var("WEIR_CRASH_PAIR").unwrap());
-        child(Path::new(&dir), pair, &std::env::var("WEIR_CRASH_TARGET").unwrap());
+        child(
+            Path::new(&dir),
+            pair,
+            &std::env::var("WEIR_CRASH_TARGET").unwrap(),
+        );
         return;
     }
     let seed: u64 = std::env::var("WEIR_CRASH_SEED")
@@ -348,8 +354,12 @@ fn kill_at_every_step_matches_an_uninterrupted_run() {
     let all = all_runs();
     let runs = match std::env::var("WEIR_CRASH_RUNS").ok().as_deref() {
         Some("all") => all,
-        Some(n) => sample(all, seed, n.parse().expect("WEIR_CRASH_RUNS: a number or `all`")),
-        None => sample(all, seed, 14),
+        Some(n) => sample(
+            all,
+            seed,
+            n.parse().expect("WEIR_CRASH_RUNS: a number or `all`"),
+        ),
+        None => sample(all, seed, 20),
     };
     // The uninterrupted run of each pair, on its own fresh backend.
     let mut reference: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -366,6 +376,8 @@ fn kill_at_every_step_matches_an_uninterrupted_run() {
         reference.insert(pair.name(), rows);
     }
     let (mut killed, mut replay_killed, mut mismatched) = (0, 0, Vec::new());
+    // point -> (runs, runs killed there)
+    let mut by_point: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     for (k, run) in runs.iter().enumerate() {
         let dir = tempfile::tempdir().unwrap();
         write_inputs(&dir.path().join("in"));
@@ -373,8 +385,11 @@ fn kill_at_every_step_matches_an_uninterrupted_run() {
         let fp = format!("{}:{}:{}", run.point, run.batch, run.nth);
         let first = run_child(dir.path(), run.pair, &target, Some(&fp));
         let mut replay = End::Finished;
+        let tally = by_point.entry(run.point).or_default();
+        tally.0 += 1;
         if first == End::Killed {
             killed += 1;
+            tally.1 += 1;
             if run.kill_replay {
                 replay = run_child(dir.path(), run.pair, &target, Some(&fp));
                 if replay == End::Killed {
@@ -398,6 +413,9 @@ fn kill_at_every_step_matches_an_uninterrupted_run() {
                 reference[&run.pair.name()]
             ));
         }
+    }
+    for (point, (n, k)) in &by_point {
+        eprintln!("crash matrix: {point}: {n} runs, {k} killed there");
     }
     eprintln!(
         "crash matrix: {} runs, {killed} killed, {replay_killed} killed again in the replay, {} equal to the uninterrupted run, {} not",
@@ -495,18 +513,22 @@ mod postgres {
     use weir::sink::postgres::client::{Client, NoTls};
 
     pub fn url() -> String {
-        std::env::var("WEIR_POSTGRES_URL")
-            .expect("WEIR_POSTGRES_URL is not set: run `bash scripts/test.sh`, which starts PostgreSQL")
+        std::env::var("WEIR_POSTGRES_URL").expect(
+            "WEIR_POSTGRES_URL is not set: run `bash scripts/test.sh`, which starts PostgreSQL",
+        )
     }
 
     /// The table's rows as JSON (`row_to_json`).
     pub fn rows(table: &str) -> Vec<String> {
         let mut c = Client::connect(&url(), NoTls).unwrap();
-        c.query(&format!("SELECT row_to_json(t)::text FROM \"{table}\" t"), &[])
-            .unwrap()
-            .iter()
-            .map(|r| r.get::<_, String>(0))
-            .collect()
+        c.query(
+            &format!("SELECT row_to_json(t)::text FROM \"{table}\" t"),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect()
     }
 }
 
@@ -537,7 +559,11 @@ mod redis {
             }
             let fields: BTreeMap<String, String> = c.hgetall(&k).unwrap();
             if fields.contains_key("n") {
-                out.push(format!("{}={}", &k[prefix.len()..], serde_json::to_string(&fields).unwrap()));
+                out.push(format!(
+                    "{}={}",
+                    &k[prefix.len()..],
+                    serde_json::to_string(&fields).unwrap()
+                ));
             }
         }
         out
