@@ -217,14 +217,33 @@ impl Decode {
     }
 
     /// Decodes every record of `records` in one pass; errors when any is
-    /// malformed (or yields other than one row).
+    /// malformed. Each record must yield exactly one row on its own: the
+    /// records are fed one at a time and the decoder's row count is checked
+    /// after each, so a record holding two rows next to one holding none
+    /// (or a record left open and closed by the next) cannot pass as two
+    /// good rows with their values shifted.
     fn decode_all(&self, records: &[&[u8]]) -> std::result::Result<RecordBatch, String> {
         let n = records.len();
         let mut buf = Vec::with_capacity(records.iter().map(|r| r.len() + 1).sum());
+        let mut ends = Vec::with_capacity(n);
         for r in records {
             buf.extend_from_slice(r);
             buf.push(b'\n');
+            ends.push(buf.len());
         }
+        let one_row = |k: usize, used: usize, len: usize, rows: usize, partial: bool| {
+            if used != len || rows != k + 1 || partial {
+                Err(format!(
+                    "record {k} is not exactly one {} record",
+                    match self.format {
+                        PayloadFormat::Json => "JSON",
+                        PayloadFormat::Csv { .. } => "CSV",
+                    }
+                ))
+            } else {
+                Ok(())
+            }
+        };
         let batch = match self.format {
             PayloadFormat::Json => {
                 let mut dec = arrow::json::ReaderBuilder::new(self.parse_schema.clone())
@@ -232,27 +251,32 @@ impl Decode {
                     .with_strict_mode(false)
                     .build_decoder()
                     .map_err(|e| e.to_string())?;
-                let used = dec.decode(&buf).map_err(|e| e.to_string())?;
-                if used != buf.len() {
-                    return Err("more records than expected".into());
+                let mut start = 0;
+                for (k, (r, end)) in records.iter().zip(&ends).enumerate() {
+                    check_json_object(r)?;
+                    let used = dec.decode(&buf[start..*end]).map_err(|e| e.to_string())?;
+                    one_row(k, used, end - start, dec.len(), dec.has_partial_record())?;
+                    start = *end;
                 }
                 dec.flush()
                     .map_err(|e| e.to_string())?
                     .unwrap_or_else(|| RecordBatch::new_empty(self.parse_schema.clone()))
             }
             PayloadFormat::Csv { delimiter } => {
-                let reader = arrow::csv::ReaderBuilder::new(self.parse_schema.clone())
+                let mut dec = arrow::csv::ReaderBuilder::new(self.parse_schema.clone())
                     .with_header(false)
                     .with_delimiter(delimiter)
                     .with_batch_size(n.max(1))
-                    .build(std::io::Cursor::new(buf))
-                    .map_err(|e| e.to_string())?;
-                let mut parts = Vec::new();
-                for b in reader {
-                    parts.push(b.map_err(|e| e.to_string())?);
+                    .build_decoder();
+                let mut start = 0;
+                for (k, end) in ends.iter().enumerate() {
+                    let used = dec.decode(&buf[start..*end]).map_err(|e| e.to_string())?;
+                    one_row(k, used, end - start, n.max(1) - dec.capacity(), false)?;
+                    start = *end;
                 }
-                arrow::compute::concat_batches(&self.parse_schema, &parts)
+                dec.flush()
                     .map_err(|e| e.to_string())?
+                    .unwrap_or_else(|| RecordBatch::new_empty(self.parse_schema.clone()))
             }
         };
         if batch.num_rows() != n {
@@ -263,12 +287,6 @@ impl Decode {
 
     /// One record alone: `Err` when malformed.
     fn check_one(&self, record: &[u8]) -> std::result::Result<(), String> {
-        if let PayloadFormat::Json = self.format {
-            let v: serde_json::Value = serde_json::from_slice(record).map_err(|e| e.to_string())?;
-            if !v.is_object() {
-                return Err("a record must be a JSON object".into());
-            }
-        }
         self.decode_all(&[record]).map(|_| ())
     }
 
@@ -358,6 +376,68 @@ impl Decode {
             &RecordBatchOptions::new().with_row_count(Some(rows.len())),
         )?)
     }
+}
+
+/// `Ok` when `record` is one JSON object and nothing else, by serde_json's
+/// grammar (stricter than Arrow's decoder: it refuses numbers out of range,
+/// lone surrogates, invalid UTF-8, trailing text), without building it.
+fn check_json_object(record: &[u8]) -> std::result::Result<(), String> {
+    use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+
+    /// Any JSON value, fully parsed (strings decoded, numbers converted) and dropped.
+    struct Any;
+    /// A JSON object of [`Any`].
+    struct Object;
+    struct AnyVisitor;
+    struct ObjectVisitor;
+
+    macro_rules! accept {
+        ($($f:ident: $t:ty),*) => {
+            $(fn $f<E: serde::de::Error>(self, _: $t) -> std::result::Result<Any, E> {
+                Ok(Any)
+            })*
+        };
+    }
+    impl<'de> Visitor<'de> for AnyVisitor {
+        type Value = Any;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+        accept!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64, visit_str: &str);
+        fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Any, E> {
+            Ok(Any)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> std::result::Result<Any, A::Error> {
+            while s.next_element::<Any>()?.is_some() {}
+            Ok(Any)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> std::result::Result<Any, A::Error> {
+            while m.next_entry::<Any, Any>()?.is_some() {}
+            Ok(Any)
+        }
+    }
+    impl<'de> Deserialize<'de> for Any {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Any, D::Error> {
+            d.deserialize_any(AnyVisitor)
+        }
+    }
+    impl<'de> Visitor<'de> for ObjectVisitor {
+        type Value = Object;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, m: A) -> std::result::Result<Object, A::Error> {
+            AnyVisitor.visit_map(m).map(|_| Object)
+        }
+    }
+    impl<'de> Deserialize<'de> for Object {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Object, D::Error> {
+            d.deserialize_map(ObjectVisitor)
+        }
+    }
+    serde_json::from_slice::<Object>(record)
+        .map(|_| ())
+        .map_err(|e| format!("a record must be one JSON object: {e}"))
 }
 
 impl Source for Decode {
@@ -483,6 +563,77 @@ mod tests {
         let mut d = source().from_csv("value", fields());
         let out = d.decode_batch(&b).unwrap();
         assert_eq!(out.column(0).as_string::<i32>().value(0), "/a");
+        assert_eq!(d.malformed_batch, 2);
+    }
+
+    #[test]
+    fn a_json_record_is_malformed_on_its_own_not_by_its_neighbours() {
+        // Two objects in one record next to an empty record: as many rows
+        // as records when decoded together, but neither is one object.
+        let b = payloads(&[
+            Some(r#"{"page":"/x"} {"page":"/y"}"#),
+            Some(""),
+            Some(r#"{"page":"/z","n":3}"#),
+        ]);
+        let mut d = source().from_json("value", fields());
+        let out = d.decode_batch(&b).unwrap();
+        assert_eq!(out.num_rows(), 3);
+        let raw = out.column(2).as_string::<i32>();
+        assert_eq!(raw.value(0), r#"{"page":"/x"} {"page":"/y"}"#);
+        assert!(raw.is_valid(1), "an empty record is malformed");
+        assert!(raw.is_null(2));
+        let page = out.column(0).as_string::<i32>();
+        assert!(
+            page.is_null(0) && page.is_null(1),
+            "no value shifts to another record"
+        );
+        assert_eq!(page.value(2), "/z");
+        assert_eq!(d.malformed_batch, 2);
+        let mut d = source()
+            .from_json("value", fields())
+            .mode(ParseMode::DropMalformed);
+        let out = d.decode_batch(&b).unwrap();
+        assert_eq!(out.num_rows(), 1);
+        assert_eq!(out.column(0).as_string::<i32>().value(0), "/z");
+    }
+
+    #[test]
+    fn a_json_record_serde_refuses_is_malformed_whatever_its_neighbours() {
+        // A number out of range (and a lone surrogate): malformed alone, so
+        // malformed in a batch of good records too.
+        let odd = [r#"{"page":"/b","x":1e400}"#, r#"{"page":"\ud800"}"#];
+        for rec in odd {
+            let alone = payloads(&[Some(rec), Some("oops")]);
+            let together = payloads(&[Some(r#"{"page":"/a","n":1}"#), Some(rec)]);
+            let mut d = source().from_json("value", fields());
+            let out = d.decode_batch(&alone).unwrap();
+            assert!(
+                out.column(2).is_valid(0),
+                "{rec} is malformed next to a bad record"
+            );
+            let out = d.decode_batch(&together).unwrap();
+            assert!(
+                out.column(2).is_valid(1),
+                "{rec} is malformed next to a good record"
+            );
+            assert_eq!(out.column(0).as_string::<i32>().value(0), "/a");
+        }
+    }
+
+    #[test]
+    fn a_csv_record_is_malformed_on_its_own_not_by_its_neighbours() {
+        // An open quote closed by the next record, and a record of two
+        // lines: three rows from three records when decoded together.
+        let b = payloads(&[Some("\"/a"), Some("b\",1"), Some("/c,2\n/d,3")]);
+        let mut d = source().from_csv("value", fields());
+        let out = d.decode_batch(&b).unwrap();
+        assert_eq!(out.num_rows(), 3);
+        let raw = out.column(2).as_string::<i32>();
+        assert_eq!(raw.value(0), "\"/a");
+        assert!(raw.is_valid(2), "a record of two lines is malformed");
+        let page = out.column(0).as_string::<i32>();
+        assert_eq!(page.value(1), "b\"", "the second record, read alone");
+        assert!(page.is_null(0) && page.is_null(2));
         assert_eq!(d.malformed_batch, 2);
     }
 
