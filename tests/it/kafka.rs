@@ -1289,3 +1289,307 @@ fn starting_offsets_must_name_every_assigned_partition() {
         "{err}"
     );
 }
+
+#[test]
+fn a_new_checkpoint_reusing_a_transactional_id_writes_its_own_batches() {
+    let input = new_topic("reuse-in", 1);
+    let output = new_topic("reuse-out", 1);
+    produce_minute_clicks(&input, 0, 10);
+    let txn = unique("txn");
+    let run = |chk: &Path| -> weir::Result<i64> {
+        let sink = KafkaSink::new(&bootstrap())
+            .topic(&output)
+            .transactional_id(&txn);
+        let q = Session::new()
+            .read_stream(
+                source(&input)
+                    .starting_offsets(StartingOffsets::Earliest)
+                    .from_json("value", click_fields()),
+            )
+            .group_by(vec![col("page")])
+            .agg(vec![count_star("views")])
+            .write_stream()
+            .output_mode(OutputMode::Update)
+            .checkpoint_location(chk.to_str().unwrap())
+            .sink(sink.json_values().key_columns(&["page"]))
+            .start()?;
+        q.process_all_available()?;
+        q.stop()?;
+        Ok(q.recent_progress()
+            .iter()
+            .map(|p| p.sink.num_output_rows)
+            .sum())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let first = run(&dir.path().join("chk1")).unwrap();
+    assert!(first > 0);
+    assert_eq!(read_topic(&output, "read_committed").len() as i64, first);
+    // A new checkpoint (a new query) with the same transactionalId and
+    // output topic: its batch 0 is its own, not the old query's.
+    let second = run(&dir.path().join("chk2")).unwrap();
+    assert!(second > 0);
+    assert_eq!(
+        read_topic(&output, "read_committed").len() as i64,
+        first + second,
+        "the new query's batches are written, not skipped as the old query's"
+    );
+
+    // A marker in a query's own group that names another query is refused.
+    let chk = dir.path().join("chk1");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(chk.join("metadata")).unwrap()).unwrap();
+    let group = format!("weir-{}", meta["id"].as_str().unwrap());
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&output, 0, Offset::Offset(100))
+        .unwrap();
+    tpl.find_partition(&output, 0)
+        .unwrap()
+        .set_metadata("weir query someone-else batch 99");
+    c.commit(&tpl, rdkafka::consumer::CommitMode::Sync).unwrap();
+    let e = run(&chk).unwrap_err().to_string();
+    assert!(
+        e.contains("names query someone-else") && e.contains(&group),
+        "{e}"
+    );
+}
+
+/// Headers with raw keys (rdkafka's `insert` only takes `&str` keys; other
+/// clients write any bytes).
+fn raw_key_headers(items: &[(&[u8], &[u8])]) -> OwnedHeaders {
+    use rdkafka::bindings as rdsys;
+    let h = OwnedHeaders::new();
+    // rdkafka's BorrowedHeaders is a zero-sized view at the native list.
+    let native = h.as_borrowed() as *const rdkafka::message::BorrowedHeaders
+        as *mut rdsys::rd_kafka_headers_t;
+    for (k, v) in items {
+        // SAFETY: `native` is the live list `h` owns; librdkafka copies both.
+        let err = unsafe {
+            rdsys::rd_kafka_header_add(
+                native,
+                k.as_ptr().cast(),
+                k.len() as isize,
+                v.as_ptr().cast(),
+                v.len() as isize,
+            )
+        };
+        assert_eq!(err, rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
+    h
+}
+
+#[test]
+fn bad_header_keys_and_timestamps_are_kept_and_counted_not_a_stuck_query() {
+    // A topic that accepts any create time (Kafka 4 rejects ones over an
+    // hour ahead by default).
+    let t = unique("poison");
+    admin()
+        .create_topic_with_config(
+            &t,
+            1,
+            &[("message.timestamp.after.max.ms", "9223372036854775807")],
+        )
+        .unwrap();
+    let p = producer();
+    let base = recent_ms();
+    let overflow = i64::MAX / 1000 + 1; // ms * 1000 overflows i64
+    let records: [(&str, Option<i64>, OwnedHeaders); 4] = [
+        ("before", Some(base), raw_key_headers(&[(b"ok", b"1")])),
+        (
+            "bad-key",
+            Some(base),
+            raw_key_headers(&[(b"k\xff\xfe", b"2"), (b"ok", b"3")]),
+        ),
+        ("bad-ts", Some(overflow), OwnedHeaders::new()),
+        ("after", Some(base + 1), OwnedHeaders::new()),
+    ];
+    for (v, ts, h) in records {
+        let mut r: BaseRecord<'_, str, str> = BaseRecord::to(&t).payload(v).headers(h);
+        if let Some(ts) = ts {
+            r = r.timestamp(ts);
+        }
+        p.send(r).map_err(|(e, _)| e).unwrap();
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let out: Batches = Arc::default();
+    let q = collect(
+        source(&t)
+            .starting_offsets(StartingOffsets::Earliest)
+            .include_headers(true),
+        &dir.path().join("chk"),
+        Trigger::AvailableNow,
+        &out,
+    )
+    .unwrap();
+    run_to_end(&q);
+    let rows = all_rows(&out);
+    let values: Vec<&str> = rows.iter().filter_map(|r| r.value.as_deref()).collect();
+    assert_eq!(values, ["before", "bad-key", "bad-ts", "after"], "all kept");
+    let batches = out.lock().unwrap();
+    let b = &batches[0].1[0];
+    let ts = b
+        .column(5)
+        .as_primitive::<weir::arrow::datatypes::TimestampMicrosecondType>();
+    assert_eq!(ts.value(0), base * 1000);
+    assert!(ts.is_null(2), "an overflowing timestamp is null");
+    assert_eq!(b.column(6).as_primitive::<Int32Type>().value(2), 0);
+    assert_eq!(ts.value(3), (base + 1) * 1000);
+    let headers = b.column(7).as_list::<i32>().value(1);
+    let hs = headers.as_struct();
+    assert_eq!(
+        hs.column(0).as_string::<i32>().value(0),
+        "k\u{fffd}\u{fffd}"
+    );
+    assert_eq!(hs.column(1).as_binary::<i32>().value(0), b"2");
+    assert_eq!(hs.column(0).as_string::<i32>().value(1), "ok");
+    let sum = |name: &str| -> i64 {
+        q.recent_progress()
+            .iter()
+            .map(|p| p.sources[0].metrics[name].parse::<i64>().unwrap())
+            .sum()
+    };
+    assert_eq!(sum("invalidHeaderKeys"), 1);
+    assert_eq!(sum("invalidTimestamps"), 1);
+}
+
+#[test]
+fn a_large_backlog_is_read_in_batches_of_the_default_cap_each_record_once() {
+    use weir::source::kafka::DEFAULT_MAX_OFFSETS_PER_TRIGGER as CAP;
+    let t = new_topic("backlog", 2);
+    let total = CAP as usize + 100;
+    let per = [total * 3 / 5, total - total * 3 / 5];
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("linger.ms", "20")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .unwrap();
+    for (part, n) in per.iter().enumerate() {
+        for i in 0..*n {
+            let v = i.to_string();
+            let mut r: BaseRecord<'_, str, str> =
+                BaseRecord::to(&t).partition(part as i32).payload(&v);
+            loop {
+                match p.send(r) {
+                    Ok(()) => break,
+                    Err((e, back)) => {
+                        assert_eq!(
+                            e.rdkafka_error_code(),
+                            Some(rdkafka::error::RDKafkaErrorCode::QueueFull),
+                            "{e}"
+                        );
+                        p.poll(Duration::from_millis(10));
+                        r = back;
+                    }
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(120)).unwrap();
+
+    // Each offset seen once; batch sizes noted.
+    /// Per partition, whether each offset was read; each batch's rows.
+    type Seen = (Vec<Vec<bool>>, Vec<usize>);
+    let seen: Arc<Mutex<Seen>> = Arc::new(Mutex::new((
+        per.iter().map(|n| vec![false; *n]).collect(),
+        Vec::new(),
+    )));
+    let s = seen.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let q = Session::new()
+        .read_stream(source(&t).starting_offsets(StartingOffsets::Earliest))
+        .write_stream()
+        .trigger(Trigger::AvailableNow)
+        .checkpoint_location(dir.path().join("chk").to_str().unwrap())
+        .foreach_batch(move |_, batches| {
+            let mut s = s.lock().unwrap();
+            let mut rows = 0;
+            for b in batches {
+                let sc = b.schema();
+                let part = b.column(sc.index_of("partition").unwrap()).clone();
+                let off = b.column(sc.index_of("offset").unwrap()).clone();
+                let (part, off) = (
+                    part.as_primitive::<Int32Type>(),
+                    off.as_primitive::<Int64Type>(),
+                );
+                for i in 0..b.num_rows() {
+                    let slot = &mut s.0[part.value(i) as usize][off.value(i) as usize];
+                    assert!(!*slot, "offset {} read twice", off.value(i));
+                    *slot = true;
+                }
+                rows += b.num_rows();
+            }
+            s.1.push(rows);
+            Ok(())
+        })
+        .start()
+        .unwrap();
+    q.await_termination(Some(Duration::from_secs(600)))
+        .expect("query ran")
+        .then_some(())
+        .expect("query ended in time");
+    let s = seen.lock().unwrap();
+    let sizes: Vec<usize> = s.1.iter().copied().filter(|n| *n > 0).collect();
+    assert!(sizes.len() >= 2, "one unbounded batch: {sizes:?}");
+    assert!(
+        sizes.iter().all(|n| *n <= CAP as usize + 2),
+        "a batch over the default cap: {sizes:?}"
+    );
+    assert_eq!(sizes.iter().sum::<usize>(), total);
+    assert!(
+        s.0.iter().all(|p| p.iter().all(|x| *x)),
+        "every record read"
+    );
+}
+
+#[test]
+fn a_sink_whose_broker_is_down_fails_within_its_delivery_timeout() {
+    let input = new_topic("down-in", 1);
+    produce_n(&input, 0, 5, |i| format!("v{i}"));
+    let timeout = Duration::from_secs(3);
+    // At least once: the flush, then with a send queue of 2 records the send
+    // loop itself; exactly once: fencing at start.
+    for (exactly_once, queue) in [(false, None), (false, Some("2")), (true, None)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = KafkaSink::new("127.0.0.1:1")
+            .topic("nowhere")
+            .delivery_timeout(timeout);
+        if !exactly_once {
+            sink = sink.at_least_once();
+        }
+        if let Some(q) = queue {
+            sink = sink.option("kafka.queue.buffering.max.messages", q);
+        }
+        let started = std::time::Instant::now();
+        let result = Session::new()
+            .read_stream(source(&input).starting_offsets(StartingOffsets::Earliest))
+            .write_stream()
+            .checkpoint_location(dir.path().join("chk").to_str().unwrap())
+            .sink(sink)
+            .start()
+            .and_then(|q| {
+                let ended = q.await_termination(Some(Duration::from_secs(120)))?;
+                assert!(
+                    ended,
+                    "exactly_once={exactly_once}: still running after 120 s"
+                );
+                Ok(())
+            });
+        let e = result
+            .expect_err("a broker that is down is an error")
+            .to_string();
+        let took = started.elapsed();
+        assert!(
+            took < timeout * 3 + Duration::from_secs(5),
+            "exactly_once={exactly_once}: failed after {took:?}"
+        );
+        assert!(e.contains("127.0.0.1:1"), "names the broker: {e}");
+    }
+}

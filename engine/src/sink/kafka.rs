@@ -30,9 +30,33 @@
 //! output topic's tail scanned on every start and says nothing for an empty
 //! batch or a topic other writers share.
 //!
+//! The marker belongs to the query, not to the producer: its group is
+//! always `weir-<query id>`, whatever [`KafkaSink::transactional_id`] says,
+//! and its metadata names the query (`weir query <id> batch <n>`). A new
+//! checkpoint is a new query and starts clean, even when it reuses a
+//! configured `transactionalId` and writes the same topic (before, it read
+//! the old query's marker and silently skipped its own first batches). A
+//! marker in the query's group that names another query is refused at start
+//! with an error: something else wrote into this query's group. (A
+//! checkpoint written by an older weir, whose marker lived in the group named
+//! by its configured `transactionalId`, is still read from there when that
+//! marker names this query.)
+//!
 //! With a `topic` column instead of the `topic` option, the marker goes to
 //! the first topic the query writes (recorded once under the checkpoint in
 //! `sinks/kafka/marker-topic`) unless [`KafkaSink::marker_topic`] names one.
+//!
+//! ## Bounded delivery
+//!
+//! A batch's whole delivery (queueing every record, then the flush, or the
+//! transaction's marker and commit) must finish within one deadline,
+//! [`KafkaSink::delivery_timeout`] (`deliveryTimeoutMs`, default 120 s, the
+//! Java producer's `delivery.timeout.ms`); librdkafka's `message.timeout.ms`
+//! is set to it as well. While the brokers are down the batch fails at that
+//! deadline with an error naming the bootstrap servers, which ends the query
+//! (`await_termination` returns it) instead of waiting once per full send
+//! queue. Starting the sink (fencing, reading the marker) is bounded by the
+//! same timeout.
 //!
 //! ## At least once
 //!
@@ -47,6 +71,7 @@
 //! | `deliveryGuarantee` | [`KafkaSink::at_least_once`] | `exactly-once` (default) or `at-least-once` |
 //! | `transactionalId` | [`KafkaSink::transactional_id`] | default `weir-<query id>` |
 //! | `markerTopic` | [`KafkaSink::marker_topic`] | where the batch marker is committed |
+//! | `deliveryTimeoutMs` | [`KafkaSink::delivery_timeout`] | the bound on one batch's delivery (default 120000) |
 //! | `valueFormat` | [`KafkaSink::json_values`] | `column` (default: the `value` column) or `json` |
 //! | `keyColumns` | [`KafkaSink::key_columns`] | comma-separated; one column: its text, several: a JSON object |
 //! | `kafka.*` | `option` | passed to librdkafka's producer |
@@ -55,7 +80,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow::array::{Array, AsArray, ListArray, StructArray};
 use arrow::datatypes::{DataType, SchemaRef};
@@ -70,6 +95,11 @@ use rdkafka::{ClientConfig, Offset as KafkaOffset, TopicPartitionList};
 use super::{Sink, SinkContext};
 use crate::checkpoint::write_atomic;
 use crate::error::{Result, WeirError};
+use crate::failpoint::failpoint;
+
+/// The default bound on one batch's delivery: the Java producer's
+/// `delivery.timeout.ms` default.
+pub const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How a Kafka sink delivers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +177,7 @@ pub struct KafkaSink {
     json_values: bool,
     key_columns: Vec<String>,
     kafka_conf: BTreeMap<String, String>,
+    /// The bound on a batch's delivery (and on the sink's start).
     timeout: Duration,
     option_error: Option<String>,
     rt: Option<Runtime>,
@@ -164,7 +195,7 @@ impl KafkaSink {
             json_values: false,
             key_columns: Vec::new(),
             kafka_conf: BTreeMap::new(),
-            timeout: Duration::from_secs(60),
+            timeout: DEFAULT_DELIVERY_TIMEOUT,
             option_error: None,
             rt: None,
         }
@@ -199,7 +230,9 @@ impl KafkaSink {
     }
 
     /// The producer's `transactional.id` (default `weir-<query id>`); two
-    /// running queries must never share one.
+    /// queries running at once must never share one (each fences the other).
+    /// The batch marker does not depend on it: it is kept per query id, so a
+    /// new checkpoint reusing this id starts clean (see the module docs).
     pub fn transactional_id(mut self, id: &str) -> Self {
         self.transactional_id = Some(id.to_string());
         self
@@ -209,6 +242,16 @@ impl KafkaSink {
     /// `topic` option, else the first topic written). It must exist.
     pub fn marker_topic(mut self, topic: &str) -> Self {
         self.marker_topic = Some(topic.to_string());
+        self
+    }
+
+    /// The bound on one batch's whole delivery (default
+    /// [`DEFAULT_DELIVERY_TIMEOUT`], 120 s; at least 1 ms): past it the batch
+    /// fails, naming the brokers, and the query stops with that error. Also
+    /// sets librdkafka's `message.timeout.ms` (a `kafka.message.timeout.ms`
+    /// option wins) and bounds the sink's start.
+    pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout.max(Duration::from_millis(1));
         self
     }
 
@@ -241,6 +284,12 @@ impl KafkaSink {
             },
             "transactionalid" => self.transactional_id = Some(value.to_string()),
             "markertopic" => self.marker_topic = Some(value.to_string()),
+            "deliverytimeoutms" => match value.trim().parse::<u64>() {
+                Ok(ms) if ms > 0 => return self.delivery_timeout(Duration::from_millis(ms)),
+                _ => self.fail(format!(
+                    "deliveryTimeoutMs `{value}` is not a positive number of milliseconds"
+                )),
+            },
             "valueformat" => match value.to_ascii_lowercase().as_str() {
                 "json" => self.json_values = true,
                 "column" => self.json_values = false,
@@ -259,7 +308,7 @@ impl KafkaSink {
                     .insert(key["kafka.".len()..].to_string(), value.to_string());
             }
             _ => self.fail(format!(
-                "unknown Kafka sink option `{key}` (known: kafka.bootstrap.servers, topic, deliveryGuarantee, transactionalId, markerTopic, valueFormat, keyColumns, kafka.*)"
+                "unknown Kafka sink option `{key}` (known: kafka.bootstrap.servers, topic, deliveryGuarantee, transactionalId, markerTopic, deliveryTimeoutMs, valueFormat, keyColumns, kafka.*)"
             )),
         }
         self
@@ -358,40 +407,88 @@ impl KafkaSink {
                 "{what}: {e}. Another producer with the same transactional.id (another run of this query?) has fenced this one; only one instance of a query may run"
             ));
         }
-        self.err(format!("{what}: {e}"))
+        let brokers = self.bootstrap.as_deref().unwrap_or("?");
+        let unreachable = matches!(
+            e.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::OperationTimedOut
+                    | RDKafkaErrorCode::RequestTimedOut
+                    | RDKafkaErrorCode::MessageTimedOut
+                    | RDKafkaErrorCode::BrokerTransportFailure
+                    | RDKafkaErrorCode::AllBrokersDown
+                    | RDKafkaErrorCode::Resolve
+            )
+        );
+        if unreachable {
+            return self.err(format!(
+                "{what}: {e} (Kafka at {brokers}, timeout {:?}); is the broker up and reachable? (deliveryTimeoutMs sets the bound)",
+                self.timeout
+            ));
+        }
+        self.err(format!("{what}: {e} (Kafka at {brokers})"))
     }
 
-    /// Reads the marker: the highest batch id committed to Kafka.
-    fn read_marker(&self, m: &Marker, query_id: &str) -> Result<Option<i64>> {
-        let Some(topic) = &m.topic else {
-            return Ok(None);
-        };
+    /// Reads the committed marker of `consumer`'s group: the highest batch
+    /// id committed to Kafka and the marker's metadata.
+    fn read_marker(
+        &self,
+        consumer: &BaseConsumer,
+        group: &str,
+        topic: &str,
+    ) -> Result<Option<(i64, String)>> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(topic, 0);
-        let got = m
-            .consumer
-            .committed_offsets(tpl, self.timeout)
-            .map_err(|e| {
-                self.kerr(
-                    &format!("cannot read the batch marker of group `{}`", m.group),
-                    e,
-                )
-            })?;
+        let got = consumer.committed_offsets(tpl, self.timeout).map_err(|e| {
+            self.kerr(
+                &format!("cannot read the batch marker of group `{group}`"),
+                e,
+            )
+        })?;
         let e = got.elements();
         let Some(e) = e.first() else { return Ok(None) };
         match e.offset() {
-            KafkaOffset::Offset(o) => {
-                let meta = e.metadata();
-                if !meta.is_empty() && !meta.contains(query_id) {
-                    tracing::warn!(group = %m.group, "batch marker metadata `{meta}` names another query");
-                }
-                Ok(Some(o - 1))
-            }
+            KafkaOffset::Offset(o) => Ok(Some((o - 1, e.metadata().to_string()))),
             _ => Ok(None),
         }
     }
 
-    fn send_all(&self, batches: &[RecordBatch]) -> Result<u64> {
+    /// The highest batch id of query `query_id` known to be in Kafka: the
+    /// marker in the query's own group, refused when it names another query;
+    /// else (a checkpoint of an older weir, whose marker group was a
+    /// configured `transactionalId`) that group's marker when it names this
+    /// query. A new query finds nothing and starts clean.
+    fn last_committed(&self, m: &Marker, query_id: &str) -> Result<Option<i64>> {
+        let Some(topic) = &m.topic else {
+            return Ok(None);
+        };
+        if let Some((last, meta)) = self.read_marker(&m.consumer, &m.group, topic)? {
+            return match marker_query(&meta) {
+                Some(q) if q != query_id => Err(self.err(format!(
+                    "the batch marker in consumer group `{}` (topic `{topic}` partition 0) is `{meta}`: it names query {q}, not this checkpoint's query {query_id}. Another writer committed into this query's group; delete that group (kafka-consumer-groups --delete --group {}) if nothing else uses it, or start from a new checkpoint",
+                    m.group, m.group
+                ))),
+                _ => Ok(Some(last)),
+            };
+        }
+        let Some(legacy) = self.transactional_id.as_deref().filter(|t| *t != m.group) else {
+            return Ok(None);
+        };
+        let consumer = marker_consumer(self.bootstrap.as_deref().unwrap_or_default(), legacy)
+            .map_err(|e| self.kerr("cannot create the marker consumer", e))?;
+        match self.read_marker(&consumer, legacy, topic)? {
+            Some((last, meta)) if marker_query(&meta) == Some(query_id) => {
+                tracing::info!(group = %legacy, "Kafka sink: batch marker carried over from the transactionalId's group (written by an older weir)");
+                Ok(Some(last))
+            }
+            Some((_, meta)) => {
+                tracing::info!(group = %legacy, "Kafka sink: group `{legacy}` holds another query's batch marker (`{meta}`); this query keeps its own in `{}`", m.group);
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn send_all(&self, batches: &[RecordBatch], deadline: Instant) -> Result<u64> {
         let rt = self
             .rt
             .as_ref()
@@ -493,7 +590,7 @@ impl KafkaSink {
                         rec = rec.headers(headers(&h.value(i)));
                     }
                 }
-                self.send_one(rec)?;
+                self.send_one(rec, deadline)?;
                 n += 1;
                 if n % 1024 == 0 {
                     self.rt
@@ -507,13 +604,23 @@ impl KafkaSink {
         Ok(n)
     }
 
-    fn send_one(&self, mut rec: BaseRecord<'_, [u8], [u8]>) -> Result<()> {
+    /// Queues one record; while librdkafka's queue is full, serves delivery
+    /// reports until it has room, failing at the batch's `deadline` (or at the
+    /// first failed delivery: the broker is down or rejects the records).
+    fn send_one(&self, mut rec: BaseRecord<'_, [u8], [u8]>, deadline: Instant) -> Result<()> {
         let p = &self.rt.as_ref().expect("open").producer;
         loop {
             match p.send(rec) {
                 Ok(()) => return Ok(()),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    p.poll(Duration::from_millis(50));
+                    self.check_delivery()?;
+                    if Instant::now() >= deadline {
+                        return Err(self.kerr(
+                            "the send queue stayed full until the batch's delivery deadline",
+                            KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut),
+                        ));
+                    }
+                    p.poll(remaining(deadline).min(Duration::from_millis(50)));
                     rec = r;
                 }
                 Err((e, r)) => {
@@ -525,8 +632,18 @@ impl KafkaSink {
 
     fn check_delivery(&self) -> Result<()> {
         let rt = self.rt.as_ref().expect("open");
-        if let Some(f) = rt.producer.context().failed.lock().unwrap().take() {
-            return Err(self.err(f));
+        let failed = rt
+            .producer
+            .context()
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(f) = failed {
+            return Err(self.err(format!(
+                "{f} (Kafka at {})",
+                self.bootstrap.as_deref().unwrap_or("?")
+            )));
         }
         Ok(())
     }
@@ -548,7 +665,7 @@ impl KafkaSink {
             return Ok(()); // a re-run writes nothing either: nothing to fence
         }
         self.ensure_marker_topic(batches)?;
-        let timeout = self.timeout;
+        let deadline = Instant::now() + self.timeout;
         {
             let rt = self.rt.as_ref().expect("open");
             rt.producer
@@ -556,7 +673,7 @@ impl KafkaSink {
                 .map_err(|e| self.kerr("cannot begin a transaction", e))?;
         }
         let result = (|| -> Result<()> {
-            self.send_all(batches)?;
+            self.send_all(batches, deadline)?;
             let rt = self.rt.as_ref().expect("open");
             let m = rt.marker.as_ref().expect("exactly once has a marker");
             let topic = m.topic.as_deref().expect("ensured above");
@@ -571,15 +688,24 @@ impl KafkaSink {
                 .group_metadata()
                 .ok_or_else(|| self.err("no consumer group metadata for the batch marker"))?;
             rt.producer
-                .send_offsets_to_transaction(&tpl, &cgm, timeout)
+                .send_offsets_to_transaction(&tpl, &cgm, remaining(deadline))
                 .map_err(|e| self.kerr("cannot add the batch marker to the transaction", e))?;
-            rt.producer.commit_transaction(timeout).map_err(|e| {
-                self.kerr(
-                    &format!("cannot commit the transaction of batch {batch_id}"),
-                    e,
-                )
-            })?;
-            self.check_delivery()
+            // The rows are queued (and possibly sent), the marker added: a
+            // crash now leaves an open transaction the restart aborts.
+            failpoint("kafka_after_send", batch_id);
+            rt.producer
+                .commit_transaction(remaining(deadline))
+                .map_err(|e| {
+                    self.kerr(
+                        &format!("cannot commit the transaction of batch {batch_id}"),
+                        e,
+                    )
+                })?;
+            self.check_delivery()?;
+            // Rows and marker committed; commits/N not yet written: the
+            // restart re-runs the batch and the marker skips it.
+            failpoint("kafka_after_commit", batch_id);
+            Ok(())
         })();
         match result {
             Ok(()) => {
@@ -590,10 +716,18 @@ impl KafkaSink {
             }
             Err(e) => {
                 let rt = self.rt.as_ref().expect("open");
-                if let Err(a) = rt.producer.abort_transaction(timeout) {
+                // Best effort, briefly: a restart's init_transactions aborts it anyway.
+                let abort = remaining(deadline).max(Duration::from_secs(1));
+                if let Err(a) = rt.producer.abort_transaction(abort) {
                     tracing::warn!("aborting the transaction of batch {batch_id} failed too: {a}");
                 }
-                let _ = rt.producer.context().failed.lock().unwrap().take();
+                let _ = rt
+                    .producer
+                    .context()
+                    .failed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
                 Err(e)
             }
         }
@@ -627,6 +761,29 @@ impl KafkaSink {
         m.topic = Some(t);
         Ok(())
     }
+}
+
+/// The time left until `deadline` (zero once it passed).
+fn remaining(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
+}
+
+/// The query id a marker's metadata (`weir query <id> batch <n>`) names.
+fn marker_query(meta: &str) -> Option<&str> {
+    let rest = meta.strip_prefix("weir query ")?;
+    let (id, _) = rest.rsplit_once(" batch ")?;
+    Some(id)
+}
+
+/// A consumer of the marker group `group`, for reading and committing the
+/// batch marker (never for reading records).
+fn marker_consumer(bootstrap: &str, group: &str) -> rdkafka::error::KafkaResult<BaseConsumer> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
 }
 
 /// Rows as JSON object lines (Arrow's JSON writer: timestamps ISO-8601).
@@ -710,18 +867,22 @@ impl Sink for KafkaSink {
                 )
             })?;
         let mut conf = ClientConfig::new();
+        let timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as u64;
         conf.set("bootstrap.servers", &bootstrap)
             .set("enable.idempotence", "true")
             .set("acks", "all")
-            .set("linger.ms", "5");
+            .set("linger.ms", "5")
+            // No record outlives the batch's delivery deadline in the queue.
+            .set("message.timeout.ms", timeout_ms.to_string());
         let exactly_once = self.guarantee == DeliveryGuarantee::ExactlyOnce;
         let txn_id = self
             .transactional_id
             .clone()
             .unwrap_or_else(|| format!("weir-{query_id}"));
         if exactly_once {
+            // librdkafka wants message.timeout.ms <= transaction.timeout.ms.
             conf.set("transactional.id", &txn_id)
-                .set("transaction.timeout.ms", "60000");
+                .set("transaction.timeout.ms", timeout_ms.max(60_000).to_string());
         }
         for (k, v) in &self.kafka_conf {
             conf.set(k, v);
@@ -738,12 +899,9 @@ impl Sink for KafkaSink {
                     e,
                 )
             })?;
-            let consumer: BaseConsumer = ClientConfig::new()
-                .set("bootstrap.servers", &bootstrap)
-                .set("group.id", &txn_id)
-                .set("enable.auto.commit", "false")
-                .set("isolation.level", "read_committed")
-                .create()
+            // The marker is the query's, whatever the transactional id.
+            let group = format!("weir-{query_id}");
+            let consumer = marker_consumer(&bootstrap, &group)
                 .map_err(|e| self.kerr("cannot create the marker consumer", e))?;
             let file = ctx
                 .checkpoint_dir
@@ -761,13 +919,13 @@ impl Sink for KafkaSink {
                 });
             marker = Some(Marker {
                 consumer,
-                group: txn_id.clone(),
+                group,
                 topic,
                 file,
             });
         }
         let last_committed = match &marker {
-            Some(m) => self.read_marker(m, &query_id)?,
+            Some(m) => self.last_committed(m, &query_id)?,
             None => None,
         };
         if let Some(c) = last_committed {
@@ -787,12 +945,18 @@ impl Sink for KafkaSink {
         match self.guarantee {
             DeliveryGuarantee::ExactlyOnce => self.add_transactional(batch_id, batches),
             DeliveryGuarantee::AtLeastOnce => {
-                self.send_all(batches)?;
+                let deadline = Instant::now() + self.timeout;
+                self.send_all(batches, deadline)?;
                 let rt = self.rt.as_ref().expect("open");
-                rt.producer
-                    .flush(self.timeout)
-                    .map_err(|e| self.kerr(&format!("cannot flush batch {batch_id}"), e))?;
-                self.check_delivery()
+                let flushed = rt.producer.flush(remaining(deadline));
+                // A failed delivery says more than the flush's timeout.
+                self.check_delivery()?;
+                flushed.map_err(|e| {
+                    self.kerr(
+                        &format!("cannot deliver batch {batch_id} within the delivery timeout"),
+                        e,
+                    )
+                })
             }
         }
     }
@@ -865,10 +1029,27 @@ mod tests {
         assert_eq!(s.guarantee, DeliveryGuarantee::AtLeastOnce);
         assert_eq!(s.key_columns, vec!["page", "window"]);
         assert_eq!(s.description(), "KafkaSink[out, at-least-once]");
+        let s = KafkaSink::new("h:1").option("deliveryTimeoutMs", "2500");
+        assert!(s.option_error.is_none());
+        assert_eq!(s.timeout, Duration::from_millis(2500));
+        assert_eq!(KafkaSink::new("h:1").timeout, DEFAULT_DELIVERY_TIMEOUT);
+        let s = KafkaSink::new("h:1").option("deliveryTimeoutMs", "0");
+        assert!(s.option_error.unwrap().contains("deliveryTimeoutMs"));
         let s = KafkaSink::new("h:1").option("topics", "x");
         assert!(s
             .option_error
             .unwrap()
             .contains("unknown Kafka sink option"));
+    }
+
+    #[test]
+    fn marker_metadata_names_its_query() {
+        assert_eq!(marker_query("weir query abc-1 batch 7"), Some("abc-1"));
+        assert_eq!(
+            marker_query("weir query a batch b batch 7"),
+            Some("a batch b")
+        );
+        assert_eq!(marker_query(""), None);
+        assert_eq!(marker_query("someone else's metadata"), None);
     }
 }

@@ -22,7 +22,7 @@
 //! | `startingTimestamp` | [`KafkaSource::starting_timestamp`] | epoch ms: each partition starts at its first record at or after it |
 //! | `startingOffsetsByTimestamp` | `option` | `{"t":{"0":1700000000000}}` |
 //! | `startingOffsetsByTimestampStrategy` | `option` | `error` (default) or `latest` when no record is that new |
-//! | `maxOffsetsPerTrigger` | [`KafkaSource::max_offsets_per_trigger`] | a cap per batch, split across partitions in proportion to lag |
+//! | `maxOffsetsPerTrigger` | [`KafkaSource::max_offsets_per_trigger`] | a cap per batch, split across partitions in proportion to lag (default 1,000,000, unlike Spark: see below) |
 //! | `minPartitions` | [`KafkaSource::min_partitions`] | accepted; weir reads each batch in one process and does not split partitions |
 //! | `failOnDataLoss` | [`KafkaSource::fail_on_data_loss`] | `true` (default): fail naming topic, partition and lost range; `false`: skip, warn and count (`lostOffsets` metric) |
 //! | `includeHeaders` | [`KafkaSource::include_headers`] | add the `headers` column |
@@ -43,7 +43,26 @@
 //!
 //! Progress reports carry Spark's Kafka metrics (`minOffsetsBehindLatest`,
 //! `maxOffsetsBehindLatest`, `avgOffsetsBehindLatest`) and weir's `lostOffsets`
-//! (offsets skipped as lost in this batch with `failOnDataLoss=false`).
+//! (offsets skipped as lost in this batch with `failOnDataLoss=false`),
+//! `invalidTimestamps` and `invalidHeaderKeys`.
+//!
+//! ## Bad records and bounded batches
+//!
+//! No record can stop a query. A record timestamp that does not fit a
+//! microsecond timestamp (`ms * 1000` overflows) becomes a null `timestamp`
+//! (its `timestampType` kept); a header key that is not UTF-8 is decoded
+//! lossily (invalid bytes become U+FFFD). Such records are kept and counted
+//! in the batch's `invalidTimestamps` and `invalidHeaderKeys` metrics.
+//!
+//! A batch is read into memory whole, so it is bounded by default: without
+//! `maxOffsetsPerTrigger` a batch reads at most
+//! [`DEFAULT_MAX_OFFSETS_PER_TRIGGER`] (1,000,000) offsets, split across
+//! partitions like an explicit cap. Spark has no default cap (its executors
+//! stream each partition's records through the plan); weir holds a batch's
+//! rows in one process, and `startingOffsets=earliest` on a large topic
+//! would otherwise exhaust memory in the first batch. The backlog is read
+//! over several batches instead, every record exactly once; the
+//! available-now trigger reads the same way until it reaches its target.
 
 pub mod admin;
 mod fetch;
@@ -98,6 +117,8 @@ struct Metrics {
     behind: Option<(i64, i64, f64)>,
     lost_batch: i64,
     lost_total: i64,
+    /// Records of this batch kept despite bad data.
+    repaired: rows::Repaired,
 }
 
 struct Runtime {
@@ -133,6 +154,10 @@ pub struct KafkaSource {
 }
 
 const META_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The cap on offsets per batch when `maxOffsetsPerTrigger` is not set
+/// (Spark has none; see the module docs for why weir has one).
+pub const DEFAULT_MAX_OFFSETS_PER_TRIGGER: u64 = 1_000_000;
 
 impl KafkaSource {
     /// A source reading from the cluster at `bootstrap_servers`
@@ -224,7 +249,8 @@ impl KafkaSource {
     }
 
     /// At most `n` offsets per batch over all partitions, split in proportion
-    /// to each partition's lag (Spark's `maxOffsetsPerTrigger`).
+    /// to each partition's lag (Spark's `maxOffsetsPerTrigger`; default
+    /// [`DEFAULT_MAX_OFFSETS_PER_TRIGGER`], where Spark has no cap).
     pub fn max_offsets_per_trigger(mut self, n: u64) -> Self {
         self.max_offsets = Some(n.max(1));
         self
@@ -700,9 +726,8 @@ impl Source for KafkaSource {
                 };
             }
         }
-        if let Some(limit) = self.max_offsets {
-            until = offsets::rate_limit(limit, &starts, &until);
-        }
+        let limit = self.max_offsets.unwrap_or(DEFAULT_MAX_OFFSETS_PER_TRIGGER);
+        until = offsets::rate_limit(limit, &starts, &until);
         let behind: Vec<i64> = until.iter().map(|(tp, u)| latest[tp] - u).collect();
         self.metrics.behind = (!behind.is_empty()).then(|| {
             (
@@ -715,6 +740,7 @@ impl Source for KafkaSource {
     }
 
     fn get_batch(&mut self, start: Option<&Offset>, end: &Offset) -> Result<Vec<RecordBatch>> {
+        self.metrics.repaired = Default::default();
         let from = self.starts(start)?;
         let end = self.parse_offsets(end)?;
         let to_read: BTreeSet<TopicPartition> = end
@@ -804,6 +830,9 @@ impl Source for KafkaSource {
         if !self.fail_on_data_loss {
             m.insert("lostOffsets".into(), self.metrics.lost_batch.to_string());
         }
+        let r = self.metrics.repaired;
+        m.insert("invalidTimestamps".into(), r.timestamps.to_string());
+        m.insert("invalidHeaderKeys".into(), r.header_keys.to_string());
         m
     }
 

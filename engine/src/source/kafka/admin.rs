@@ -67,7 +67,21 @@ impl KafkaAdmin {
     /// Creates `topic` with `partitions` partitions (replication factor 1);
     /// an existing topic is left as it is.
     pub fn create_topic(&self, topic: &str, partitions: i32) -> Result<()> {
-        let t = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        self.create_topic_with_config(topic, partitions, &[])
+    }
+
+    /// [`KafkaAdmin::create_topic`] with topic configs (`("retention.ms",
+    /// "60000")`, ...); an existing topic is left as it is.
+    pub fn create_topic_with_config(
+        &self,
+        topic: &str,
+        partitions: i32,
+        config: &[(&str, &str)],
+    ) -> Result<()> {
+        let mut t = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        for (k, v) in config {
+            t = t.set(k, v);
+        }
         let res = block_on(self.admin.create_topics([&t], &self.opts))
             .map_err(|e| err(format!("create topic `{topic}`: {e}")))?;
         for r in res {

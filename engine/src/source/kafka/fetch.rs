@@ -208,7 +208,16 @@ impl KafkaSource {
         let _ = self.consumer()?.unassign();
         let mut out = Vec::new();
         for c in cursors {
+            self.metrics.repaired.add(c.repaired);
             out.extend(c.finish()?);
+        }
+        if self.metrics.repaired != Default::default() {
+            tracing::warn!(
+                source = %self.description(),
+                "kept records with bad data: {} timestamps out of range (null), {} header keys not UTF-8 (decoded lossily)",
+                self.metrics.repaired.timestamps,
+                self.metrics.repaired.header_keys
+            );
         }
         Ok(out)
     }

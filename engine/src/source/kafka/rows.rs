@@ -1,6 +1,15 @@
 //! The Kafka source's rows: Spark's schema and the Arrow builders a batch's
 //! records are appended to, one [`Cursor`] per partition range.
+//!
+//! No record can stop the query (a poison pill fails every replay of its
+//! batch): a record whose timestamp does not fit a microsecond timestamp
+//! (`ms * 1000` overflows `i64`) gets a null `timestamp` (its
+//! `timestampType` kept), and a header key that is not UTF-8 is decoded
+//! lossily (invalid bytes become U+FFFD). Both are kept and counted in the
+//! batch's `invalidTimestamps` and `invalidHeaderKeys` metrics.
 
+use std::borrow::Cow;
+use std::ffi::CStr;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -9,7 +18,8 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use rdkafka::message::{Headers, Message, Timestamp as KafkaTimestamp};
+use rdkafka::bindings as rdsys;
+use rdkafka::message::{BorrowedHeaders, Headers, Message, Timestamp as KafkaTimestamp};
 
 use super::TopicPartition;
 use crate::error::Result;
@@ -50,11 +60,60 @@ pub fn kafka_schema(include_headers: bool) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
+/// Records kept despite bad data (counted per batch).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Repaired {
+    /// Records whose timestamp overflows microseconds (`timestamp` null).
+    pub(super) timestamps: u64,
+    /// Header keys that were not UTF-8 (decoded lossily).
+    pub(super) header_keys: u64,
+}
+
+impl Repaired {
+    pub(super) fn add(&mut self, o: Repaired) {
+        self.timestamps += o.timestamps;
+        self.header_keys += o.header_keys;
+    }
+}
+
+/// A record timestamp (epoch ms) as epoch microseconds; `None` (a null
+/// `timestamp`) when it does not fit in `i64`.
+pub(super) fn timestamp_micros(ms: i64) -> Option<i64> {
+    ms.checked_mul(1000)
+}
+
+/// Header `idx`: its key (lossily decoded when it is not UTF-8) and value.
+/// Read through librdkafka directly: rdkafka's `Headers::try_get` panics on
+/// a key that is not UTF-8.
+pub(super) fn header_at(hs: &BorrowedHeaders, idx: usize) -> Option<(Cow<'_, str>, Option<&[u8]>)> {
+    // rdkafka's `BorrowedHeaders` is a zero-sized view whose address is the
+    // native `rd_kafka_headers_t` (it casts the same way in `try_get`).
+    let native = hs as *const BorrowedHeaders as *const rdsys::rd_kafka_headers_t;
+    let mut name = std::ptr::null();
+    let mut value = std::ptr::null();
+    let mut size = 0usize;
+    // SAFETY: `native` is a live headers list borrowed from `hs`; librdkafka
+    // writes a NUL-terminated name and a value pointer (null for a null
+    // value) that live as long as the headers.
+    let err =
+        unsafe { rdsys::rd_kafka_header_get_all(native, idx, &mut name, &mut value, &mut size) };
+    if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+        return None;
+    }
+    // SAFETY: as above; both borrow from `hs`.
+    let key = String::from_utf8_lossy(unsafe { CStr::from_ptr(name) }.to_bytes());
+    let value =
+        (!value.is_null()).then(|| unsafe { std::slice::from_raw_parts(value as *const u8, size) });
+    Some((key, value))
+}
+
 /// One partition's range being read, and its rows so far.
 pub(super) struct Cursor {
     pub(super) tp: TopicPartition,
     pub(super) next: i64,
     pub(super) to: i64,
+    /// Records kept despite bad data so far.
+    pub(super) repaired: Repaired,
     rows: Rows,
     full: Vec<RecordBatch>,
 }
@@ -65,6 +124,7 @@ impl Cursor {
             tp,
             next: from,
             to,
+            repaired: Repaired::default(),
             rows: Rows::new(headers),
             full: Vec::new(),
         }
@@ -74,8 +134,8 @@ impl Cursor {
         self.next >= self.to
     }
 
-    pub(super) fn push<M: Message>(&mut self, m: &M) -> Result<()> {
-        self.rows.push(m);
+    pub(super) fn push<M: Message<Headers = BorrowedHeaders>>(&mut self, m: &M) -> Result<()> {
+        self.rows.push(m, &mut self.repaired);
         if self.rows.len >= ROWS_PER_BATCH {
             let headers = self.rows.headers.is_some();
             let r = std::mem::replace(&mut self.rows, Rows::new(headers));
@@ -124,31 +184,40 @@ impl Rows {
         }
     }
 
-    fn push<M: Message>(&mut self, m: &M) {
+    fn push<M: Message<Headers = BorrowedHeaders>>(&mut self, m: &M, repaired: &mut Repaired) {
         self.len += 1;
         self.key.append_option(m.key());
         self.value.append_option(m.payload());
         self.topic.append_value(m.topic());
         self.partition.append_value(m.partition());
         self.offset.append_value(m.offset());
-        let (ts, kind) = match m.timestamp() {
-            KafkaTimestamp::CreateTime(ms) => (Some(ms * 1000), 0),
-            KafkaTimestamp::LogAppendTime(ms) => (Some(ms * 1000), 1),
+        let (ms, kind) = match m.timestamp() {
+            KafkaTimestamp::CreateTime(ms) => (Some(ms), 0),
+            KafkaTimestamp::LogAppendTime(ms) => (Some(ms), 1),
             KafkaTimestamp::NotAvailable => (None, -1),
         };
+        let ts = ms.and_then(timestamp_micros);
+        if ms.is_some() && ts.is_none() {
+            repaired.timestamps += 1;
+        }
         self.timestamp.append_option(ts);
         self.timestamp_type.append_value(kind);
         if let Some(hb) = &mut self.headers {
             if let Some(hs) = m.headers() {
                 for i in 0..hs.count() {
-                    let h = hs.get(i);
+                    let Some((key, value)) = header_at(hs, i) else {
+                        continue;
+                    };
+                    if matches!(key, Cow::Owned(_)) {
+                        repaired.header_keys += 1;
+                    }
                     let sb = hb.values();
                     sb.field_builder::<StringBuilder>(0)
                         .expect("key builder")
-                        .append_value(h.key);
+                        .append_value(key);
                     sb.field_builder::<BinaryBuilder>(1)
                         .expect("value builder")
-                        .append_option(h.value);
+                        .append_option(value);
                     sb.append(true);
                 }
             }
@@ -171,5 +240,70 @@ impl Rows {
             cols.push(Arc::new(hb.finish()));
         }
         Ok(RecordBatch::try_new(kafka_schema(headers), cols)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::message::OwnedHeaders;
+
+    /// Headers with raw (possibly not UTF-8) keys, as another client may
+    /// produce them (rdkafka's own `insert` only takes `&str` keys).
+    fn raw_headers(items: &[(&[u8], Option<&[u8]>)]) -> OwnedHeaders {
+        let h = OwnedHeaders::new();
+        let native = h.as_borrowed() as *const BorrowedHeaders as *mut rdsys::rd_kafka_headers_t;
+        for (k, v) in items {
+            let (vp, vl) = match v {
+                Some(v) => (v.as_ptr() as *const std::ffi::c_void, v.len() as isize),
+                None => (std::ptr::null(), 0),
+            };
+            // SAFETY: `native` is the live headers list `h` owns; librdkafka
+            // copies the name and value.
+            let err = unsafe {
+                rdsys::rd_kafka_header_add(native, k.as_ptr().cast(), k.len() as isize, vp, vl)
+            };
+            assert_eq!(err, rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR);
+        }
+        h
+    }
+
+    #[test]
+    fn a_header_key_that_is_not_utf8_is_decoded_lossily_not_a_panic() {
+        let h = raw_headers(&[
+            (b"ok", Some(b"v")),
+            (b"bad\xff\xfe", None),
+            (b"", Some(b"")),
+        ]);
+        let hs = h.as_borrowed();
+        // rdkafka's own accessor panics on the second key: the poison pill.
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = hs.try_get(1);
+        }));
+        assert!(panicked.is_err(), "rdkafka's try_get no longer panics");
+        let (k, v) = header_at(hs, 0).unwrap();
+        assert_eq!((k.as_ref(), v), ("ok", Some(&b"v"[..])));
+        assert!(matches!(k, Cow::Borrowed(_)));
+        let (k, v) = header_at(hs, 1).unwrap();
+        assert_eq!((k.as_ref(), v), ("bad\u{fffd}\u{fffd}", None));
+        assert!(matches!(k, Cow::Owned(_)), "counted as repaired");
+        let (k, v) = header_at(hs, 2).unwrap();
+        assert_eq!((k.as_ref(), v), ("", Some(&b""[..])));
+        assert!(header_at(hs, 3).is_none());
+    }
+
+    #[test]
+    fn a_timestamp_that_overflows_microseconds_is_null() {
+        assert_eq!(
+            timestamp_micros(1_700_000_000_123),
+            Some(1_700_000_000_123_000)
+        );
+        assert_eq!(
+            timestamp_micros(i64::MAX / 1000),
+            Some(i64::MAX / 1000 * 1000)
+        );
+        assert_eq!(timestamp_micros(i64::MAX / 1000 + 1), None);
+        assert_eq!(timestamp_micros(i64::MAX), None);
+        assert_eq!(timestamp_micros(i64::MIN / 1000 - 1), None);
     }
 }
