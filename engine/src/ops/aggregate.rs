@@ -29,7 +29,9 @@ use arrow::row::{RowConverter, SortField};
 use weir_plan::{AggFn, OutputMode};
 
 use crate::error::{Result, WeirError};
+use crate::ops::operator::{single_store, StatefulOperator};
 use crate::ops::window::WindowAssigner;
+use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::{timestamp_type, Timestamp, Window};
 use crate::state::StateStore;
@@ -1329,5 +1331,44 @@ mod tests {
             assert_eq!(g.evict_at, end);
         }
         assert_eq!(counts(got), expected);
+    }
+}
+
+impl StatefulOperator for AggregateOp {
+    fn id(&self) -> usize {
+        self.id
+    }
+    fn store_names(&self) -> &'static [&'static str] {
+        &[""]
+    }
+    fn open_state(&mut self, stores: Vec<Box<dyn StateStore>>) -> Result<()> {
+        self.set_store(single_store("aggregation", stores)?);
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        input: &[RecordBatch],
+        _right: &[RecordBatch],
+        ctx: &mut BatchContext,
+        mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        if ctx.collect_late {
+            let late = self.late_rows(input, ctx.watermarks, mode)?;
+            ctx.late_rows.extend(late);
+        }
+        AggregateOp::process(self, input, ctx.watermarks, mode, ctx.no_data)
+    }
+    fn commit(&mut self, version: u64) -> Result<()> {
+        AggregateOp::commit(self, version)
+    }
+    fn abort(&mut self) -> Result<()> {
+        AggregateOp::abort(self);
+        Ok(())
+    }
+    fn metrics(&self) -> StateOperatorProgress {
+        AggregateOp::metrics(self)
+    }
+    fn needs_no_data_batch(&self, mode: OutputMode) -> bool {
+        mode != OutputMode::Complete
     }
 }

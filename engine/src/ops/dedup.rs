@@ -25,9 +25,12 @@ use arrow::row::{RowConverter, SortField};
 
 use crate::error::{Result, WeirError};
 use crate::ops::aggregate::Watermarks;
+use crate::ops::operator::{single_store, StatefulOperator};
+use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::timestamp_type;
 use crate::state::StateStore;
+use weir_plan::OutputMode;
 
 /// The deduplication operator.
 pub struct DedupOp {
@@ -201,5 +204,44 @@ impl DedupOp {
         if let Some(s) = self.store.as_mut() {
             s.abort();
         }
+    }
+}
+
+impl StatefulOperator for DedupOp {
+    fn id(&self) -> usize {
+        self.id
+    }
+    fn store_names(&self) -> &'static [&'static str] {
+        &[""]
+    }
+    fn open_state(&mut self, stores: Vec<Box<dyn StateStore>>) -> Result<()> {
+        self.set_store(single_store("deduplication", stores)?);
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        input: &[RecordBatch],
+        _right: &[RecordBatch],
+        ctx: &mut BatchContext,
+        _mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        if ctx.collect_late {
+            let late = self.late_rows(input, ctx.watermarks)?;
+            ctx.late_rows.extend(late);
+        }
+        DedupOp::process(self, input, ctx.watermarks)
+    }
+    fn commit(&mut self, version: u64) -> Result<()> {
+        DedupOp::commit(self, version)
+    }
+    fn abort(&mut self) -> Result<()> {
+        DedupOp::abort(self);
+        Ok(())
+    }
+    fn metrics(&self) -> StateOperatorProgress {
+        DedupOp::metrics(self)
+    }
+    fn needs_no_data_batch(&self, _mode: OutputMode) -> bool {
+        true
     }
 }

@@ -26,11 +26,13 @@ use arrow::datatypes::{Field, Schema, SchemaRef, TimestampMicrosecondType};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use datafusion::physical_plan::PhysicalExpr;
-use weir_plan::JoinType;
+use weir_plan::{JoinType, OutputMode};
 
 use crate::error::{Result, WeirError};
 use crate::ops::aggregate::Watermarks;
+use crate::ops::operator::StatefulOperator;
 use crate::ops::stateless::{eval, ExprPlanner};
+use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::timestamp_type;
 use crate::state::StateStore;
@@ -1009,5 +1011,47 @@ mod tests {
             state_bounds("a = b", Some("imp_ts"), Some("click_ts")),
             (None, None)
         );
+    }
+}
+
+/// A stream-stream join (a stream-static join keeps no state and runs as a
+/// stateless step of the pipeline).
+impl StatefulOperator for JoinOp {
+    fn id(&self) -> usize {
+        self.id
+    }
+    fn store_names(&self) -> &'static [&'static str] {
+        &["left", "right"]
+    }
+    fn open_state(&mut self, stores: Vec<Box<dyn StateStore>>) -> Result<()> {
+        let [left, right]: [Box<dyn StateStore>; 2] = stores.try_into().map_err(|_| {
+            WeirError::Config("a stream-stream join keeps two state stores per partition".into())
+        })?;
+        self.set_stores(left, right)
+    }
+    fn process(
+        &mut self,
+        input: &[RecordBatch],
+        right: &[RecordBatch],
+        ctx: &mut BatchContext,
+        _mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        if ctx.collect_late {
+            let late = self.late_rows(input, right, ctx.watermarks)?;
+            ctx.late_rows.extend(late);
+        }
+        JoinOp::process(self, input, right, ctx.watermarks)
+    }
+    fn commit(&mut self, version: u64) -> Result<()> {
+        JoinOp::commit(self, version)
+    }
+    fn abort(&mut self) -> Result<()> {
+        JoinOp::abort(self)
+    }
+    fn metrics(&self) -> StateOperatorProgress {
+        JoinOp::metrics(self)
+    }
+    fn needs_no_data_batch(&self, _mode: OutputMode) -> bool {
+        JoinOp::needs_no_data_batch(self)
     }
 }

@@ -5,6 +5,7 @@ pub mod aggregate;
 pub mod dedup;
 pub mod functions;
 pub mod join;
+pub mod operator;
 pub mod session;
 pub mod stateless;
 pub mod watermark;
@@ -27,6 +28,7 @@ use crate::state::StateStore;
 use aggregate::{AggExec, AggregateOp, KeyExec, Watermarks};
 use dedup::DedupOp;
 use join::JoinOp;
+use operator::StatefulOperator;
 use session::SessionAggregateOp;
 use stateless::{ExprPlanner, FilterOp, ProjectOp};
 use watermark::{EventTimeStats, WatermarkOp};
@@ -40,26 +42,15 @@ pub enum OpExec {
     Project(ProjectOp),
     /// Observe event time.
     Watermark(WatermarkOp),
-    /// Stateful aggregation.
-    Aggregate(Box<AggregateOp>),
-    /// Deduplication.
-    Dedup(Box<DedupOp>),
-    /// Session-window aggregation.
-    Session(Box<SessionAggregateOp>),
-    /// A join; the right side comes from an earlier node or a static table.
-    Join(Box<JoinOp>, JoinRight),
+    /// A stateful operator (aggregation, session windows, deduplication, a
+    /// stream-stream join with the index of the node its right side reads).
+    Stateful(Box<dyn StatefulOperator>, Option<usize>),
+    /// A stream-static join (the table's rows live in the operator).
+    StaticJoin(Box<JoinOp>),
     /// Sort (aggregations in complete mode).
     Sort(Vec<(usize, bool)>),
     /// Keep the first n rows (complete mode).
     Limit(usize),
-}
-
-/// The right side of a join.
-pub enum JoinRight {
-    /// An earlier node's output (stream-stream).
-    Node(usize),
-    /// A static table (stream-static; the rows live in the operator).
-    Static,
 }
 
 /// Where a node reads from.
@@ -287,7 +278,7 @@ impl Pipeline {
                             watermarked: out_wm,
                             streaming: info.streaming,
                         };
-                        ops.push(OpExec::Session(Box::new(op)));
+                        ops.push(OpExec::Stateful(Box::new(op), None));
                     }
                     Op::Aggregate { keys, aggs } => {
                         let mut kx = Vec::new();
@@ -365,7 +356,7 @@ impl Pipeline {
                             watermarked: out_wm,
                             streaming: info.streaming,
                         };
-                        ops.push(OpExec::Aggregate(Box::new(agg)));
+                        ops.push(OpExec::Stateful(Box::new(agg), None));
                     }
                     Op::Sort { by } => {
                         let keys = by
@@ -392,7 +383,7 @@ impl Pipeline {
                         let op =
                             DedupOp::new(stateful, keys, et, *within_watermark, schema.clone())?;
                         stateful += 1;
-                        ops.push(OpExec::Dedup(Box::new(op)));
+                        ops.push(OpExec::Stateful(Box::new(op), None));
                     }
                     Op::Join {
                         right,
@@ -407,7 +398,7 @@ impl Pipeline {
                                         "join with `{right}` before it is defined"
                                     ))
                                 })?;
-                                (ri, JoinRight::Node(j), None)
+                                (ri, Some(j), None)
                             } else if let Some(table) = statics.get(right) {
                                 let schema = table.schema();
                                 let all = (table.clone(), concat_batches(&schema, &table.load()?)?);
@@ -417,7 +408,7 @@ impl Pipeline {
                                         watermarked: HashMap::new(),
                                         streaming: false,
                                     },
-                                    JoinRight::Static,
+                                    None,
                                     Some(all),
                                 )
                             } else {
@@ -453,7 +444,10 @@ impl Pipeline {
                             watermarked: wm,
                             streaming: true,
                         };
-                        ops.push(OpExec::Join(Box::new(op), rin));
+                        ops.push(match rin {
+                            Some(j) => OpExec::Stateful(Box::new(op), Some(j)),
+                            None => OpExec::StaticJoin(Box::new(op)),
+                        });
                     }
                 }
             }
@@ -488,18 +482,24 @@ impl Pipeline {
         self.watermark_delays.len()
     }
 
-    fn stateful_mut(&mut self) -> impl Iterator<Item = &mut OpExec> {
+    fn stateful_mut(&mut self) -> impl Iterator<Item = &mut Box<dyn StatefulOperator>> {
         self.nodes
             .iter_mut()
             .flat_map(|n| n.ops.iter_mut())
-            .filter(|o| o.is_stateful())
+            .filter_map(|o| match o {
+                OpExec::Stateful(op, _) => Some(op),
+                _ => None,
+            })
     }
 
-    fn stateful(&self) -> impl Iterator<Item = &OpExec> {
+    fn stateful(&self) -> impl Iterator<Item = &dyn StatefulOperator> {
         self.nodes
             .iter()
             .flat_map(|n| n.ops.iter())
-            .filter(|o| o.is_stateful())
+            .filter_map(|o| match o {
+                OpExec::Stateful(op, _) => Some(op.as_ref()),
+                _ => None,
+            })
     }
 
     /// Number of stateful operators.
@@ -514,25 +514,12 @@ impl Pipeline {
         mut open: impl FnMut(usize, &str) -> Result<Box<dyn StateStore>>,
     ) -> Result<()> {
         for op in self.stateful_mut() {
-            match op {
-                OpExec::Aggregate(a) => {
-                    let s = open(a.id, "")?;
-                    a.set_store(s)
-                }
-                OpExec::Dedup(d) => {
-                    let s = open(d.id, "")?;
-                    d.set_store(s)
-                }
-                OpExec::Session(a) => {
-                    let s = open(a.id, "")?;
-                    a.set_store(s)?
-                }
-                OpExec::Join(j, _) => {
-                    let (l, r) = (open(j.id, "left")?, open(j.id, "right")?);
-                    j.set_stores(l, r)?
-                }
-                _ => {}
-            }
+            let stores = op
+                .store_names()
+                .iter()
+                .map(|name| open(op.id(), name))
+                .collect::<Result<Vec<_>>>()?;
+            op.open_state(stores)?;
         }
         Ok(())
     }
@@ -569,31 +556,14 @@ impl Pipeline {
                         }
                         batches
                     }
-                    OpExec::Aggregate(a) => {
-                        if ctx.collect_late {
-                            ctx.late_rows
-                                .extend(a.late_rows(&batches, ctx.watermarks, mode)?);
-                        }
-                        a.process(&batches, ctx.watermarks, mode, ctx.no_data)?
-                    }
-                    OpExec::Session(s) => s.process(&batches, ctx.watermarks, mode)?,
-                    OpExec::Dedup(d) => {
-                        if ctx.collect_late {
-                            ctx.late_rows.extend(d.late_rows(&batches, ctx.watermarks)?);
-                        }
-                        d.process(&batches, ctx.watermarks)?
-                    }
-                    OpExec::Join(j, right) => {
+                    OpExec::Stateful(op, right) => {
                         let r = match right {
-                            JoinRight::Node(k) => outputs[*k].clone().unwrap_or_default(),
-                            JoinRight::Static => vec![],
+                            Some(k) => outputs[*k].clone().unwrap_or_default(),
+                            None => vec![],
                         };
-                        if ctx.collect_late {
-                            ctx.late_rows
-                                .extend(j.late_rows(&batches, &r, ctx.watermarks)?);
-                        }
-                        j.process(&batches, &r, ctx.watermarks)?
+                        op.process(&batches, &r, ctx, mode)?
                     }
+                    OpExec::StaticJoin(j) => j.process(&batches, &[], ctx.watermarks)?,
                     OpExec::Sort(keys) => {
                         if batches.is_empty() {
                             batches
@@ -636,13 +606,7 @@ impl Pipeline {
     /// Commits every stateful operator's state as `version`.
     pub fn commit_state(&mut self, version: u64) -> Result<()> {
         for op in self.stateful_mut() {
-            match op {
-                OpExec::Aggregate(a) => a.commit(version)?,
-                OpExec::Dedup(d) => d.commit(version)?,
-                OpExec::Session(a) => a.commit(version)?,
-                OpExec::Join(j, _) => j.commit(version)?,
-                _ => {}
-            }
+            op.commit(version)?;
         }
         Ok(())
     }
@@ -650,13 +614,7 @@ impl Pipeline {
     /// Undoes every stateful operator's uncommitted changes.
     pub fn abort_state(&mut self) -> Result<()> {
         for op in self.stateful_mut() {
-            match op {
-                OpExec::Aggregate(a) => a.abort(),
-                OpExec::Dedup(d) => d.abort(),
-                OpExec::Session(a) => a.abort()?,
-                OpExec::Join(j, _) => j.abort()?,
-                _ => {}
-            }
+            op.abort()?;
         }
         Ok(())
     }
@@ -700,24 +658,13 @@ impl Pipeline {
     pub fn state_metrics(&self) -> Vec<StateOperatorProgress> {
         let mut v: Vec<_> = self
             .stateful()
-            .filter_map(|o| match o {
-                OpExec::Aggregate(a) => Some(a.metrics()),
-                OpExec::Dedup(d) => Some(d.metrics()),
-                OpExec::Session(a) => Some(a.metrics()),
-                OpExec::Join(j, _) => Some(j.metrics()),
-                _ => None,
+            .map(|op| {
+                let mut m = op.metrics();
+                m.num_shuffle_partitions = self.partitions as i64;
+                m.num_state_store_instances = (self.partitions * op.store_names().len()) as i64;
+                m
             })
             .collect();
-        for m in &mut v {
-            m.num_shuffle_partitions = self.partitions as i64;
-            // A join keeps one store per side in each partition.
-            let per = if m.operator_name == "symmetricHashJoin" {
-                2
-            } else {
-                1
-            };
-            m.num_state_store_instances = (self.partitions * per) as i64;
-        }
         v.reverse();
         v
     }
@@ -726,14 +673,7 @@ impl Pipeline {
     /// stateful operator evict or emit (Spark's `shouldRunAnotherBatch`).
     pub fn needs_no_data_batch(&self, current: Option<i64>, new_wm: i64) -> bool {
         let moved = current.is_none_or(|c| new_wm > c);
-        moved
-            && self.stateful().any(|o| match o {
-                OpExec::Aggregate(_) => self.mode != OutputMode::Complete,
-                OpExec::Dedup(_) => true,
-                OpExec::Session(a) => a.needs_no_data_batch(self.mode),
-                OpExec::Join(j, _) => j.needs_no_data_batch(),
-                _ => false,
-            })
+        moved && self.stateful().any(|op| op.needs_no_data_batch(self.mode))
     }
 }
 
@@ -757,15 +697,4 @@ fn agg_execs(aggs: &[weir_plan::AggSpec], schema: &SchemaRef) -> Result<Vec<AggE
             })
         })
         .collect()
-}
-
-impl OpExec {
-    /// True for operators that keep state across batches.
-    pub fn is_stateful(&self) -> bool {
-        match self {
-            OpExec::Aggregate(_) | OpExec::Dedup(_) | OpExec::Session(_) => true,
-            OpExec::Join(j, _) => j.is_stateful(),
-            _ => false,
-        }
-    }
 }

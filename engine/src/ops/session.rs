@@ -20,6 +20,8 @@ use weir_plan::OutputMode;
 
 use crate::error::{Result, WeirError};
 use crate::ops::aggregate::{agg_arrays, kind_of, Acc, AggExec, Kind, Reader, Watermarks};
+use crate::ops::operator::{single_store, StatefulOperator};
+use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::{timestamp_type, ArrowValue, Timestamp, Window};
 use crate::state::StateStore;
@@ -362,5 +364,38 @@ impl SessionAggregateOp {
             self.set_store(s)?;
         }
         Ok(())
+    }
+}
+
+impl StatefulOperator for SessionAggregateOp {
+    fn id(&self) -> usize {
+        self.id
+    }
+    fn store_names(&self) -> &'static [&'static str] {
+        &[""]
+    }
+    fn open_state(&mut self, stores: Vec<Box<dyn StateStore>>) -> Result<()> {
+        self.set_store(single_store("session window", stores)?)
+    }
+    fn process(
+        &mut self,
+        input: &[RecordBatch],
+        _right: &[RecordBatch],
+        ctx: &mut BatchContext,
+        mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        SessionAggregateOp::process(self, input, ctx.watermarks, mode)
+    }
+    fn commit(&mut self, version: u64) -> Result<()> {
+        SessionAggregateOp::commit(self, version)
+    }
+    fn abort(&mut self) -> Result<()> {
+        SessionAggregateOp::abort(self)
+    }
+    fn metrics(&self) -> StateOperatorProgress {
+        SessionAggregateOp::metrics(self)
+    }
+    fn needs_no_data_batch(&self, mode: OutputMode) -> bool {
+        SessionAggregateOp::needs_no_data_batch(self, mode)
     }
 }

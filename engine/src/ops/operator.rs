@@ -1,0 +1,66 @@
+//! The one interface of every stateful operator (aggregation, session-window
+//! aggregation, deduplication, stream-stream join): the pipeline opens,
+//! runs, commits and measures them through [`StatefulOperator`] and never
+//! matches on which operator it holds. Each operator's file implements it
+//! next to its own state handling and metrics.
+
+use arrow::array::RecordBatch;
+use weir_plan::OutputMode;
+
+use super::BatchContext;
+use crate::error::Result;
+use crate::progress::StateOperatorProgress;
+use crate::state::StateStore;
+
+/// An operator that keeps state across micro-batches, versioned with them.
+pub trait StatefulOperator: Send {
+    /// Its index among the query's stateful operators (its directory under
+    /// `state/`).
+    fn id(&self) -> usize;
+
+    /// The stores it keeps in each state partition: `[""]` for one store,
+    /// `["left", "right"]` for a join's two sides.
+    fn store_names(&self) -> &'static [&'static str];
+
+    /// Gives it its stores, in [`StatefulOperator::store_names`] order,
+    /// opened at the last committed version.
+    fn open_state(&mut self, stores: Vec<Box<dyn StateStore>>) -> Result<()>;
+
+    /// Runs one micro-batch: `input` rows (and a stream-stream join's
+    /// `right` rows; empty otherwise) against its state, producing output
+    /// per `mode`. Rows it drops as late go to `ctx.late_rows` when
+    /// `ctx.collect_late` is set.
+    fn process(
+        &mut self,
+        input: &[RecordBatch],
+        right: &[RecordBatch],
+        ctx: &mut BatchContext,
+        mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>>;
+
+    /// Makes this batch's state changes durable as `version`.
+    fn commit(&mut self, version: u64) -> Result<()>;
+
+    /// Undoes this batch's uncommitted state changes.
+    fn abort(&mut self) -> Result<()>;
+
+    /// The last batch's state metrics (Spark's `stateOperators` entry).
+    fn metrics(&self) -> StateOperatorProgress;
+
+    /// True when a moved watermark makes it evict or emit, so a no-data
+    /// batch is due (Spark's `shouldRunAnotherBatch`).
+    fn needs_no_data_batch(&self, mode: OutputMode) -> bool;
+}
+
+/// The one store of a single-store operator, or an error naming the operator.
+pub(crate) fn single_store(
+    name: &str,
+    mut stores: Vec<Box<dyn StateStore>>,
+) -> Result<Box<dyn StateStore>> {
+    match (stores.pop(), stores.is_empty()) {
+        (Some(s), true) => Ok(s),
+        _ => Err(crate::error::WeirError::Config(format!(
+            "the {name} operator keeps one state store per partition"
+        ))),
+    }
+}
