@@ -1,7 +1,8 @@
 //! The PostgreSQL and Redis sinks against real servers (features `postgres`
 //! and `redis`): upserts in update mode, replacement in complete mode, a
-//! replayed batch written once, and a server that is down failing the query
-//! with a clear error.
+//! replayed batch written once, a server that is down failing the query
+//! with a clear error, names that need quoting or escaping, a held lock
+//! failing a batch within the lock timeout, and a batch larger than a chunk.
 //!
 //! The servers come from `WEIR_POSTGRES_URL` and `WEIR_REDIS_URL`; start
 //! throwaway ones with `eval "$(bash scripts/services.sh start)"`. A test
@@ -166,6 +167,25 @@ fn replay_last_batch(input: &Path, chk: &Path, sink: impl Fn() -> BoxSink, last:
         rerun[0].num_input_rows > 0,
         "the re-run batch read its rows again"
     );
+}
+
+/// Every row as it comes (append mode, no state) from a memory stream of
+/// `fields`.
+fn rows_as_they_come(
+    chk: &Path,
+    fields: &[Field],
+    sink: BoxSink,
+) -> (MemoryStream, StreamingQuery) {
+    let stream = MemoryStream::new(fields);
+    let q = session()
+        .read_stream(stream.clone())
+        .write_stream()
+        .output_mode(OutputMode::Append)
+        .sink(sink)
+        .checkpoint_location(chk.to_str().unwrap())
+        .start()
+        .unwrap();
+    (stream, q)
 }
 
 /// A port on 127.0.0.1 that nothing listens on.
@@ -496,6 +516,137 @@ mod postgres {
             .unwrap();
     }
 
+    /// A column whose name holds a `.` (or a `"`) is that column, not a
+    /// field of a composite column.
+    #[test]
+    fn postgres_a_dotted_column_name_is_one_column() {
+        let table = unique("dotted");
+        let chk = tempfile::tempdir().unwrap();
+        let fields = [
+            Field::new("a.b", DataType::String),
+            Field::new("say \"hi\"", DataType::Int64),
+        ];
+        let sink = PostgresSink::new(url(), &table).create_table(true);
+        let (stream, q) = rows_as_they_come(chk.path(), &fields, sink.into());
+        stream
+            .add_json(&[
+                json!({"a.b": "x", "say \"hi\"": 1}),
+                json!({"a.b": "y.z", "say \"hi\"": 2}),
+            ])
+            .unwrap();
+        q.process_all_available().unwrap();
+        q.stop().unwrap();
+        assert!(q.exception().is_none(), "{:?}", q.exception());
+        let mut c = client();
+        let rows: Vec<(String, i64)> = c
+            .query(
+                &format!("SELECT \"a.b\", \"say \"\"hi\"\"\" FROM {table} ORDER BY 2"),
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(rows, [("x".to_string(), 1), ("y.z".to_string(), 2)]);
+        c.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+    }
+
+    /// A `weir_sink_commits` in a schema ahead on the connection's
+    /// search_path does not capture the marker: it goes to the commit table
+    /// in the target table's schema.
+    #[test]
+    fn postgres_the_search_path_does_not_capture_the_marker() {
+        let table = unique("marked");
+        let decoy = unique("decoy");
+        let mut c = client();
+        c.batch_execute(&format!(
+            "CREATE SCHEMA {decoy}; CREATE TABLE {decoy}.weir_sink_commits (query_id text NOT NULL, \
+             sink text NOT NULL, batch_id bigint NOT NULL, PRIMARY KEY (query_id, sink)); \
+             CREATE TABLE public.{table} (ts timestamptz, page text)"
+        ))
+        .unwrap();
+        let u = url();
+        let path = format!("options=-c%20search_path%3D{decoy}%2Cpublic");
+        let sink_url = if u.contains('?') {
+            format!("{u}&{path}")
+        } else {
+            format!("{u}?{path}")
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+        let sink = || -> BoxSink { PostgresSink::new(&sink_url, &table).into() };
+        let batches = run_clicks(&input, &chk, sink, 0..1);
+        let last = *batches.last().unwrap();
+        let in_decoy: i64 = c
+            .query_one(
+                &format!("SELECT count(*) FROM {decoy}.weir_sink_commits"),
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(in_decoy, 0, "the marker went to {decoy}.weir_sink_commits");
+        let marked: Option<i64> = c
+            .query_opt(
+                "SELECT batch_id FROM public.weir_sink_commits WHERE sink = $1",
+                &[&table],
+            )
+            .unwrap()
+            .map(|r| r.get(0));
+        assert_eq!(marked, Some(last));
+        let rows: i64 = c
+            .query_one(&format!("SELECT count(*) FROM public.{table}"), &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(rows, 2);
+        c.batch_execute(&format!(
+            "DROP SCHEMA {decoy} CASCADE; DROP TABLE public.{table}"
+        ))
+        .unwrap();
+    }
+
+    /// Another session holding the marker row (`SELECT ... FOR UPDATE`)
+    /// fails the batch with the server's lock-timeout error within the bound,
+    /// instead of hanging the query.
+    #[test]
+    fn postgres_a_held_lock_fails_the_batch_within_the_lock_timeout() {
+        let table = unique("locked");
+        let chk = tempfile::tempdir().unwrap();
+        let sink = PostgresSink::new(url(), &table)
+            .key_columns(vec!["window", "page"])
+            .create_table(true)
+            .lock_timeout(Duration::from_millis(500));
+        let (stream, q) = page_views(chk.path(), sink.into());
+        stream.add_json(&[click("12:00:10", "/home")]).unwrap();
+        q.process_all_available().unwrap();
+        let mut holder = client();
+        let mut tx = holder.transaction().unwrap();
+        let locked = tx
+            .query(
+                "SELECT batch_id FROM weir_sink_commits WHERE sink = $1 FOR UPDATE",
+                &[&table],
+            )
+            .unwrap();
+        assert_eq!(locked.len(), 1);
+        let started = std::time::Instant::now();
+        stream.add_json(&[click("12:00:20", "/home")]).unwrap();
+        let err = q
+            .await_termination(Some(Duration::from_secs(30)))
+            .expect_err("the batch fails instead of waiting for the lock")
+            .to_string();
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(15), "failed only after {took:?}");
+        assert!(err.contains("lock timeout"), "{err}");
+        assert!(err.contains("lock_timeout"), "{err}");
+        assert!(err.contains("nothing of it was committed"), "{err}");
+        tx.rollback().unwrap();
+        let mut c = client();
+        assert_eq!(
+            page_view_rows(&mut c, &table),
+            [("12:00".to_string(), "/home".to_string(), 1)]
+        );
+        c.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+    }
+
     #[test]
     fn postgres_down_is_a_clear_error_from_the_query() {
         let port = closed_port();
@@ -531,10 +682,11 @@ mod redis {
     }
 
     /// Every row hash under the prefix: key (without the prefix) -> fields.
+    /// (The sink's own keys begin `<prefix>:\_`.)
     fn hashes(c: &mut Connection, prefix: &str) -> BTreeMap<String, BTreeMap<String, String>> {
         let keys: Vec<String> = c.keys(format!("{prefix}:*")).unwrap();
         keys.into_iter()
-            .filter(|k| !k.contains(":__weir_"))
+            .filter(|k| !k.starts_with(&format!("{prefix}:\\_")))
             .map(|k| {
                 let fields: BTreeMap<String, String> = c.hgetall(&k).unwrap();
                 (k[prefix.len() + 1..].to_string(), fields)
@@ -542,7 +694,7 @@ mod redis {
             .collect()
     }
 
-    fn fields(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    fn fields_of(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -596,8 +748,8 @@ mod redis {
         assert_eq!(
             hashes(&mut c, prefix),
             BTreeMap::from([
-                (format!("{w0}:/home"), fields(&[("views", "2")])),
-                (format!("{w1}:/about"), fields(&[("views", "1")])),
+                (format!("{w0}:/home"), fields_of(&[("views", "2")])),
+                (format!("{w1}:/about"), fields_of(&[("views", "1")])),
             ])
         );
         cleanup(&mut c, prefix);
@@ -625,8 +777,8 @@ mod redis {
         assert_eq!(
             hashes(&mut c, &prefix),
             BTreeMap::from([
-                (format!("{w0}:/about"), fields(&[("views", "1")])),
-                (format!("{w0}:/home"), fields(&[("views", "2")])),
+                (format!("{w0}:/about"), fields_of(&[("views", "1")])),
+                (format!("{w0}:/home"), fields_of(&[("views", "2")])),
             ])
         );
         // The server drops the sink's connection: the next batch reconnects.
@@ -650,15 +802,15 @@ mod redis {
         assert_eq!(
             hashes(&mut c, &prefix),
             BTreeMap::from([
-                (format!("{w0}:/about"), fields(&[("views", "1")])),
-                (format!("{w0}:/home"), fields(&[("views", "3")])),
-                (format!("{w1}:/home"), fields(&[("views", "1")])),
+                (format!("{w0}:/about"), fields_of(&[("views", "1")])),
+                (format!("{w0}:/home"), fields_of(&[("views", "3")])),
+                (format!("{w1}:/home"), fields_of(&[("views", "1")])),
             ])
         );
         let last = q.last_progress().unwrap().batch_id;
         q.stop().unwrap();
         assert!(q.exception().is_none(), "{:?}", q.exception());
-        let marks: BTreeMap<String, i64> = c.hgetall(format!("{prefix}:__weir_batch__")).unwrap();
+        let marks: BTreeMap<String, i64> = c.hgetall(format!("{prefix}:\\__weir_batch__")).unwrap();
         assert_eq!(marks.len(), 1);
         assert!(marks.values().all(|b| *b >= 1 && *b <= last), "{marks:?}");
         cleanup(&mut c, &prefix);
@@ -681,7 +833,7 @@ mod redis {
             hashes(&mut c, &prefix),
             BTreeMap::from([(
                 "/home".to_string(),
-                fields(&[
+                fields_of(&[
                     ("window_start", "2024-01-01T12:00:00Z"),
                     ("window_end", "2024-01-01T12:01:00Z"),
                     ("page", "/home"),
@@ -711,7 +863,7 @@ mod redis {
         let mut c = conn();
         assert_eq!(
             hashes(&mut c, &prefix),
-            BTreeMap::from([("/home".to_string(), fields(&[("views", "2")]))])
+            BTreeMap::from([("/home".to_string(), fields_of(&[("views", "2")]))])
         );
         stream
             .add_json(&[
@@ -725,7 +877,7 @@ mod redis {
         assert!(q.exception().is_none(), "{:?}", q.exception());
         assert_eq!(
             hashes(&mut c, &prefix),
-            BTreeMap::from([("/about".to_string(), fields(&[("views", "3")]))])
+            BTreeMap::from([("/about".to_string(), fields_of(&[("views", "3")]))])
         );
         cleanup(&mut c, &prefix);
     }
@@ -735,8 +887,14 @@ mod redis {
         let prefix = unique("clicks");
         let dir = tempfile::tempdir().unwrap();
         let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
-        // No key columns in append mode: RPUSH of JSON rows to the list `prefix`.
-        let sink = || -> BoxSink { RedisSink::new(url()).key_prefix(&prefix).into() };
+        // No key columns in append mode: RPUSH of JSON rows to the list
+        // `prefix`, staged one row per request.
+        let sink = || -> BoxSink {
+            RedisSink::new(url())
+                .key_prefix(&prefix)
+                .chunk_rows(1)
+                .into()
+        };
         let batches = run_clicks(&input, &chk, sink, 0..FILES.len());
         let last = *batches.last().unwrap();
         let mut c = conn();
@@ -764,7 +922,145 @@ mod redis {
             expected,
             "the replayed batch was written twice"
         );
-        let marks: BTreeMap<String, i64> = c.hgetall(format!("{prefix}:__weir_batch__")).unwrap();
+        let marks: BTreeMap<String, i64> = c.hgetall(format!("{prefix}:\\__weir_batch__")).unwrap();
+        assert_eq!(marks.into_values().collect::<Vec<_>>(), vec![last]);
+        assert_eq!(staging_keys(&mut c, &prefix), Vec::<String>::new());
+        cleanup(&mut c, &prefix);
+    }
+
+    /// The staging keys left under the prefix.
+    fn staging_keys(c: &mut Connection, prefix: &str) -> Vec<String> {
+        let keys: Vec<String> = c.keys(format!("{prefix}:*")).unwrap();
+        keys.into_iter()
+            .filter(|k| k.starts_with(&format!("{prefix}:\\__weir_stage__")))
+            .collect()
+    }
+
+    /// `("a:b", "c")` and `("a", "b:c")` are two rows, and a key value equal
+    /// to one of the sink's own names is just a row.
+    #[test]
+    fn redis_keys_that_look_alike_are_distinct_rows() {
+        let prefix = unique("alike");
+        let chk = tempfile::tempdir().unwrap();
+        let fields = [
+            Field::new("a", DataType::String),
+            Field::new("b", DataType::String),
+            Field::new("v", DataType::Int64),
+        ];
+        let sink = RedisSink::new(url())
+            .key_prefix(&prefix)
+            .key_columns(vec!["a", "b"]);
+        let (stream, q) = rows_as_they_come(chk.path(), &fields, sink.into());
+        stream
+            .add_json(&[
+                json!({"a": "a:b", "b": "c", "v": 1}),
+                json!({"a": "a", "b": "b:c", "v": 2}),
+                json!({"a": "x\\", "b": null, "v": 3}),
+                json!({"a": "x", "b": "", "v": 4}),
+            ])
+            .unwrap();
+        q.process_all_available().unwrap();
+        q.stop().unwrap();
+        assert!(q.exception().is_none(), "{:?}", q.exception());
+        let mut c = conn();
+        assert_eq!(
+            hashes(&mut c, &prefix),
+            BTreeMap::from([
+                ("a\\:b:c".to_string(), fields_of(&[("v", "1")])),
+                ("a:b\\:c".to_string(), fields_of(&[("v", "2")])),
+                ("x\\\\:\\N".to_string(), fields_of(&[("v", "3")])),
+                ("x:".to_string(), fields_of(&[("v", "4")])),
+            ])
+        );
+        cleanup(&mut c, &prefix);
+
+        // One key column whose values are the sink's (former) own names.
+        let prefix = unique("own_names");
+        let chk = tempfile::tempdir().unwrap();
+        let sink = RedisSink::new(url())
+            .key_prefix(&prefix)
+            .key_columns(vec!["a"]);
+        let (stream, q) = rows_as_they_come(chk.path(), &fields, sink.into());
+        stream
+            .add_json(&[
+                json!({"a": "__weir_batch__", "b": "row", "v": 1}),
+                json!({"a": "__weir_keys__", "b": "row", "v": 2}),
+                json!({"a": "\\__weir_batch__", "b": "row", "v": 3}),
+            ])
+            .unwrap();
+        q.process_all_available().unwrap();
+        stream
+            .add_json(&[json!({"a": "__weir_batch__", "b": "again", "v": 4})])
+            .unwrap();
+        q.process_all_available().unwrap();
+        let last = q.last_progress().unwrap().batch_id;
+        q.stop().unwrap();
+        assert!(q.exception().is_none(), "{:?}", q.exception());
+        assert_eq!(
+            hashes(&mut c, &prefix),
+            BTreeMap::from([
+                (
+                    "__weir_batch__".to_string(),
+                    fields_of(&[("b", "again"), ("v", "4")])
+                ),
+                (
+                    "__weir_keys__".to_string(),
+                    fields_of(&[("b", "row"), ("v", "2")])
+                ),
+                (
+                    "\\\\__weir_batch__".to_string(),
+                    fields_of(&[("b", "row"), ("v", "3")])
+                ),
+            ])
+        );
+        let marks: BTreeMap<String, i64> = c.hgetall(format!("{prefix}:\\__weir_batch__")).unwrap();
+        assert_eq!(marks.into_values().collect::<Vec<_>>(), vec![last]);
+        cleanup(&mut c, &prefix);
+    }
+
+    /// A batch of more rows than a chunk is staged in chunks and lands whole;
+    /// its re-run (a crash before `commits/N`) writes nothing.
+    #[test]
+    fn redis_a_batch_larger_than_a_chunk_is_written_whole_and_once() {
+        let prefix = unique("chunked");
+        let dir = tempfile::tempdir().unwrap();
+        let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+        fs::create_dir_all(&input).unwrap();
+        let rows: Vec<String> = (0..10)
+            .map(|i| format!("{{\"ts\":\"2024-01-01T12:00:{i:02}Z\",\"page\":\"/p:{i}\"}}"))
+            .collect();
+        fs::write(input.join("big.json"), rows.join("\n")).unwrap();
+        let sink = || -> BoxSink {
+            RedisSink::new(url())
+                .key_prefix(&prefix)
+                .key_columns(vec!["page"])
+                .chunk_rows(3)
+                .into()
+        };
+        let batches = run_clicks(&input, &chk, sink, 0..0);
+        assert_eq!(batches.len(), 1, "one batch of 10 rows");
+        let last = batches[0];
+        let mut c = conn();
+        let expected: BTreeMap<String, BTreeMap<String, String>> = (0..10)
+            .map(|i| {
+                (
+                    format!("/p\\:{i}"),
+                    fields_of(&[("ts", &format!("2024-01-01T12:00:{i:02}Z"))]),
+                )
+            })
+            .collect();
+        assert_eq!(hashes(&mut c, &prefix), expected);
+        assert_eq!(staging_keys(&mut c, &prefix), Vec::<String>::new());
+        // A reader's change after the batch: a re-run that wrote would undo it.
+        let _: () = c
+            .hset(format!("{prefix}:/p\\:0"), "ts", "changed since")
+            .unwrap();
+        replay_last_batch(&input, &chk, sink, last);
+        let mut after = expected.clone();
+        after.insert("/p\\:0".into(), fields_of(&[("ts", "changed since")]));
+        assert_eq!(hashes(&mut c, &prefix), after, "the re-run wrote");
+        assert_eq!(staging_keys(&mut c, &prefix), Vec::<String>::new());
+        let marks: BTreeMap<String, i64> = c.hgetall(format!("{prefix}:\\__weir_batch__")).unwrap();
         assert_eq!(marks.into_values().collect::<Vec<_>>(), vec![last]);
         cleanup(&mut c, &prefix);
     }

@@ -14,13 +14,14 @@
 //!
 //! Each batch is ONE transaction that
 //!
-//! 1. claims the batch in `weir_sink_commits(query_id text, sink text,
+//! 1. claims the batch in `<schema>.weir_sink_commits(query_id text, sink text,
 //!    batch_id bigint, primary key (query_id, sink))` with an upsert that only
 //!    raises `batch_id` — if the recorded id is already at or above this batch's,
 //!    the batch was written before (a re-run after a crash: the engine logged
 //!    `offsets/N` but died before `commits/N`) and the transaction is rolled back
 //!    without writing anything; the claim also locks the row, so a second
-//!    writer of the same query (a zombie) waits and then finds the batch taken;
+//!    writer of the same query (a zombie) waits (at most `lock_timeout`) and
+//!    then finds the batch taken;
 //! 2. writes the rows: in update mode an upsert (`INSERT ... ON CONFLICT (keys)
 //!    DO UPDATE`), in complete mode `DELETE FROM` the table and insert the whole
 //!    result (readers keep seeing the previous result until the commit), in
@@ -31,6 +32,37 @@
 //! `query_id` is the query's id from its checkpoint (stable across restarts;
 //! a new checkpoint is a new query and writes from batch 0 again), `sink` is
 //! the table name as given to [`PostgresSink::new`].
+//!
+//! The commit table lives in the schema of the target table (`<schema>` above:
+//! the one the table name gives, or else the schema the connection's
+//! `search_path` finds the table in when the sink connects), and is always
+//! named with that schema — never looked up through the search path, where a
+//! `weir_sink_commits` in another schema could capture the markers. The data
+//! and its markers so stay together (a user who may create tables in its own
+//! schema needs no rights on `public`); the sink creates the commit table
+//! there when it is missing.
+//!
+//! ## Names
+//!
+//! Every identifier is quoted whole, embedded `"` doubled: a column `a.b` is
+//! the column `"a.b"` (never the field `b` of a composite column `a`), and
+//! names are case-sensitive. The table is `name` or `schema.name`: the first
+//! `.` separates the schema, so a table whose own name holds a `.` is given
+//! with its schema (`public.daily.views` is the table `daily.views` in
+//! `public`).
+//!
+//! ## Timeouts
+//!
+//! Nothing the sink does waits without bound: connecting gives up after
+//! [`connect_timeout`](PostgresSink::connect_timeout) (10 s), and the session
+//! runs with `statement_timeout` ([`statement_timeout`](PostgresSink::statement_timeout),
+//! 60 s per statement) and `lock_timeout` ([`lock_timeout`](PostgresSink::lock_timeout),
+//! 10 s waiting for any one lock, e.g. a row another session holds with
+//! `SELECT ... FOR UPDATE`, or the table during an `ALTER TABLE`). TCP
+//! keepalives (after 30 s idle, unless the connection string sets them) find a
+//! server that vanished. A batch that hits a timeout fails the query with the
+//! server's error and what to do (the transaction is rolled back, nothing of
+//! the batch is written); restarted, the query re-runs the batch.
 //!
 //! ## Columns
 //!
@@ -64,8 +96,9 @@
 //! (safe: the batch id decides). The session's `application_name` is
 //! `weir-sink` unless the connection string sets one.
 //!
-//! The table name is quoted as given (`schema.table` part by part), so it is
-//! case-sensitive; the commit table lives on the connection's search path.
+//! The crash-injection point `postgres_before_commit` (see
+//! [`crate::failpoint`]) is reached with the rows and the marker written and
+//! `COMMIT` not yet sent.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -92,7 +125,8 @@ use crate::error::{Result, WeirError};
 /// re-exported so code that reads what the sink wrote uses the same version.
 pub use ::postgres as client;
 
-/// The table that records each query's last written batch id.
+/// The table that records each query's last written batch id (in the schema
+/// of the target table).
 pub const COMMITS_TABLE: &str = "weir_sink_commits";
 
 /// Rows per `INSERT` statement (fewer when the columns would pass
@@ -107,6 +141,8 @@ pub struct PostgresSink {
     key_columns: Vec<String>,
     create_table: bool,
     connect_timeout: Duration,
+    statement_timeout: Duration,
+    lock_timeout: Duration,
     rt: Option<Runtime>,
 }
 
@@ -123,6 +159,10 @@ struct Runtime {
 
 struct Conn {
     client: Client,
+    /// The target table, schema-qualified and quoted.
+    table: String,
+    /// The commit table in the target's schema, qualified and quoted.
+    commits: String,
     /// Prepared `INSERT`s by row count.
     statements: HashMap<usize, Statement>,
 }
@@ -256,12 +296,19 @@ fn system_time(us: i64) -> SystemTime {
     }
 }
 
-/// Quotes an identifier; `schema.table` is quoted part by part.
-fn quote_name(name: &str) -> String {
-    name.split('.')
-        .map(|p| format!("\"{}\"", p.replace('"', "\"\"")))
-        .collect::<Vec<_>>()
-        .join(".")
+/// Quotes one identifier whole (a `.` in it stays part of the name),
+/// doubling embedded quotes.
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Quotes a table name given as `name` or `schema.name` (the first `.`
+/// separates the schema).
+fn quote_table(name: &str) -> String {
+    match name.split_once('.') {
+        Some((schema, table)) => format!("{}.{}", quote_ident(schema), quote_ident(table)),
+        None => quote_ident(name),
+    }
 }
 
 /// PostgreSQL's error with its detail and hint, or the client's with its causes.
@@ -317,6 +364,8 @@ impl PostgresSink {
             key_columns: Vec::new(),
             create_table: false,
             connect_timeout: Duration::from_secs(10),
+            statement_timeout: Duration::from_secs(60),
+            lock_timeout: Duration::from_secs(10),
             rt: None,
         }
     }
@@ -346,6 +395,22 @@ impl PostgresSink {
     /// `connect_timeout` (default 10 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// The session's `statement_timeout`: how long any one statement of the
+    /// sink may run before the server cancels it and the batch fails
+    /// (default 60 s; at least 1 ms).
+    pub fn statement_timeout(mut self, timeout: Duration) -> Self {
+        self.statement_timeout = timeout;
+        self
+    }
+
+    /// The session's `lock_timeout`: how long a statement may wait for a lock
+    /// (a row or table another session holds) before the batch fails
+    /// (default 10 s; at least 1 ms).
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
         self
     }
 
@@ -439,31 +504,30 @@ impl PostgresSink {
     fn create_table_sql(&self, columns: &[SqlColumn]) -> String {
         let mut cols: Vec<String> = columns
             .iter()
-            .map(|c| format!("{} {}", quote_name(&c.name), c.ty.sql()))
+            .map(|c| format!("{} {}", quote_ident(&c.name), c.ty.sql()))
             .collect();
         let keys: Vec<String> = columns
             .iter()
             .filter(|c| c.key)
-            .map(|c| quote_name(&c.name))
+            .map(|c| quote_ident(&c.name))
             .collect();
         if !keys.is_empty() {
             cols.push(format!("PRIMARY KEY ({})", keys.join(", ")));
         }
         format!(
             "CREATE TABLE IF NOT EXISTS {} ({})",
-            quote_name(&self.table),
+            quote_table(&self.table),
             cols.join(", ")
         )
     }
 
-    /// The `INSERT` for `rows` rows: an upsert in update mode.
-    fn insert_sql(&self, rt: &Runtime, rows: usize) -> String {
+    /// The `INSERT` into `table` (quoted) for `rows` rows: an upsert in update mode.
+    fn insert_sql(rt: &Runtime, table: &str, rows: usize) -> String {
         let cols = &rt.columns;
         let mut sql = format!(
-            "INSERT INTO {} ({}) VALUES ",
-            quote_name(&self.table),
+            "INSERT INTO {table} ({}) VALUES ",
             cols.iter()
-                .map(|c| quote_name(&c.name))
+                .map(|c| quote_ident(&c.name))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
@@ -486,12 +550,12 @@ impl PostgresSink {
             let keys: Vec<String> = cols
                 .iter()
                 .filter(|c| c.key)
-                .map(|c| quote_name(&c.name))
+                .map(|c| quote_ident(&c.name))
                 .collect();
             let sets: Vec<String> = cols
                 .iter()
                 .filter(|c| !c.key)
-                .map(|c| format!("{0} = EXCLUDED.{0}", quote_name(&c.name)))
+                .map(|c| format!("{0} = EXCLUDED.{0}", quote_ident(&c.name)))
                 .collect();
             let _ = write!(sql, " ON CONFLICT ({}) ", keys.join(", "));
             if sets.is_empty() {
@@ -507,8 +571,9 @@ impl PostgresSink {
         (65535 / rt.columns.len().max(1)).clamp(1, ROWS_PER_STATEMENT)
     }
 
-    /// Connects, makes sure the commit table and the table exist and fit the
-    /// output, and prepares the `INSERT`.
+    /// Connects, sets the session's timeouts, makes sure the table and the
+    /// commit table in its schema exist and fit the output, and prepares the
+    /// `INSERT`.
     fn connect(&self, rt: &Runtime) -> Result<Conn> {
         let address = Self::address(&rt.config);
         let mut client = rt.config.connect(NoTls).map_err(|e| {
@@ -525,11 +590,24 @@ impl PostgresSink {
         let sql_err = |what: &str, e: ::postgres::Error| {
             self.err(format!("{what} at {address}: {}", pg_message(&e)))
         };
-        let exists = |client: &mut Client, name: &str| -> Result<bool> {
+        let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128);
+        client
+            .batch_execute(&format!(
+                "SET statement_timeout = {}; SET lock_timeout = {}",
+                ms(self.statement_timeout),
+                ms(self.lock_timeout)
+            ))
+            .map_err(|e| sql_err("cannot set statement_timeout and lock_timeout", e))?;
+        // The schema a (quoted) name resolves to, or None: no such table.
+        let schema_of = |client: &mut Client, name: &str| -> Result<Option<String>> {
             let row = client
-                .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&name])
+                .query_opt(
+                    "SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n \
+                     ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1::text)",
+                    &[&name],
+                )
                 .map_err(|e| sql_err(&format!("cannot look up table `{name}`"), e))?;
-            Ok(row.get(0))
+            Ok(row.map(|r| r.get(0)))
         };
         // DDL under an advisory lock: concurrent CREATE TABLE IF NOT EXISTS can fail.
         let ddl = |client: &mut Client, sql: &str| -> Result<()> {
@@ -545,26 +623,43 @@ impl PostgresSink {
                 .map_err(|e| sql_err(&format!("`{sql}` failed"), e))?;
             tx.commit().map_err(|e| sql_err("cannot commit DDL", e))
         };
-        if !exists(&mut client, COMMITS_TABLE)? {
+        let given = quote_table(&self.table);
+        let create = self.create_table_sql(&rt.columns);
+        let schema = match schema_of(&mut client, &given)? {
+            Some(s) => s,
+            None => {
+                if !self.create_table {
+                    return Err(self.err(format!(
+                        "table `{}` does not exist at {address}: create it, e.g. `{create}`, or \
+                         call .create_table(true)",
+                        self.table
+                    )));
+                }
+                ddl(&mut client, &create)?;
+                schema_of(&mut client, &given)?.ok_or_else(|| {
+                    self.err(format!(
+                        "table `{}` is not found at {address} right after `{create}`: is the \
+                         first schema of the connection's search_path one the user can use?",
+                        self.table
+                    ))
+                })?
+            }
+        };
+        // From here on both tables are named with their schema.
+        let table_name = self
+            .table
+            .split_once('.')
+            .map_or(self.table.as_str(), |(_, t)| t);
+        let quoted = format!("{}.{}", quote_ident(&schema), quote_ident(table_name));
+        let commits = format!("{}.{}", quote_ident(&schema), quote_ident(COMMITS_TABLE));
+        if schema_of(&mut client, &commits)?.is_none() {
             ddl(
                 &mut client,
                 &format!(
-                    "CREATE TABLE IF NOT EXISTS {COMMITS_TABLE} (query_id text NOT NULL, \
+                    "CREATE TABLE IF NOT EXISTS {commits} (query_id text NOT NULL, \
                      sink text NOT NULL, batch_id bigint NOT NULL, PRIMARY KEY (query_id, sink))"
                 ),
             )?;
-        }
-        let quoted = quote_name(&self.table);
-        let create = self.create_table_sql(&rt.columns);
-        if !exists(&mut client, &quoted)? {
-            if !self.create_table {
-                return Err(self.err(format!(
-                    "table `{}` does not exist at {address}: create it, e.g. `{create}`, or call \
-                     .create_table(true)",
-                    self.table
-                )));
-            }
-            ddl(&mut client, &create)?;
         }
         let rows = client
             .query(
@@ -593,7 +688,7 @@ impl PostgresSink {
                         .collect::<Vec<_>>()
                         .join(", "),
                     quoted,
-                    quote_name(&c.name),
+                    quote_ident(&c.name),
                     c.ty.sql()
                 )));
             }
@@ -601,7 +696,7 @@ impl PostgresSink {
         // Preparing checks the types (and, for an upsert, the key's unique
         // index) without writing anything.
         let mut statements = HashMap::new();
-        let sql = self.insert_sql(rt, 1);
+        let sql = Self::insert_sql(rt, &quoted, 1);
         let stmt = client.prepare(&sql).map_err(|e| {
             let writes = rt
                 .columns
@@ -619,7 +714,7 @@ impl PostgresSink {
                     .columns
                     .iter()
                     .filter(|c| c.key)
-                    .map(|c| quote_name(&c.name))
+                    .map(|c| quote_ident(&c.name))
                     .collect();
                 let _ = write!(
                     m,
@@ -631,7 +726,12 @@ impl PostgresSink {
             self.err(m)
         })?;
         statements.insert(1, stmt);
-        Ok(Conn { client, statements })
+        Ok(Conn {
+            client,
+            table: quoted,
+            commits,
+            statements,
+        })
     }
 
     /// The rows to write, as (batch, row) pairs: in update mode the last row
@@ -780,19 +880,24 @@ impl PostgresSink {
             if !conn.statements.contains_key(&n) {
                 let stmt = conn
                     .client
-                    .prepare(&self.insert_sql(rt, n))
+                    .prepare(&Self::insert_sql(rt, &conn.table, n))
                     .map_err(WriteError::Pg)?;
                 conn.statements.insert(n, stmt);
             }
         }
-        let Conn { client, statements } = conn;
+        let Conn {
+            client,
+            table,
+            commits,
+            statements,
+        } = conn;
         let mut tx = client.transaction().map_err(WriteError::Pg)?;
         let claimed = tx
             .execute(
                 &format!(
-                    "INSERT INTO {COMMITS_TABLE} (query_id, sink, batch_id) VALUES ($1, $2, $3) \
+                    "INSERT INTO {commits} AS c (query_id, sink, batch_id) VALUES ($1, $2, $3) \
                      ON CONFLICT (query_id, sink) DO UPDATE SET batch_id = EXCLUDED.batch_id \
-                     WHERE {COMMITS_TABLE}.batch_id < EXCLUDED.batch_id"
+                     WHERE c.batch_id < EXCLUDED.batch_id"
                 ),
                 &[&rt.query_id, &self.table, &batch_id],
             )
@@ -802,7 +907,7 @@ impl PostgresSink {
             return Ok(false);
         }
         if rt.mode == OutputMode::Complete {
-            tx.execute(&format!("DELETE FROM {}", quote_name(&self.table)), &[])
+            tx.execute(&format!("DELETE FROM {table}"), &[])
                 .map_err(WriteError::Pg)?;
         }
         for chunk in rows.chunks(per_stmt) {
@@ -816,6 +921,7 @@ impl PostgresSink {
             tx.execute(&statements[&chunk.len()], &params)
                 .map_err(WriteError::Pg)?;
         }
+        crate::failpoint::failpoint("postgres_before_commit", batch_id);
         tx.commit().map_err(WriteError::Pg)?;
         Ok(true)
     }
@@ -863,6 +969,17 @@ impl Sink for PostgresSink {
         })?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(self.connect_timeout);
+        }
+        // Keepalives find a server that vanished mid-statement (the
+        // operating system's default waits two hours before the first probe).
+        if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+            config.keepalives_idle(Duration::from_secs(30));
+        }
+        if config.get_keepalives_interval().is_none() {
+            config.keepalives_interval(Duration::from_secs(10));
+        }
+        if config.get_keepalives_retries().is_none() {
+            config.keepalives_retries(3);
         }
         if config.get_application_name().is_none() {
             // What pg_stat_activity shows for the sink's session.
@@ -921,6 +1038,27 @@ impl Sink for PostgresSink {
 }
 
 impl PostgresSink {
+    /// What to do about a statement the server cancelled for a timeout.
+    fn timeout_hint(&self, e: &::postgres::Error) -> String {
+        use ::postgres::error::SqlState;
+        match e.code() {
+            Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => format!(
+                ". Another session held a lock the batch needed (a row of `{}` or of its \
+                 schema's `{COMMITS_TABLE}`, or the table) for longer than lock_timeout ({:?}): \
+                 find it in pg_locks / pg_stat_activity and end it, or raise \
+                 .lock_timeout(...); restarted, the query writes the batch once",
+                self.table, self.lock_timeout
+            ),
+            Some(c) if *c == SqlState::QUERY_CANCELED => format!(
+                ". A statement ran longer than statement_timeout ({:?}): raise \
+                 .statement_timeout(...) or make the table cheaper to write (indexes, \
+                 triggers); restarted, the query writes the batch once",
+                self.statement_timeout
+            ),
+            _ => String::new(),
+        }
+    }
+
     fn add_batch_with(
         &self,
         rt: &mut Runtime,
@@ -956,10 +1094,11 @@ impl PostgresSink {
                     }
                     return Err(self.err(format!(
                         "writing batch {batch_id} to `{}` at {} failed (nothing of it was \
-                         committed): {}",
+                         committed): {}{}",
                         self.table,
                         Self::address(&rt.config),
-                        pg_message(&e)
+                        pg_message(&e),
+                        self.timeout_hint(&e)
                     )));
                 }
                 Err(WriteError::Other(e)) => {
@@ -1017,14 +1156,40 @@ mod tests {
         let sink = PostgresSink::new("host=h", "t").key_columns(vec!["window", "page"]);
         let rt = runtime(&sink, OutputMode::Update);
         assert_eq!(
-            sink.insert_sql(&rt, 2),
+            PostgresSink::insert_sql(&rt, "\"t\"", 2),
             "INSERT INTO \"t\" (\"window_start\", \"window_end\", \"page\", \"views\") VALUES \
              ($1::timestamptz, $2::timestamptz, $3::text, $4::bigint), \
              ($5::timestamptz, $6::timestamptz, $7::text, $8::bigint) \
              ON CONFLICT (\"window_start\", \"window_end\", \"page\") DO UPDATE SET \"views\" = EXCLUDED.\"views\""
         );
         let rt = runtime(&sink, OutputMode::Append);
-        assert!(!sink.insert_sql(&rt, 1).contains("ON CONFLICT"));
+        assert!(!PostgresSink::insert_sql(&rt, "\"t\"", 1).contains("ON CONFLICT"));
+    }
+
+    #[test]
+    fn names_are_quoted_whole() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a.b", DataType::Utf8, false),
+            Field::new("say \"hi\"", DataType::Int64, true),
+        ]));
+        let sink = PostgresSink::new("host=h", "s.daily.views").key_columns(vec!["a.b"]);
+        let cols = sink.table_columns(&schema).unwrap();
+        assert_eq!(
+            sink.create_table_sql(&cols),
+            "CREATE TABLE IF NOT EXISTS \"s\".\"daily.views\" (\"a.b\" text, \
+             \"say \"\"hi\"\"\" bigint, PRIMARY KEY (\"a.b\"))"
+        );
+        let rt = Runtime {
+            columns: cols,
+            key_sources: vec![0],
+            ..runtime(&sink, OutputMode::Update)
+        };
+        assert_eq!(
+            PostgresSink::insert_sql(&rt, "\"s\".\"daily.views\"", 1),
+            "INSERT INTO \"s\".\"daily.views\" (\"a.b\", \"say \"\"hi\"\"\") VALUES \
+             ($1::text, $2::bigint) ON CONFLICT (\"a.b\") DO UPDATE SET \
+             \"say \"\"hi\"\"\" = EXCLUDED.\"say \"\"hi\"\"\""
+        );
     }
 
     #[test]

@@ -12,52 +12,99 @@
 //!
 //! ## Layout
 //!
-//! With key columns, each row is a hash at `<prefix>:<key values joined by
-//! ':'>`, e.g. `page_views:2024-01-01T12:00:00Z/2024-01-01T12:01:00Z:/home`,
-//! whose fields are the other columns (all columns with
-//! [`RedisSink::key_fields`]). A row replaces its hash as a whole (`DEL` then
-//! `HSET`), so a field that became null disappears. Values are text:
-//! timestamps ISO-8601 in UTC (`2024-01-01T12:00:00Z`), a window column `w`
-//! two fields `w_start` and `w_end` (in a key: `start/end`, ISO-8601's
-//! interval), numbers and booleans as Rust prints them, strings and binary as
-//! they are; a null field is left out (a null key part is empty).
+//! With key columns, each row is a hash at `<prefix>:<key part>:<key part>...`
+//! (one part per key column, in the order given), e.g.
+//! `page_views:2024-01-01T12:00:00Z/2024-01-01T12:01:00Z:/home`, whose fields
+//! are the other columns (all columns with [`RedisSink::key_fields`]). A row
+//! replaces its hash as a whole, so a field that became null disappears.
+//! Values are text: timestamps ISO-8601 in UTC (`2024-01-01T12:00:00Z`), a
+//! window column `w` two fields `w_start` and `w_end`, numbers and booleans
+//! as Rust prints them, strings and binary as they are; a null field is left
+//! out.
+//!
+//! ### Key parts
+//!
+//! The key is an injective function of the key values: two rows with
+//! different keys never share a hash, and no row's key is one of the sink's
+//! own names. Each part is:
+//!
+//! - a string, binary or other value: its text with `\` written `\\` and `:`
+//!   written `\:` (so `("a:b", "c")` is `a\:b:c` and `("a", "b:c")` is
+//!   `a:b\:c`); text without `:` or `\` — the common case — is unchanged;
+//! - a timestamp: ISO-8601 as above, unescaped: its text has exactly two `:`
+//!   (or none: a value beyond chrono's range, ±262,000 years, is the integer
+//!   of microseconds), so where it ends is known from the column's type;
+//! - a window: `start/end`, each bound a timestamp as above (ISO-8601's
+//!   interval);
+//! - null: `\N` (distinct from the empty string, which is an empty part).
+//!
+//! A part never begins with `\` followed by anything but `\`, `:` or `N`, so
+//! the sink's own keys, which begin `<prefix>:\_`, cannot be reached by a
+//! value: `<prefix>:\__weir_batch__` (the batch marker),
+//! `<prefix>:\__weir_keys__` (complete mode's key index) and
+//! `<prefix>:\__weir_stage__:...` (a batch being staged). Give each query its
+//! own prefix, not one that is another's prefix followed by `:`.
+//!
+//! ### Output modes
 //!
 //! - update mode: each row's hash is replaced (key columns required);
 //! - complete mode: the hashes the previous batch wrote (listed in the set
-//!   `<prefix>:__weir_keys__`) are deleted and the whole result written;
+//!   `<prefix>:\__weir_keys__`) are deleted and the whole result written;
 //! - append mode: hashes as in update mode.
 //!
 //! Without key columns (append or complete mode), rows go to the list
-//! `<prefix>` as JSON objects (`RPUSH`; windows as `{"start", "end"}`); in
-//! complete mode the list is replaced.
+//! `<prefix>` as JSON objects (windows as `{"start", "end"}`); in complete
+//! mode the list is replaced.
 //!
-//! ## Exactly once: one Lua script per batch
+//! ## Exactly once: staged chunks, one apply script per batch
 //!
-//! The batch is written by one `EVALSHA` of a Lua script that first reads
-//! the query's last written batch id from the hash `<prefix>:__weir_batch__`
-//! (field: the query id from the checkpoint, value: the batch id), returns
-//! without writing anything if this batch's id is at or below it (a re-run
-//! after a crash), and otherwise writes the rows and records the batch id.
+//! A batch is written in three steps, so that no request grows with the
+//! batch and the batch still lands whole or not at all:
+//!
+//! 1. the query's last written batch id is read from the hash
+//!    `<prefix>:\__weir_batch__` (field: the query id from the checkpoint,
+//!    value: the batch id); a batch at or below it was written before (a
+//!    re-run after a crash) and nothing is sent;
+//! 2. the rows are staged, [`chunk_rows`](RedisSink::chunk_rows) (1000) rows
+//!    per pipelined request, under keys of this attempt alone:
+//!    `<prefix>:\__weir_stage__:<query id>:<batch id>:<nonce>` lists each row's
+//!    target key, and `...:<nonce>:<i>` holds row `i`'s hash (the list layout
+//!    stages the JSON rows in the first key). Readers never look there;
+//! 3. one `EVALSHA` of the apply script checks the marker again, checks that
+//!    every staged row is there (else it fails before writing anything: a
+//!    script has no rollback), then moves each staged hash onto its target
+//!    with `RENAME` (replacing the old hash; a row without fields deletes
+//!    it), updates complete mode's key index and records the batch id. Its
+//!    arguments are a handful of names and numbers whatever the batch's size.
+//!
 //! Redis runs a script atomically — no other client's command runs in
 //! between, and its writes reach replicas and the AOF as one `MULTI/EXEC` —
-//! so the rows and the batch id land together or not at all.
+//! so the rows and the batch id land together or not at all. A crash between
+//! chunks, or before the script, leaves only staging keys, which carry a
+//! 24-hour TTL (removed by `PERSIST` once moved) and are never applied: the
+//! re-run stages afresh under a new nonce. A crash after the script leaves
+//! the batch written and marked, and the re-run writes nothing. Two writers
+//! of one query (a zombie) each stage their own copy; the marker lets only
+//! the first apply, and the second's script drops its staging.
 //!
 //! Why a script rather than `WATCH` + `MULTI/EXEC`: the check and the write
 //! happen in one round trip on the server, with no optimistic-lock retry loop
 //! when another client touches the marker between `WATCH` and `EXEC`, and the
-//! guard cannot be left out by a later edit of the client code. (A script has
-//! no rollback: the script writes only hashes, sets and lists it has just
-//! deleted or created, so it does not fail half-way short of the server
-//! running out of memory.) The marker is a hash keyed by query id rather than
-//! one number so that a new checkpoint (a new query whose batch ids restart at
-//! 0) writing to the same prefix is not mistaken for a replay.
+//! guard cannot be left out by a later edit of the client code. The marker is
+//! a hash keyed by query id rather than one number so that a new checkpoint
+//! (a new query whose batch ids restart at 0) writing to the same prefix is
+//! not mistaken for a replay. (Markers and key indexes of earlier versions,
+//! at `<prefix>:__weir_batch__` and `<prefix>:__weir_keys__`, are still read,
+//! so an upgrade neither re-writes a batch nor leaves a stale complete result.)
 //!
 //! One server (or a cluster with every key in one slot: use a hash tag as
-//! the prefix, e.g. `{page_views}`). The sink connects when the query runs
-//! its first batch, not in `start()`: a server that is down fails the query
-//! with an error that `await_termination` returns. A connection lost
-//! mid-batch is retried once on a new connection (safe: the batch id decides).
-//! The connection's name (`CLIENT LIST`) is `weir:<prefix>`.
+//! the prefix, e.g. `{page_views}`; `RENAME` needs it too). The sink connects
+//! when the query runs its first batch, not in `start()`: a server that is
+//! down fails the query with an error that `await_termination` returns. A
+//! connection lost mid-batch is retried once on a new connection (safe: the
+//! batch id decides). The connection's name (`CLIENT LIST`) is
+//! `weir:<prefix>`. The crash-injection points `redis_before_script` and
+//! `redis_after_script` (see [`crate::failpoint`]) surround the apply script.
 
 use std::time::Duration;
 
@@ -76,51 +123,160 @@ use crate::error::{Result, WeirError};
 /// what the sink wrote uses the same version.
 pub use ::redis as client;
 
-/// Writes rows as hashes. KEYS: marker, key index, row keys...; ARGV: query
-/// id, batch id, complete ('1'/'0'), then per row a field count and pairs.
-const HASH_SCRIPT: &str = r"
-local last = redis.call('HGET', KEYS[1], ARGV[1])
-if last and tonumber(last) >= tonumber(ARGV[2]) then return 0 end
+/// Lua: the query's last batch id recorded in the marker hash `k` (nil if
+/// none, or if `k` is not a hash: a legacy name a row hash may hold).
+const LAST_FN: &str = r"
+local function last_in(k)
+  if redis.call('TYPE', k).ok ~= 'hash' then return nil end
+  return tonumber(redis.call('HGET', k, ARGV[1]))
+end
+local function written(bid)
+  local a, b = last_in(KEYS[1]), last_in(KEYS[2])
+  return (a ~= nil and a >= bid) or (b ~= nil and b >= bid)
+end
+";
+
+/// The last batch id written. KEYS: marker, legacy marker; ARGV: query id.
+const LAST_SCRIPT: &str = r"
+local a, b = last_in(KEYS[1]), last_in(KEYS[2])
+return math.max(a or -1, b or -1)
+";
+
+/// Applies a staged batch of hashes. KEYS: marker, legacy marker, key index,
+/// legacy key index, staging list (pairs: target key, '1' if the row has a
+/// staged hash at `<staging list>:<i>` else '0'); ARGV: query id, batch id,
+/// complete ('1'/'0'), staged row count.
+const HASH_APPLY_SCRIPT: &str = r"
+local stage = KEYS[5]
+local n = redis.call('LLEN', stage) / 2
+if written(tonumber(ARGV[2])) then
+  for i = 1, n do redis.call('DEL', stage .. ':' .. i) end
+  redis.call('DEL', stage)
+  return 0
+end
+if n ~= tonumber(ARGV[4]) then
+  return redis.error_reply('WEIR_STAGE the staged batch has ' .. n .. ' of ' .. ARGV[4] ..
+    ' rows (its staging keys expired or were deleted); nothing was written')
+end
+-- Everything is checked before the first write: a script has no rollback.
+for i = 1, n, 500 do
+  local e = redis.call('LRANGE', stage, 2 * (i - 1), 2 * (i - 1) + 999)
+  for j = 1, #e, 2 do
+    local row = i + (j - 1) / 2
+    if e[j + 1] == '1' and redis.call('EXISTS', stage .. ':' .. row) == 0 then
+      return redis.error_reply('WEIR_STAGE staged row ' .. row ..
+        ' is missing (expired or deleted); nothing was written')
+    end
+  end
+end
 local complete = ARGV[3] == '1'
 if complete then
-  local old = redis.call('SMEMBERS', KEYS[2])
-  for _, k in ipairs(old) do redis.call('DEL', k) end
-  redis.call('DEL', KEYS[2])
-end
-local a = 4
-for i = 3, #KEYS do
-  local k = KEYS[i]
-  local n = tonumber(ARGV[a])
-  a = a + 1
-  redis.call('DEL', k)
-  if n > 0 then
-    local args = {}
-    for j = 1, 2 * n do args[j] = ARGV[a + j - 1] end
-    redis.call('HSET', k, unpack(args))
-    a = a + 2 * n
+  for _, index in ipairs({KEYS[3], KEYS[4]}) do
+    if redis.call('TYPE', index).ok == 'set' then
+      for _, k in ipairs(redis.call('SMEMBERS', index)) do redis.call('DEL', k) end
+      redis.call('DEL', index)
+    end
   end
-  if complete then redis.call('SADD', KEYS[2], k) end
+end
+for i = 1, n, 500 do
+  local e = redis.call('LRANGE', stage, 2 * (i - 1), 2 * (i - 1) + 999)
+  for j = 1, #e, 2 do
+    local row = i + (j - 1) / 2
+    local target = e[j]
+    if e[j + 1] == '1' then
+      redis.call('RENAME', stage .. ':' .. row, target)
+      redis.call('PERSIST', target)
+    else
+      redis.call('DEL', target)
+    end
+    if complete then redis.call('SADD', KEYS[3], target) end
+  end
+end
+redis.call('DEL', stage)
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+";
+
+/// Applies a staged batch of JSON rows to the list. KEYS: marker, legacy
+/// marker, list, staging list; ARGV: query id, batch id, complete ('1'/'0'),
+/// staged row count.
+const LIST_APPLY_SCRIPT: &str = r"
+local stage = KEYS[4]
+local n = redis.call('LLEN', stage)
+if written(tonumber(ARGV[2])) then
+  redis.call('DEL', stage)
+  return 0
+end
+if n ~= tonumber(ARGV[4]) then
+  return redis.error_reply('WEIR_STAGE the staged batch has ' .. n .. ' of ' .. ARGV[4] ..
+    ' rows (its staging key expired or was deleted); nothing was written')
+end
+if ARGV[3] == '1' then
+  redis.call('DEL', KEYS[3])
+  if n > 0 then
+    redis.call('RENAME', stage, KEYS[3])
+    redis.call('PERSIST', KEYS[3])
+  end
+else
+  for i = 0, n - 1, 1000 do
+    local chunk = redis.call('LRANGE', stage, i, i + 999)
+    redis.call('RPUSH', KEYS[3], unpack(chunk))
+  end
+  redis.call('DEL', stage)
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
 ";
 
-/// Appends JSON rows to a list. KEYS: marker, list; ARGV: query id, batch id,
-/// complete ('1'/'0'), then the rows.
-const LIST_SCRIPT: &str = r"
-local last = redis.call('HGET', KEYS[1], ARGV[1])
-if last and tonumber(last) >= tonumber(ARGV[2]) then return 0 end
-if ARGV[3] == '1' then redis.call('DEL', KEYS[2]) end
-local i = 4
-while i <= #ARGV do
-  local chunk = {}
-  for j = i, math.min(i + 999, #ARGV) do chunk[#chunk + 1] = ARGV[j] end
-  redis.call('RPUSH', KEYS[2], unpack(chunk))
-  i = i + 1000
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return 1
-";
+/// How long staging keys outlive a writer that died before applying them.
+const STAGE_TTL_SECS: u64 = 24 * 60 * 60;
+
+/// The escape character of key parts.
+const ESC: u8 = b'\\';
+
+/// A null key part.
+const NULL_PART: &[u8] = b"\\N";
+
+/// The sink's own names under `<prefix>:`, out of reach of any key value
+/// (a key part never begins with `\_`).
+const MARKER_NAME: &str = "\\__weir_batch__";
+const INDEX_NAME: &str = "\\__weir_keys__";
+const STAGE_NAME: &str = "\\__weir_stage__";
+
+/// Appends `bytes` to a key with `\` and `:` escaped.
+fn push_escaped(key: &mut Vec<u8>, bytes: &[u8]) {
+    for &b in bytes {
+        if b == b':' || b == ESC {
+            key.push(ESC);
+        }
+        key.push(b);
+    }
+}
+
+/// The key of row `r`: the prefix and each key column's part, each after a
+/// `:` (see the module docs for why it is injective).
+fn row_key(prefix: &str, cells: &[Cells], keys: &[usize], r: usize) -> Vec<u8> {
+    let mut key = prefix.as_bytes().to_vec();
+    for &k in keys {
+        key.push(b':');
+        cells[k].key_part(r, &mut key);
+    }
+    key
+}
+
+/// A name unique to this staging attempt.
+fn nonce() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "{nanos:x}{:x}{:x}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
 
 /// Writes each micro-batch to Redis atomically, exactly once (see the
 /// [module docs](self)).
@@ -130,6 +286,7 @@ pub struct RedisSink {
     key_columns: Vec<String>,
     key_fields: bool,
     timeout: Duration,
+    chunk_rows: usize,
     rt: Option<Runtime>,
 }
 
@@ -143,6 +300,7 @@ struct Runtime {
     /// Output columns written as fields, with their field names.
     fields: Vec<(usize, Vec<String>)>,
     conn: Option<Connection>,
+    last_script: Script,
     hash_script: Script,
     list_script: Script,
 }
@@ -226,6 +384,28 @@ impl<'a> Cells<'a> {
         }
     }
 
+    /// Appends the cell's key part (see the module docs): text escaped,
+    /// timestamps and windows as they are, null `\N`.
+    fn key_part(&self, r: usize, key: &mut Vec<u8>) {
+        let time = |a: &ArrayRef, key: &mut Vec<u8>| match Self::time(a, r) {
+            Some(t) => key.extend_from_slice(t.as_bytes()),
+            None => key.extend_from_slice(NULL_PART),
+        };
+        match self {
+            Cells::Time(a) => time(a, key),
+            Cells::Window(_, _, w) if w.is_null(r) => key.extend_from_slice(NULL_PART),
+            Cells::Window(start, end, _) => {
+                time(start, key);
+                key.push(b'/');
+                time(end, key);
+            }
+            _ => match self.render(r).into_iter().next().flatten() {
+                Some(v) => push_escaped(key, &v),
+                None => key.extend_from_slice(NULL_PART),
+            },
+        }
+    }
+
     /// The cell as JSON (for the list layout).
     fn json(&self, r: usize) -> serde_json::Value {
         use serde_json::Value;
@@ -277,6 +457,7 @@ impl RedisSink {
             key_columns: Vec::new(),
             key_fields: false,
             timeout: Duration::from_secs(30),
+            chunk_rows: 1000,
             rt: None,
         }
     }
@@ -288,8 +469,9 @@ impl RedisSink {
     }
 
     /// The output columns that identify a row (the query's group-by keys, e.g.
-    /// `["window", "page"]`): their values, joined by `:`, follow the prefix
-    /// in each row's key. Required in update mode; without them, append and
+    /// `["window", "page"]`): their values, each after a `:` with `:` and `\`
+    /// escaped (see the [module docs](self#key-parts)), follow the prefix in
+    /// each row's key. Required in update mode; without them, append and
     /// complete mode write a list of JSON rows.
     pub fn key_columns<I, S>(mut self, columns: I) -> Self
     where
@@ -307,9 +489,18 @@ impl RedisSink {
         self
     }
 
-    /// How long connecting, and each batch's write, may take (default 30 s).
+    /// How long connecting, and each request of a batch's write, may take
+    /// (default 30 s).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// How many rows each staging request carries (default 1000, at least 1):
+    /// a batch of any size is sent in requests of this many rows and applied
+    /// by one small script (see the [module docs](self)).
+    pub fn chunk_rows(mut self, rows: usize) -> Self {
+        self.chunk_rows = rows.max(1);
         self
     }
 
@@ -360,82 +551,123 @@ impl RedisSink {
         Ok(conn)
     }
 
-    /// Runs the batch's script; `Ok(false)`: the batch was written before.
+    /// Stages the batch in chunks and applies it with one script (see the
+    /// module docs); `Ok(false)`: the batch was written before.
     fn write(
+        &self,
         rt: &Runtime,
         conn: &mut Connection,
         batch_id: i64,
         batches: &[RecordBatch],
     ) -> std::result::Result<bool, WriteError> {
-        let marker = format!("{}:__weir_batch__", rt.prefix);
-        let complete = if rt.complete { "1" } else { "0" };
-        let written: i64 = if rt.keys.is_empty() {
-            let mut inv = rt.list_script.prepare_invoke();
-            inv.key(&marker)
-                .key(&rt.prefix)
-                .arg(&rt.query_id)
-                .arg(batch_id)
-                .arg(complete);
-            for b in batches {
-                let cells: Vec<Cells> = b
-                    .columns()
-                    .iter()
-                    .map(Cells::new)
-                    .collect::<Result<_>>()
-                    .map_err(WriteError::Other)?;
-                let schema = b.schema();
-                for r in 0..b.num_rows() {
+        let marker = format!("{}:{MARKER_NAME}", rt.prefix);
+        let legacy_marker = format!("{}:__weir_batch__", rt.prefix);
+        let last: i64 = rt
+            .last_script
+            .key(&marker)
+            .key(&legacy_marker)
+            .arg(&rt.query_id)
+            .invoke(conn)
+            .map_err(WriteError::Redis)?;
+        if last >= batch_id {
+            return Ok(false);
+        }
+        let stage = format!(
+            "{}:{STAGE_NAME}:{}:{batch_id}:{}",
+            rt.prefix,
+            rt.query_id,
+            nonce()
+        );
+        let chunk = self.chunk_rows.max(1);
+        let mut staged = 0usize;
+        let mut pipe = ::redis::pipe();
+        let mut in_pipe = 0usize;
+        let flush = |pipe: &mut ::redis::Pipeline,
+                     in_pipe: &mut usize,
+                     conn: &mut Connection|
+         -> std::result::Result<(), WriteError> {
+            if *in_pipe > 0 {
+                pipe.cmd("EXPIRE").arg(&stage).arg(STAGE_TTL_SECS).ignore();
+                pipe.query::<()>(conn).map_err(WriteError::Redis)?;
+                pipe.clear();
+                *in_pipe = 0;
+            }
+            Ok(())
+        };
+        for b in batches {
+            let cells: Vec<Cells> = b
+                .columns()
+                .iter()
+                .map(Cells::new)
+                .collect::<Result<_>>()
+                .map_err(WriteError::Other)?;
+            let schema = b.schema();
+            for r in 0..b.num_rows() {
+                staged += 1;
+                if rt.keys.is_empty() {
                     let mut row = serde_json::Map::new();
                     for (f, c) in schema.fields().iter().zip(&cells) {
                         row.insert(f.name().clone(), c.json(r));
                     }
-                    inv.arg(serde_json::Value::Object(row).to_string());
-                }
-            }
-            inv.invoke(conn).map_err(WriteError::Redis)?
-        } else {
-            let mut inv = rt.hash_script.prepare_invoke();
-            inv.key(&marker)
-                .key(format!("{}:__weir_keys__", rt.prefix))
-                .arg(&rt.query_id)
-                .arg(batch_id)
-                .arg(complete);
-            for b in batches {
-                let cols = b.columns();
-                let cells: Vec<Cells> = cols
-                    .iter()
-                    .map(Cells::new)
-                    .collect::<Result<_>>()
-                    .map_err(WriteError::Other)?;
-                for r in 0..b.num_rows() {
-                    let mut key = rt.prefix.as_bytes().to_vec();
-                    for &k in &rt.keys {
-                        key.push(b':');
-                        let parts = cells[k].render(r);
-                        for (i, p) in parts.iter().enumerate() {
-                            if i > 0 {
-                                key.push(b'/');
-                            }
-                            key.extend_from_slice(p.as_deref().unwrap_or_default());
-                        }
-                    }
-                    inv.key(key);
-                    let mut pairs: Vec<(&str, Vec<u8>)> = Vec::new();
+                    pipe.cmd("RPUSH")
+                        .arg(&stage)
+                        .arg(serde_json::Value::Object(row).to_string())
+                        .ignore();
+                } else {
+                    let key = row_key(&rt.prefix, &cells, &rt.keys, r);
+                    let mut hset = ::redis::cmd("HSET");
+                    let staged_row = format!("{stage}:{staged}");
+                    hset.arg(&staged_row);
+                    let mut any = false;
                     for (c, names) in &rt.fields {
                         for (name, v) in names.iter().zip(cells[*c].render(r)) {
                             if let Some(v) = v {
-                                pairs.push((name, v));
+                                hset.arg(name).arg(v);
+                                any = true;
                             }
                         }
                     }
-                    inv.arg(pairs.len());
-                    for (n, v) in pairs {
-                        inv.arg(n).arg(v);
+                    if any {
+                        pipe.add_command(hset).ignore();
+                        pipe.cmd("EXPIRE")
+                            .arg(&staged_row)
+                            .arg(STAGE_TTL_SECS)
+                            .ignore();
                     }
+                    pipe.cmd("RPUSH")
+                        .arg(&stage)
+                        .arg(key)
+                        .arg(if any { "1" } else { "0" })
+                        .ignore();
+                }
+                in_pipe += 1;
+                if in_pipe >= chunk {
+                    flush(&mut pipe, &mut in_pipe, conn)?;
                 }
             }
-            inv.invoke(conn).map_err(WriteError::Redis)?
+        }
+        flush(&mut pipe, &mut in_pipe, conn)?;
+        let complete = if rt.complete { "1" } else { "0" };
+        let mut inv = if rt.keys.is_empty() {
+            let mut inv = rt.list_script.prepare_invoke();
+            inv.key(&marker).key(&legacy_marker).key(&rt.prefix);
+            inv
+        } else {
+            let mut inv = rt.hash_script.prepare_invoke();
+            inv.key(&marker)
+                .key(&legacy_marker)
+                .key(format!("{}:{INDEX_NAME}", rt.prefix))
+                .key(format!("{}:__weir_keys__", rt.prefix));
+            inv
         };
+        inv.key(&stage)
+            .arg(&rt.query_id)
+            .arg(batch_id)
+            .arg(complete)
+            .arg(staged);
+        crate::failpoint::failpoint("redis_before_script", batch_id);
+        let written: i64 = inv.invoke(conn).map_err(WriteError::Redis)?;
+        crate::failpoint::failpoint("redis_after_script", batch_id);
         Ok(written == 1)
     }
 }
@@ -538,8 +770,9 @@ impl Sink for RedisSink {
             keys,
             fields,
             conn: None,
-            hash_script: Script::new(HASH_SCRIPT),
-            list_script: Script::new(LIST_SCRIPT),
+            last_script: Script::new(&format!("{LAST_FN}{LAST_SCRIPT}")),
+            hash_script: Script::new(&format!("{LAST_FN}{HASH_APPLY_SCRIPT}")),
+            list_script: Script::new(&format!("{LAST_FN}{LIST_APPLY_SCRIPT}")),
         });
         Ok(())
     }
@@ -572,7 +805,7 @@ impl RedisSink {
                 rt.conn = Some(conn);
                 return Ok(()); // nothing to write, nothing to duplicate
             }
-            match Self::write(rt, &mut conn, batch_id, batches) {
+            match self.write(rt, &mut conn, batch_id, batches) {
                 Ok(written) => {
                     if !written {
                         tracing::info!(
@@ -655,6 +888,329 @@ mod tests {
         assert_eq!(c.json(0), serde_json::json!(7));
         let s: ArrayRef = Arc::new(StringArray::from(vec!["/home"]));
         assert_eq!(Cells::new(&s).unwrap().json(0), serde_json::json!("/home"));
+    }
+
+    /// A window's bounds (either may be null).
+    type Bounds = (Option<i64>, Option<i64>);
+
+    /// A key column's value, for the key property tests.
+    #[derive(Debug, Clone, PartialEq)]
+    enum KeyVal {
+        Text(Option<String>),
+        Bin(Option<Vec<u8>>),
+        Int(Option<i64>),
+        Time(Option<i64>),
+        Window(Option<Bounds>),
+    }
+
+    fn utc() -> DataType {
+        DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+    }
+
+    /// One column holding `values` (all of one kind).
+    fn key_column(values: &[KeyVal]) -> ArrayRef {
+        use arrow::array::BinaryArray;
+        match &values[0] {
+            KeyVal::Text(_) => Arc::new(StringArray::from(
+                values
+                    .iter()
+                    .map(|v| match v {
+                        KeyVal::Text(t) => t.clone(),
+                        _ => unreachable!(),
+                    })
+                    .collect::<Vec<_>>(),
+            )),
+            KeyVal::Bin(_) => Arc::new(BinaryArray::from(
+                values
+                    .iter()
+                    .map(|v| match v {
+                        KeyVal::Bin(b) => b.as_deref(),
+                        _ => unreachable!(),
+                    })
+                    .collect::<Vec<_>>(),
+            )),
+            KeyVal::Int(_) => Arc::new(Int64Array::from(
+                values
+                    .iter()
+                    .map(|v| match v {
+                        KeyVal::Int(i) => *i,
+                        _ => unreachable!(),
+                    })
+                    .collect::<Vec<_>>(),
+            )),
+            KeyVal::Time(_) => Arc::new(
+                TimestampMicrosecondArray::from(
+                    values
+                        .iter()
+                        .map(|v| match v {
+                            KeyVal::Time(t) => *t,
+                            _ => unreachable!(),
+                        })
+                        .collect::<Vec<_>>(),
+                )
+                .with_timezone("UTC"),
+            ),
+            KeyVal::Window(_) => {
+                let w: Vec<Option<Bounds>> = values
+                    .iter()
+                    .map(|v| match v {
+                        KeyVal::Window(w) => *w,
+                        _ => unreachable!(),
+                    })
+                    .collect();
+                let bound = |f: fn(&Bounds) -> Option<i64>| -> ArrayRef {
+                    Arc::new(
+                        TimestampMicrosecondArray::from(
+                            w.iter().map(|x| x.as_ref().and_then(f)).collect::<Vec<_>>(),
+                        )
+                        .with_timezone("UTC"),
+                    )
+                };
+                Arc::new(StructArray::new(
+                    Fields::from(vec![
+                        Field::new("start", utc(), true),
+                        Field::new("end", utc(), true),
+                    ]),
+                    vec![bound(|x| x.0), bound(|x| x.1)],
+                    Some(w.iter().map(Option::is_some).collect::<Vec<_>>().into()),
+                ))
+            }
+        }
+    }
+
+    /// The keys of the rows `tuples` (each a tuple of key values).
+    fn keys_of(prefix: &str, tuples: &[Vec<KeyVal>]) -> Vec<Vec<u8>> {
+        let columns: Vec<ArrayRef> = (0..tuples[0].len())
+            .map(|c| key_column(&tuples.iter().map(|t| t[c].clone()).collect::<Vec<_>>()))
+            .collect();
+        let cells: Vec<Cells> = columns.iter().map(|c| Cells::new(c).unwrap()).collect();
+        let keys: Vec<usize> = (0..columns.len()).collect();
+        (0..tuples.len())
+            .map(|r| row_key(prefix, &cells, &keys, r))
+            .collect()
+    }
+
+    /// What a value's key part decodes to: its text (a timestamp's ISO
+    /// text, a window's `start/end` with `\N` for a null bound), None: null.
+    fn canonical(v: &KeyVal) -> Option<Vec<u8>> {
+        let time = |t: &Option<i64>| t.map_or("\\N".to_string(), iso);
+        match v {
+            KeyVal::Text(t) => t.clone().map(String::into_bytes),
+            KeyVal::Bin(b) => b.clone(),
+            KeyVal::Int(i) => i.map(|i| i.to_string().into_bytes()),
+            KeyVal::Time(t) => t.map(|t| iso(t).into_bytes()),
+            KeyVal::Window(w) => w.map(|(s, e)| format!("{}/{}", time(&s), time(&e)).into_bytes()),
+        }
+    }
+
+    /// Parses a key back into its parts, knowing only the prefix and the
+    /// key columns' kinds: that this always succeeds and gives back the
+    /// values is what makes the key function injective.
+    fn decode(prefix: &str, kinds: &[KeyVal], key: &[u8]) -> Vec<Option<Vec<u8>>> {
+        let mut k = key
+            .strip_prefix(prefix.as_bytes())
+            .expect("the key starts with the prefix");
+        let is_null = |k: &[u8]| k.starts_with(b"\\N");
+        // A timestamp: an integer (no ':'), or ISO text with exactly two.
+        let time = |k: &mut &[u8]| -> Vec<u8> {
+            if is_null(k) {
+                *k = &k[2..];
+                return b"\\N".to_vec();
+            }
+            let seg = |k: &[u8]| k.iter().position(|&b| b == b':').unwrap_or(k.len());
+            let first = seg(k);
+            let integer = k[..first]
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b.is_ascii_digit() || (i == 0 && b == b'-'));
+            let mut end = first;
+            if !integer {
+                for _ in 0..2 {
+                    end += 1 + seg(&k[end + 1..]);
+                }
+            }
+            let t = k[..end].to_vec();
+            *k = &k[end..];
+            t
+        };
+        let mut out = Vec::new();
+        for kind in kinds {
+            assert_eq!(k.first(), Some(&b':'), "a ':' before each part");
+            k = &k[1..];
+            let part = match kind {
+                KeyVal::Text(_) | KeyVal::Bin(_) | KeyVal::Int(_) => {
+                    if is_null(k) {
+                        k = &k[2..];
+                        None
+                    } else {
+                        let mut v = Vec::new();
+                        while let Some(&b) = k.first() {
+                            if b == b':' {
+                                break;
+                            }
+                            if b == ESC {
+                                assert!(matches!(k.get(1), Some(b'\\' | b':')), "{key:?}");
+                                v.push(k[1]);
+                                k = &k[2..];
+                            } else {
+                                v.push(b);
+                                k = &k[1..];
+                            }
+                        }
+                        Some(v)
+                    }
+                }
+                KeyVal::Time(_) => Some(time(&mut k)).filter(|t| t != b"\\N"),
+                KeyVal::Window(_) => {
+                    if is_null(k) && k.get(2) != Some(&b'/') {
+                        k = &k[2..];
+                        None
+                    } else {
+                        let slash = k.iter().position(|&b| b == b'/').expect("start/end");
+                        let mut w = k[..slash + 1].to_vec();
+                        k = &k[slash + 1..];
+                        w.extend(time(&mut k));
+                        Some(w)
+                    }
+                }
+            };
+            out.push(part);
+        }
+        assert!(k.is_empty(), "the key has more than its parts: {key:?}");
+        out
+    }
+
+    mod key_properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn time() -> impl Strategy<Value = i64> {
+            prop_oneof![
+                any::<i64>(),
+                -10_000_000i64..10_000_000,
+                Just(i64::MIN),
+                Just(i64::MAX),
+                Just(-8_210_298_412_800_000_000i64), // chrono's lower bound
+            ]
+        }
+
+        fn text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a:\\\\N_/]{0,5}",
+                Just("__weir_batch__".to_string()),
+                Just("__weir_keys__".to_string()),
+                Just("\\__weir_batch__".to_string()),
+                Just("\\N".to_string()),
+                any::<String>(),
+            ]
+        }
+
+        /// A value of the same kind as `kind`.
+        fn value(kind: u8) -> BoxedStrategy<KeyVal> {
+            match kind {
+                0 => proptest::option::of(text()).prop_map(KeyVal::Text).boxed(),
+                1 => proptest::option::of(proptest::collection::vec(
+                    prop_oneof![Just(b':'), Just(b'\\'), Just(b'N'), any::<u8>()],
+                    0..5,
+                ))
+                .prop_map(KeyVal::Bin)
+                .boxed(),
+                2 => proptest::option::of(any::<i64>())
+                    .prop_map(KeyVal::Int)
+                    .boxed(),
+                3 => proptest::option::of(time()).prop_map(KeyVal::Time).boxed(),
+                _ => proptest::option::of((
+                    proptest::option::of(time()),
+                    proptest::option::of(time()),
+                ))
+                .prop_map(KeyVal::Window)
+                .boxed(),
+            }
+        }
+
+        /// Two tuples of key values of the same kinds.
+        fn two_tuples() -> impl Strategy<Value = (Vec<KeyVal>, Vec<KeyVal>)> {
+            proptest::collection::vec(0u8..5, 1..4).prop_flat_map(|kinds| {
+                let tuple = |kinds: &[u8]| kinds.iter().map(|&k| value(k)).collect::<Vec<_>>();
+                (tuple(&kinds), tuple(&kinds))
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+
+            /// Distinct key tuples give distinct keys, the key decodes back to
+            /// its values, and no key is one of the sink's own names.
+            #[test]
+            fn the_key_function_is_injective((a, b) in two_tuples()) {
+                let prefix = "pv";
+                let keys = keys_of(prefix, &[a.clone(), b.clone()]);
+                for (t, key) in [&a, &b].into_iter().zip(&keys) {
+                    let want: Vec<Option<Vec<u8>>> = t.iter().map(canonical).collect();
+                    prop_assert_eq!(decode(prefix, t, key), want);
+                    for own in [MARKER_NAME, INDEX_NAME] {
+                        let own = format!("{prefix}:{own}").into_bytes();
+                        prop_assert_ne!(key, &own);
+                    }
+                    let stage = format!("{prefix}:{STAGE_NAME}");
+                    let own = format!("{prefix}:\\_");
+                    prop_assert!(!key.starts_with(stage.as_bytes()));
+                    prop_assert!(!key.starts_with(own.as_bytes()));
+                }
+                prop_assert_eq!(a == b, keys[0] == keys[1], "{:?} / {:?}", a, b);
+            }
+
+            /// Timestamps render injectively (the key leaves them unescaped).
+            #[test]
+            fn iso_timestamps_are_injective(a in time(), b in time()) {
+                prop_assert_eq!(a == b, iso(a) == iso(b));
+                prop_assert_eq!(iso(a).bytes().filter(|&c| c == b':').count() % 2, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn keys_escape_the_separator_and_name_null() {
+        let t = |s: Option<&str>| KeyVal::Text(s.map(str::to_string));
+        let keys = keys_of(
+            "pv",
+            &[
+                vec![t(Some("a:b")), t(Some("c"))],
+                vec![t(Some("a")), t(Some("b:c"))],
+                vec![t(Some("x\\")), t(None)],
+                vec![t(Some("/home")), t(Some(""))],
+                vec![t(Some("__weir_batch__")), t(Some("__weir_keys__"))],
+            ],
+        );
+        let keys: Vec<String> = keys
+            .into_iter()
+            .map(|k| String::from_utf8(k).unwrap())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "pv:a\\:b:c",
+                "pv:a:b\\:c",
+                "pv:x\\\\:\\N",
+                "pv:/home:",
+                "pv:__weir_batch__:__weir_keys__"
+            ]
+        );
+        let w = keys_of(
+            "pv",
+            &[vec![
+                KeyVal::Window(Some((
+                    Some(1_704_110_400_000_000),
+                    Some(1_704_110_460_000_000),
+                ))),
+                t(Some("/home")),
+            ]],
+        );
+        assert_eq!(
+            String::from_utf8(w[0].clone()).unwrap(),
+            "pv:2024-01-01T12:00:00Z/2024-01-01T12:01:00Z:/home"
+        );
     }
 
     #[test]
