@@ -1065,6 +1065,32 @@ mod redis {
         cleanup(&mut c, &prefix);
     }
 
+    /// A marker an earlier version wrote (at `<prefix>:__weir_batch__`)
+    /// still makes the re-run of its batch write nothing after an upgrade.
+    #[test]
+    fn redis_a_marker_at_the_former_name_still_guards_a_rerun() {
+        let prefix = unique("upgraded");
+        let dir = tempfile::tempdir().unwrap();
+        let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+        let sink = || -> BoxSink { RedisSink::new(url()).key_prefix(&prefix).into() };
+        let batches = run_clicks(&input, &chk, sink, 0..2);
+        let last = *batches.last().unwrap();
+        let mut c = conn();
+        // As the earlier version left it: the marker at the former name.
+        let _: () = c
+            .rename(
+                format!("{prefix}:\\__weir_batch__"),
+                format!("{prefix}:__weir_batch__"),
+            )
+            .unwrap();
+        let before: Vec<String> = c.lrange(&prefix, 0, -1).unwrap();
+        assert_eq!(before.len(), 3);
+        replay_last_batch(&input, &chk, sink, last);
+        let after: Vec<String> = c.lrange(&prefix, 0, -1).unwrap();
+        assert_eq!(after, before, "the re-run wrote its batch again");
+        cleanup(&mut c, &prefix);
+    }
+
     #[test]
     fn redis_down_is_a_clear_error_from_the_query() {
         let port = closed_port();
