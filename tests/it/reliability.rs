@@ -161,3 +161,144 @@ fn leftover_temp_files_are_gone_after_a_restart() {
     assert!(tmp.is_empty(), "{tmp:?}");
     assert_eq!(values(&seen), vec![(0, vec![0, 1]), (1, vec![2])]);
 }
+
+/// Partition values that are invalid or ambiguous as raw directory names.
+fn hostile_keys() -> Vec<String> {
+    vec![
+        "plain".into(),
+        "a/b".into(),
+        "../up".into(),
+        "100%".into(),
+        "%2F".into(),
+        "k=v".into(),
+        "12:00".into(),
+        "nul\0byte".into(),
+        "new\nline".into(),
+        "x".repeat(300),
+        format!("{}/", "é".repeat(150)),
+        format!("{}y", "x".repeat(299)),
+    ]
+}
+
+/// Writes `keys` (value = position) through a file sink of `format`
+/// partitioned by `key`, one batch.
+fn write_partitioned(format: FileFormat, out: &Path, chk: &Path, keys: &[String]) {
+    let stream = weir::source::MemoryStream::new(&fields());
+    let rows: Vec<serde_json::Value> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| serde_json::json!({"ts": "2024-01-01T12:00:00Z", "key": k, "value": i}))
+        .collect();
+    stream.add_json(&rows).unwrap();
+    let q = session()
+        .read_stream(stream)
+        .write_stream()
+        .sink(
+            weir::sink::FileSink::new(out, format)
+                .partition_by(vec!["key".into()])
+                .fsync(false),
+        )
+        .checkpoint_location(chk.to_str().unwrap())
+        .start()
+        .unwrap();
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    assert!(q.exception().is_none(), "{:?}", q.exception());
+}
+
+/// Reads a file sink's output back with the file source: (key, value) rows.
+fn read_back(format: FileFormat, out: &Path, chk: &Path) -> Vec<(Option<String>, i64)> {
+    let seen: Seen = Arc::default();
+    let s2 = seen.clone();
+    let q = session()
+        .read_stream(FileSource::new(out, format, fields()).header(true))
+        .write_stream()
+        .checkpoint_location(chk.to_str().unwrap())
+        .foreach_batch(move |id, batches| {
+            s2.lock().unwrap().push((id, rows_json(batches)));
+            Ok(())
+        })
+        .start()
+        .unwrap();
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    assert!(q.exception().is_none(), "{:?}", q.exception());
+    let mut rows: Vec<(Option<String>, i64)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|(_, r)| r.clone())
+        .map(|r| {
+            (
+                r["key"].as_str().map(str::to_string),
+                r["value"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    rows.sort_by_key(|r| r.1);
+    rows
+}
+
+#[test]
+fn hostile_partition_values_make_valid_directories_and_read_back_whole() {
+    for format in [FileFormat::Json, FileFormat::Csv, FileFormat::Parquet] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let mut keys = hostile_keys();
+        keys.push(String::new()); // empty: Hive's default partition, reads as null
+        write_partitioned(format, &out, &dir.path().join("chk"), &keys);
+        let committed = weir::sink::file::committed_files(&out).unwrap();
+        assert_eq!(
+            committed.len(),
+            keys.len(),
+            "{format:?}: one directory per value"
+        );
+        for f in &committed {
+            let rel = f.strip_prefix(&out).unwrap();
+            assert_eq!(
+                rel.components().count(),
+                2,
+                "{format:?}: {rel:?} escaped one level"
+            );
+            for c in rel.components() {
+                let name = c.as_os_str().to_string_lossy();
+                assert!(name.len() <= 255, "{format:?}: {} bytes", name.len());
+                assert!(!name.contains('\0') && name != ".." && name != ".");
+            }
+            assert!(f.is_file(), "{}", f.display());
+        }
+        let rows = read_back(format, &out, &dir.path().join("chk2"));
+        let expected: Vec<(Option<String>, i64)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| ((!k.is_empty()).then(|| k.clone()), i as i64))
+            .collect();
+        assert_eq!(rows, expected, "{format:?}");
+    }
+}
+
+#[test]
+fn the_file_source_reads_a_sink_directory_through_its_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let keys: Vec<String> = vec!["a".into(), "b/c".into()];
+    write_partitioned(FileFormat::Json, &out, &dir.path().join("chk"), &keys);
+    let committed = weir::sink::file::committed_files(&out).unwrap();
+    // A killed batch's orphan next to a committed file, one at the top, and a
+    // file still being written.
+    let orphan = committed[0].with_file_name("part-00001-orphan.json");
+    fs::copy(&committed[0], &orphan).unwrap();
+    fs::copy(&committed[1], out.join("part-00001-orphan2.json")).unwrap();
+    let in_progress = committed[0].with_file_name(".part-00001-x.json.inprogress");
+    fs::copy(&committed[0], &in_progress).unwrap();
+    let rows = read_back(FileFormat::Json, &out, &dir.path().join("chk2"));
+    assert_eq!(
+        rows,
+        vec![(Some("a".into()), 0), (Some("b/c".into()), 1)],
+        "only the manifest's files, once"
+    );
+    // The sink's next open removes what a killed run was writing.
+    write_partitioned(FileFormat::Json, &out, &dir.path().join("chk3"), &keys);
+    assert!(!in_progress.exists(), "{}", in_progress.display());
+    assert!(orphan.exists(), "an orphan is left to the manifest to hide");
+}

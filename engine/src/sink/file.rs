@@ -4,6 +4,22 @@
 //! `path/_spark_metadata/<batch>`. A batch already in the manifest is skipped
 //! on re-run, so a replay never duplicates files for readers of the manifest.
 //! Append mode only, as in Spark.
+//!
+//! Durability: each data file is written under a hidden in-progress name,
+//! fsynced, renamed, and its directory fsynced (every new partition directory
+//! also in its parent) before the manifest entry is written and fsynced, so
+//! after a power cut the manifest never lists a missing or empty file. A data
+//! file of a batch killed before its manifest entry is an orphan readers of
+//! the manifest never see; in-progress files are removed when the sink opens.
+//!
+//! Partition directories are named as Spark/Hive name them
+//! (`ExternalCatalogUtils.escapePathName`): `/`, `%`, `=`, `:`, control
+//! characters (NUL too) and `"#'*?\{[]^` become `%XX`; a null or empty value
+//! is `__HIVE_DEFAULT_PARTITION__`. A `col=value` name longer than 255 bytes
+//! (the usual file-name limit) is cut to fit and ends with `%~` and a 64-bit
+//! hash of the whole value (`%~` never appears in an escaped name); the data
+//! files under such a directory keep the partition columns themselves, so
+//! the value reads back whole.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -16,14 +32,18 @@ use arrow::record_batch::RecordBatch;
 use weir_plan::OutputMode;
 
 use super::{FileFormat, Sink, SinkContext};
-use crate::checkpoint::write_atomic;
+use crate::checkpoint::{
+    create_dir_all_synced, parse_batch_id, remove_temp_files, sync_dir, write_atomic,
+};
 use crate::error::{Result, WeirError};
+use crate::failpoint::failpoint;
 
 /// Writes batches as files with a manifest.
 pub struct FileSink {
     path: PathBuf,
     format: FileFormat,
     partition_by: Vec<String>,
+    sync: bool,
 }
 
 impl FileSink {
@@ -33,12 +53,21 @@ impl FileSink {
             path: path.into(),
             format,
             partition_by: Vec::new(),
+            sync: true,
         }
     }
 
     /// Partition output directories by these columns (Spark's `partitionBy`).
     pub fn partition_by(mut self, cols: Vec<String>) -> Self {
         self.partition_by = cols;
+        self
+    }
+
+    /// Whether data files, their directories and the manifest are fsynced
+    /// before a batch counts as written (default true; false only for tests
+    /// and scratch output: a power cut can then leave listed files empty).
+    pub fn fsync(mut self, yes: bool) -> Self {
+        self.sync = yes;
         self
     }
 
@@ -53,12 +82,16 @@ impl FileSink {
         }
     }
 
+    /// Writes one data file durably: a hidden in-progress file, fsync,
+    /// rename, fsync of its directory (new directories fsynced in their
+    /// parents).
     fn write_file(&self, path: &Path, batches: &[RecordBatch], schema: SchemaRef) -> Result<()> {
-        if let Some(d) = path.parent() {
-            fs::create_dir_all(d).map_err(|e| WeirError::io(d, e))?;
-        }
-        let tmp = path.with_extension("inprogress");
+        let dir = path.parent().unwrap_or(Path::new("."));
+        create_dir_all_synced(dir, self.sync)?;
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("part");
+        let tmp = dir.join(format!(".{name}{IN_PROGRESS}"));
         let f = fs::File::create(&tmp).map_err(|e| WeirError::io(&tmp, e))?;
+        let handle = f.try_clone().map_err(|e| WeirError::io(&tmp, e))?;
         match self.format {
             FileFormat::Parquet => {
                 let mut w = parquet::arrow::ArrowWriter::try_new(f, schema, None)
@@ -76,17 +109,27 @@ impl FileSink {
                 w.finish()?;
             }
             FileFormat::Csv => {
+                // Each `write` flushes to the file.
                 let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(f);
                 for b in batches {
                     w.write(b)?;
                 }
             }
         }
+        if self.sync {
+            handle.sync_all().map_err(|e| WeirError::io(&tmp, e))?;
+        }
+        drop(handle);
         fs::rename(&tmp, path).map_err(|e| WeirError::io(path, e))?;
+        if self.sync {
+            sync_dir(dir)?;
+        }
         Ok(())
     }
 
-    /// Splits rows by partition values: `("k=v/...", rows without the partition columns)`.
+    /// Splits rows by partition values: `("k=v/...", rows)`, the rows
+    /// without the partition columns, unless a directory name had to be cut
+    /// (then the rows keep them, so the whole value is in the file).
     fn partitions(&self, batch: &RecordBatch) -> Result<Vec<(String, RecordBatch)>> {
         if self.partition_by.is_empty() {
             return Ok(vec![(String::new(), batch.clone())]);
@@ -101,22 +144,24 @@ impl FileSink {
                     .map_err(|_| self.err(format!("partition column `{c}` is not in the output")))
             })
             .collect::<Result<_>>()?;
-        let mut groups: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        let mut groups: BTreeMap<(String, bool), Vec<u32>> = BTreeMap::new();
         for r in 0..batch.num_rows() {
+            let mut cut = false;
             let dir: Vec<String> = idx
                 .iter()
                 .zip(&self.partition_by)
                 .map(|(i, name)| {
                     let c = batch.column(*i);
-                    let v = if c.is_null(r) {
-                        "__HIVE_DEFAULT_PARTITION__".to_string()
-                    } else {
-                        crate::sink::console::cell(c.as_ref(), r)
-                    };
-                    format!("{name}={}", v.replace(['/', '\\'], "%2F"))
+                    let v = (!c.is_null(r)).then(|| crate::sink::console::cell(c.as_ref(), r));
+                    let (d, was_cut) = partition_dir_name(name, v.as_deref());
+                    cut |= was_cut;
+                    d
                 })
                 .collect();
-            groups.entry(dir.join("/")).or_default().push(r as u32);
+            groups
+                .entry((dir.join("/"), cut))
+                .or_default()
+                .push(r as u32);
         }
         let keep: Vec<usize> = (0..schema.fields().len())
             .filter(|i| !idx.contains(i))
@@ -124,9 +169,182 @@ impl FileSink {
         let projected = batch.project(&keep)?;
         groups
             .into_iter()
-            .map(|(d, rows)| Ok((d, take_record_batch(&projected, &UInt32Array::from(rows))?)))
+            .map(|((d, cut), rows)| {
+                let from = if cut { batch } else { &projected };
+                Ok((d, take_record_batch(from, &UInt32Array::from(rows))?))
+            })
             .collect()
     }
+}
+
+/// Suffix of a data file being written (hidden: its name starts with `.`).
+const IN_PROGRESS: &str = ".inprogress";
+
+/// The directory name of a null or empty partition value (Hive's).
+pub const DEFAULT_PARTITION_NAME: &str = "__HIVE_DEFAULT_PARTITION__";
+
+/// The longest file name most file systems accept, in bytes.
+const MAX_NAME_BYTES: usize = 255;
+
+/// Marks a partition directory name cut to fit: `%~` and 16 hex digits.
+const CUT_MARK: &str = "%~";
+
+/// Characters escaped in partition directory names: Spark's
+/// `ExternalCatalogUtils.charToEscape`, plus NUL (never valid in a path).
+fn needs_escape(c: char) -> bool {
+    matches!(
+        c,
+        '\u{0}'
+            ..='\u{1F}'
+                | '"'
+                | '#'
+                | '%'
+                | '\''
+                | '*'
+                | '/'
+                | ':'
+                | '='
+                | '?'
+                | '\\'
+                | '\u{7F}'
+                | '{'
+                | '['
+                | ']'
+                | '^'
+    )
+}
+
+/// Escapes a partition column name or value as Spark/Hive do
+/// (`ExternalCatalogUtils.escapePathName`): each special character becomes
+/// `%` and its two-digit upper-case hex code.
+pub fn escape_path_name(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if needs_escape(c) {
+            out.push_str(&format!("%{:02X}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Reverses [`escape_path_name`] (Spark's `unescapePathName`): `%XX` becomes
+/// the character with that code; a `%` not followed by two hex digits stays.
+pub fn unescape_path_name(s: &str) -> String {
+    let b = s.as_bytes();
+    let hex = |x: u8| (x as char).to_digit(16);
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(hi), Some(lo)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push(char::from((hi * 16 + lo) as u8));
+                i += 3;
+                continue;
+            }
+        }
+        // Copy one whole character.
+        let c = s[i..]
+            .chars()
+            .next()
+            .expect("in bounds, on a char boundary");
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
+}
+
+/// FNV-1a, 64 bits: stable across runs and versions (a directory name must
+/// not change between batches).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The `col=value` directory name of one partition value (`None`: null), and
+/// whether it was cut to fit [`MAX_NAME_BYTES`].
+pub fn partition_dir_name(column: &str, value: Option<&str>) -> (String, bool) {
+    let col = escape_path_name(column);
+    let value = match value {
+        None | Some("") => return (format!("{col}={DEFAULT_PARTITION_NAME}"), false),
+        Some(v) => v,
+    };
+    let escaped = escape_path_name(value);
+    if col.len() + 1 + escaped.len() <= MAX_NAME_BYTES {
+        return (format!("{col}={escaped}"), false);
+    }
+    let suffix = format!("{CUT_MARK}{:016x}", fnv1a(value.as_bytes()));
+    let budget = MAX_NAME_BYTES.saturating_sub(col.len() + 1 + suffix.len());
+    // Cut at a whole escaped character: never inside `%XX` or a UTF-8 sequence.
+    let mut prefix = String::new();
+    for c in value.chars() {
+        let piece = if needs_escape(c) {
+            format!("%{:02X}", c as u32)
+        } else {
+            c.to_string()
+        };
+        if prefix.len() + piece.len() > budget {
+            break;
+        }
+        prefix.push_str(&piece);
+    }
+    (format!("{col}={prefix}{suffix}"), true)
+}
+
+/// Reads one `col=value` directory name back: the column and its value
+/// (`Some(None)`: null). `None` when the name is not a partition directory;
+/// the value is `Err(())` when the name was cut (the whole value is in the
+/// data files).
+#[allow(clippy::type_complexity)]
+pub fn parse_partition_dir(
+    name: &str,
+) -> Option<(String, std::result::Result<Option<String>, ()>)> {
+    let (col, value) = name.split_once('=')?;
+    if col.is_empty() {
+        return None;
+    }
+    let col = unescape_path_name(col);
+    if value.contains(CUT_MARK) {
+        return Some((col, Err(())));
+    }
+    if value == DEFAULT_PARTITION_NAME {
+        return Some((col, Ok(None)));
+    }
+    Some((col, Ok(Some(unescape_path_name(value)))))
+}
+
+/// Removes the in-progress data files of a killed run in `dir` and its
+/// partition directories (`col=value`), and returns how many.
+fn remove_in_progress(dir: &Path) -> Result<usize> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(WeirError::io(dir, e)),
+    };
+    let mut removed = 0;
+    for e in rd {
+        let e = e.map_err(|e| WeirError::io(dir, e))?;
+        let name = e.file_name().to_string_lossy().to_string();
+        let ft = e.file_type().map_err(|er| WeirError::io(e.path(), er))?;
+        if ft.is_dir() && name.contains('=') && !name.starts_with(['.', '_']) {
+            removed += remove_in_progress(&e.path())?;
+        } else if ft.is_file()
+            && name.starts_with("part-") | name.starts_with(".part-")
+            && name.ends_with(IN_PROGRESS)
+        {
+            match fs::remove_file(e.path()) {
+                Ok(()) => removed += 1,
+                Err(er) if er.kind() == std::io::ErrorKind::NotFound => {}
+                Err(er) => return Err(WeirError::io(e.path(), er)),
+            }
+        }
+    }
+    Ok(removed)
 }
 
 impl Sink for FileSink {
@@ -150,9 +368,17 @@ impl Sink for FileSink {
             if ctx.schema.index_of(c).is_err() {
                 return Err(self.err(format!("partition column `{c}` is not in the output")));
             }
+            if escape_path_name(c).len() + 1 + CUT_MARK.len() + 16 > MAX_NAME_BYTES {
+                return Err(self.err(format!(
+                    "partition column name `{c}` is too long for a directory name ({MAX_NAME_BYTES} bytes with its value); rename the column"
+                )));
+            }
         }
-        fs::create_dir_all(self.path.join("_spark_metadata"))
-            .map_err(|e| WeirError::io(&self.path, e))?;
+        let meta = self.path.join("_spark_metadata");
+        create_dir_all_synced(&meta, self.sync)?;
+        // What a killed run left: temp manifests, half-written data files.
+        remove_temp_files(&meta)?;
+        remove_in_progress(&self.path)?;
         Ok(())
     }
 
@@ -185,37 +411,171 @@ impl Sink for FileSink {
                 schema
             };
             self.write_file(&self.path.join(&rel), &rows, schema)?;
+            failpoint("file_sink_after_data", batch_id);
             files.push(serde_json::json!({"path": rel.to_string_lossy(), "action": "add"}));
         }
         let text = std::iter::once("v1".to_string())
             .chain(files.iter().map(|f| f.to_string()))
             .collect::<Vec<_>>()
             .join("\n");
-        write_atomic(&self.manifest(batch_id), text.as_bytes(), true)
+        write_atomic(&self.manifest(batch_id), text.as_bytes(), self.sync)?;
+        failpoint("file_sink_after_manifest", batch_id);
+        Ok(())
     }
 }
 
-/// The files a file sink committed, read from its manifest (what a reader should read).
+/// The files a file sink committed, read from its manifest (what a reader
+/// should read), in batch order. Reads weir's manifests and Spark's (a
+/// `<N>.compact` file holds every entry up to batch N; `file:` paths;
+/// `delete` actions). Names that are not batch ids are ignored.
 pub fn committed_files(path: &Path) -> Result<Vec<PathBuf>> {
     let dir = path.join("_spark_metadata");
-    let mut ids: Vec<i64> = match fs::read_dir(&dir) {
+    let mut ids: Vec<(i64, bool)> = match fs::read_dir(&dir) {
         Ok(rd) => rd
             .flatten()
-            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+            .filter_map(|e| {
+                let name = e.file_name().to_str()?.to_string();
+                match name.strip_suffix(".compact") {
+                    Some(n) => parse_batch_id(n).map(|n| (n, true)),
+                    None => parse_batch_id(&name).map(|n| (n, false)),
+                }
+            })
             .collect(),
         Err(_) => return Ok(vec![]),
     };
     ids.sort();
-    let mut out = Vec::new();
-    for id in ids {
-        let p = dir.join(id.to_string());
+    // The newest compact file replaces everything up to its batch.
+    if let Some(c) = ids.iter().rev().find(|(_, compact)| *compact).map(|x| x.0) {
+        ids.retain(|(n, compact)| (*n == c && *compact) || *n > c);
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for (id, compact) in ids {
+        let p = dir.join(if compact {
+            format!("{id}.compact")
+        } else {
+            id.to_string()
+        });
         let t = fs::read_to_string(&p).map_err(|e| WeirError::io(&p, e))?;
-        for line in t.lines().skip(1) {
-            let v: serde_json::Value = serde_json::from_str(line)?;
-            if let Some(f) = v.get("path").and_then(|p| p.as_str()) {
-                out.push(path.join(f));
+        for line in t.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+            let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+                WeirError::checkpoint(
+                    &p,
+                    format!("damaged file-sink manifest entry ({e}); restore the file or remove the output directory and its checkpoint to rewrite it"),
+                )
+            })?;
+            let Some(f) = v.get("path").and_then(|p| p.as_str()) else {
+                continue;
+            };
+            let f = manifest_path(path, f);
+            if v.get("action").and_then(|a| a.as_str()) == Some("delete") {
+                out.retain(|x| *x != f);
+            } else {
+                out.push(f);
             }
         }
     }
     Ok(out)
+}
+
+/// A manifest entry's path on disk: relative to the sink directory (weir),
+/// or an absolute path or `file:` URI (Spark).
+fn manifest_path(root: &Path, entry: &str) -> PathBuf {
+    let local = entry
+        .strip_prefix("file://")
+        .or_else(|| entry.strip_prefix("file:"))
+        .map(|p| {
+            // Spark percent-encodes URIs (`%20` for a space, `%25` for `%`).
+            unescape_uri(p)
+        });
+    match local {
+        Some(p) => PathBuf::from(p),
+        None => root.join(entry),
+    }
+}
+
+/// Decodes a URI path's `%XX` escapes (bytes, then UTF-8).
+fn unescape_uri(s: &str) -> String {
+    let b = s.as_bytes();
+    let hex = |x: u8| (x as char).to_digit(16);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(hi), Some(lo)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_names_escape_as_spark_does_and_read_back() {
+        assert_eq!(escape_path_name("a/b"), "a%2Fb");
+        assert_eq!(escape_path_name("100%"), "100%25");
+        assert_eq!(escape_path_name("k=v"), "k%3Dv");
+        assert_eq!(escape_path_name("12:00"), "12%3A00");
+        assert_eq!(escape_path_name("nul\0"), "nul%00");
+        assert_eq!(escape_path_name("é ü"), "é ü");
+        assert_eq!(unescape_path_name("100%"), "100%", "a lone % stays");
+        assert_eq!(unescape_path_name("%zz%4"), "%zz%4");
+        assert_eq!(
+            unescape_path_name("%é"),
+            "%é",
+            "no slicing inside a character"
+        );
+        for v in [
+            "a/b", "..", ".", "%", "%25", "=", "a=b/c=d", "\0", "\n\t", "\\", "é/ü", "x:y",
+        ] {
+            let (name, cut) = partition_dir_name("k", Some(v));
+            assert!(!cut);
+            assert!(!name.contains('/') && !name.contains('\0'), "{name:?}");
+            assert_eq!(name.matches('=').count(), 1, "{name:?}");
+            assert_eq!(
+                parse_partition_dir(&name),
+                Some(("k".to_string(), Ok(Some(v.to_string())))),
+                "{v:?}"
+            );
+        }
+        for v in [None, Some("")] {
+            let (name, _) = partition_dir_name("k", v);
+            assert_eq!(name, "k=__HIVE_DEFAULT_PARTITION__");
+            assert_eq!(parse_partition_dir(&name), Some(("k".into(), Ok(None))));
+        }
+        // Distinct values, distinct directories.
+        let names: std::collections::HashSet<String> = ["a/b", "a%2Fb", "a%252Fb", "a_b"]
+            .iter()
+            .map(|v| partition_dir_name("k", Some(v)).0)
+            .collect();
+        assert_eq!(names.len(), 4);
+    }
+
+    #[test]
+    fn over_long_partition_values_are_cut_to_fit_and_stay_distinct() {
+        let long_a = "a".repeat(300);
+        let long_b = format!("{}b", "a".repeat(299));
+        let slashes = "/".repeat(200);
+        let unicode = "é".repeat(200);
+        let mut names = std::collections::HashSet::new();
+        for v in [&long_a, &long_b, &slashes, &unicode] {
+            let (name, cut) = partition_dir_name("key", Some(v));
+            assert!(cut, "{v}");
+            assert!(name.len() <= 255, "{} bytes", name.len());
+            assert!(!name.contains('/'));
+            assert_eq!(parse_partition_dir(&name).unwrap().1, Err(()));
+            assert_eq!(partition_dir_name("key", Some(v)).0, name, "stable");
+            names.insert(name);
+        }
+        assert_eq!(names.len(), 4);
+        let (name, cut) = partition_dir_name("key", Some(&"a".repeat(251)));
+        assert!(!cut, "exactly 255 bytes fits: {}", name.len());
+    }
 }
