@@ -20,8 +20,8 @@
 //!    the batch was written before (a re-run after a crash: the engine logged
 //!    `offsets/N` but died before `commits/N`) and the transaction is rolled back
 //!    without writing anything; the claim also locks the row, so a second
-//!    writer of the same query (a zombie) waits (at most `lock_timeout`) and
-//!    then finds the batch taken;
+//!    writer of the same query (a zombie) waits and then finds the batch
+//!    taken (or fails after `lock_timeout`, writing nothing);
 //! 2. writes the rows: in update mode an upsert (`INSERT ... ON CONFLICT (keys)
 //!    DO UPDATE`), in complete mode `DELETE FROM` the table and insert the whole
 //!    result (readers keep seeing the previous result until the commit), in
@@ -40,7 +40,11 @@
 //! `weir_sink_commits` in another schema could capture the markers. The data
 //! and its markers so stay together (a user who may create tables in its own
 //! schema needs no rights on `public`); the sink creates the commit table
-//! there when it is missing.
+//! there when it is missing. (Earlier versions found the commit table through
+//! the search path. For a table outside that table's schema, copy the markers
+//! before upgrading, or a batch pending at the upgrade is written again:
+//! `INSERT INTO <schema>.weir_sink_commits SELECT * FROM public.weir_sink_commits
+//! WHERE sink = '<table>'`.)
 //!
 //! ## Names
 //!
