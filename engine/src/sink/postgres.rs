@@ -41,8 +41,9 @@
 //! and its markers so stay together (a user who may create tables in its own
 //! schema needs no rights on `public`); the sink creates the commit table
 //! there when it is missing. (Earlier versions found the commit table through
-//! the search path. For a table outside that table's schema, copy the markers
-//! before upgrading, or a batch pending at the upgrade is written again:
+//! the search path. If a target table is in another schema than that commit
+//! table, copy its markers when upgrading, or a batch pending at the upgrade
+//! is written again:
 //! `INSERT INTO <schema>.weir_sink_commits SELECT * FROM public.weir_sink_commits
 //! WHERE sink = '<table>'`.)
 //!
