@@ -1142,6 +1142,45 @@ pub(crate) fn agg_arrays(
     Ok(cols)
 }
 
+impl StatefulOperator for AggregateOp {
+    fn id(&self) -> usize {
+        self.id
+    }
+    fn store_names(&self) -> &'static [&'static str] {
+        &[""]
+    }
+    fn open_state(&mut self, stores: Vec<Box<dyn StateStore>>) -> Result<()> {
+        self.set_store(single_store("aggregation", stores)?);
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        input: &[RecordBatch],
+        _right: &[RecordBatch],
+        ctx: &mut BatchContext,
+        mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        if ctx.collect_late {
+            let late = self.late_rows(input, ctx.watermarks, mode)?;
+            ctx.late_rows.extend(late);
+        }
+        AggregateOp::process(self, input, ctx.watermarks, mode, ctx.no_data)
+    }
+    fn commit(&mut self, version: u64) -> Result<()> {
+        AggregateOp::commit(self, version)
+    }
+    fn abort(&mut self) -> Result<()> {
+        AggregateOp::abort(self);
+        Ok(())
+    }
+    fn metrics(&self) -> StateOperatorProgress {
+        AggregateOp::metrics(self)
+    }
+    fn needs_no_data_batch(&self, mode: OutputMode) -> bool {
+        mode != OutputMode::Complete
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1331,44 +1370,5 @@ mod tests {
             assert_eq!(g.evict_at, end);
         }
         assert_eq!(counts(got), expected);
-    }
-}
-
-impl StatefulOperator for AggregateOp {
-    fn id(&self) -> usize {
-        self.id
-    }
-    fn store_names(&self) -> &'static [&'static str] {
-        &[""]
-    }
-    fn open_state(&mut self, stores: Vec<Box<dyn StateStore>>) -> Result<()> {
-        self.set_store(single_store("aggregation", stores)?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        input: &[RecordBatch],
-        _right: &[RecordBatch],
-        ctx: &mut BatchContext,
-        mode: OutputMode,
-    ) -> Result<Vec<RecordBatch>> {
-        if ctx.collect_late {
-            let late = self.late_rows(input, ctx.watermarks, mode)?;
-            ctx.late_rows.extend(late);
-        }
-        AggregateOp::process(self, input, ctx.watermarks, mode, ctx.no_data)
-    }
-    fn commit(&mut self, version: u64) -> Result<()> {
-        AggregateOp::commit(self, version)
-    }
-    fn abort(&mut self) -> Result<()> {
-        AggregateOp::abort(self);
-        Ok(())
-    }
-    fn metrics(&self) -> StateOperatorProgress {
-        AggregateOp::metrics(self)
-    }
-    fn needs_no_data_batch(&self, mode: OutputMode) -> bool {
-        mode != OutputMode::Complete
     }
 }

@@ -994,26 +994,6 @@ impl JoinOp {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn time_range_conditions_bound_each_side() {
-        let (l, r) = state_bounds(
-            "click_ad_id = imp_ad_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '15 minutes'",
-            Some("imp_ts"),
-            Some("click_ts"),
-        );
-        assert_eq!(l, Some(-15 * 60_000 - 1));
-        assert_eq!(r, Some(-1));
-        assert_eq!(
-            state_bounds("a = b", Some("imp_ts"), Some("click_ts")),
-            (None, None)
-        );
-    }
-}
-
 /// A stream-stream join (a stream-static join keeps no state and runs as a
 /// stateless step of the pipeline).
 impl StatefulOperator for JoinOp {
@@ -1053,5 +1033,25 @@ impl StatefulOperator for JoinOp {
     }
     fn needs_no_data_batch(&self, _mode: OutputMode) -> bool {
         JoinOp::needs_no_data_batch(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_range_conditions_bound_each_side() {
+        let (l, r) = state_bounds(
+            "click_ad_id = imp_ad_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '15 minutes'",
+            Some("imp_ts"),
+            Some("click_ts"),
+        );
+        assert_eq!(l, Some(-15 * 60_000 - 1));
+        assert_eq!(r, Some(-1));
+        assert_eq!(
+            state_bounds("a = b", Some("imp_ts"), Some("click_ts")),
+            (None, None)
+        );
     }
 }

@@ -129,7 +129,12 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
                 "commits/ has a batch that offsets/ lacks; the checkpoint is damaged",
             )
         })?;
-        let commit = chk.commits.read_commit(c)?.unwrap();
+        let commit = chk.commits.read_commit(c)?.ok_or_else(|| {
+            WeirError::checkpoint(
+                chk.root().join("commits").join(c.to_string()),
+                "the commit log entry vanished while the query started; the checkpoint is damaged or another process is changing it",
+            )
+        })?;
         committed = entry.sources.clone();
         committed.resize(sources.len(), None);
         current_wm = Some(entry.batch_watermark_ms);
@@ -144,7 +149,12 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
             if o != batch_id {
                 return Err(WeirError::checkpoint(chk.root(), format!("offsets/ ends at batch {o} but the last commit is {:?}; the checkpoint is damaged", last_commit)));
             }
-            let entry = chk.offsets.read_offsets(o)?.unwrap();
+            let entry = chk.offsets.read_offsets(o)?.ok_or_else(|| {
+                WeirError::checkpoint(
+                    chk.root().join("offsets").join(o.to_string()),
+                    "the offsets log entry vanished while the query started; the checkpoint is damaged or another process is changing it",
+                )
+            })?;
             pending = Some(PendingBatch { entry });
         }
     }
@@ -182,6 +192,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         output_mode: mode,
         schema: pipeline.schema(),
         memory_tables: session.inner.memory_tables.clone(),
+        sync: conf.fsync_checkpoint,
     })?;
 
     let mut late_sink = late_sink;
@@ -192,6 +203,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
             output_mode: OutputMode::Append,
             schema: pipeline.late_schema()?,
             memory_tables: session.inner.memory_tables.clone(),
+            sync: conf.fsync_checkpoint,
         })?;
     }
     let explain = explain(&plan, &sources, sink.description(), trigger);
@@ -472,6 +484,8 @@ impl Runner {
             }
             None => {
                 self.set_status("Checking for new data", false, true);
+                // A source's own log (files seen) is written for this batch.
+                set_current_batch(batch_id);
                 let t = Instant::now();
                 let mut latest = Vec::new();
                 for ((_, s), c) in self.sources.iter_mut().zip(&self.committed) {

@@ -357,6 +357,7 @@ impl Sink for FileSink {
     }
 
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        self.sync &= ctx.sync;
         if ctx.output_mode != OutputMode::Append {
             return Err(self.err(format!(
                 "Data source {} does not support {} output mode; the file sink writes append-only",

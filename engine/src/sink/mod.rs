@@ -49,6 +49,9 @@ pub struct SinkContext {
     pub schema: SchemaRef,
     /// The session's memory tables (for the memory sink).
     pub memory_tables: crate::session::MemoryTables,
+    /// Whether files the sink writes are fsync'd (the session's
+    /// `weir.checkpoint.fsync`).
+    pub sync: bool,
 }
 
 /// A streaming sink.
