@@ -121,8 +121,20 @@ impl RocksDbStateStore {
         cached: bool,
     ) -> Result<RocksDbStateStore> {
         let db_dir = dir.join("rocksdb");
-        if !cached && db_dir.exists() {
-            fs::remove_dir_all(&db_dir).map_err(|e| WeirError::io(&db_dir, e))?;
+        if !cached {
+            // The marker names the instance about to be replaced: it goes
+            // first (durably), or a later open could trust the new instance
+            // as the old version.
+            let marker = Self::marker(dir);
+            match fs::remove_file(&marker) {
+                Ok(()) if sync => crate::checkpoint::sync_dir(dir)?,
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(WeirError::io(&marker, e)),
+            }
+            if db_dir.exists() {
+                fs::remove_dir_all(&db_dir).map_err(|e| WeirError::io(&db_dir, e))?;
+            }
         }
         let mut opts = Options::default();
         opts.create_if_missing(true);
@@ -139,8 +151,15 @@ impl RocksDbStateStore {
             retain: retain.max(1),
             sync,
         };
-        if !cached && version > 0 {
-            s.rebuild(version)?;
+        if !cached {
+            if version > 0 {
+                s.rebuild(version)?;
+            }
+            // The rebuilt instance holds `version` (synced before its marker).
+            if sync {
+                s.db.flush_wal(true).map_err(|e| db_err(&db_dir, e))?;
+            }
+            write_atomic(&Self::marker(dir), version.to_string().as_bytes(), sync)?;
         }
         let mut n = 0;
         for kv in s.db.iterator(IteratorMode::Start) {
@@ -546,5 +565,22 @@ mod tests {
         let s = RocksDbStateStore::open(dir.path(), 1, 100, false).unwrap();
         assert_eq!(s.get(b"count").as_deref(), Some(&b"41"[..]));
         assert!(s.check().is_ok());
+    }
+
+    #[test]
+    fn opening_an_older_version_does_not_leave_a_marker_naming_the_newer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = RocksDbStateStore::open(dir.path(), 0, 100, false).unwrap();
+        s.put(b"a".to_vec(), b"1".to_vec());
+        s.commit(1).unwrap();
+        drop(s);
+        // Version 0 replaces the instance (empty)...
+        let v0 = RocksDbStateStore::open(dir.path(), 0, 100, false).unwrap();
+        assert_eq!(v0.len(), 0);
+        drop(v0);
+        // ...so version 1 must not trust it.
+        let v1 = RocksDbStateStore::open(dir.path(), 1, 100, false).unwrap();
+        assert_eq!(v1.get(b"a").as_deref(), Some(&b"1"[..]));
+        assert_eq!(v1.len(), 1);
     }
 }
