@@ -1593,3 +1593,78 @@ fn a_sink_whose_broker_is_down_fails_within_its_delivery_timeout() {
         assert!(e.contains("127.0.0.1:1"), "names the broker: {e}");
     }
 }
+
+/// Views per page and minute from `input` (5 offsets a batch, available
+/// now) to an exactly-once Kafka sink on `output`.
+fn views_in_small_batches(input: &str, output: &str, chk: &Path) {
+    let q = Session::new()
+        .read_stream(
+            source(input)
+                .starting_offsets(StartingOffsets::Earliest)
+                .max_offsets_per_trigger(5)
+                .from_json("value", click_fields()),
+        )
+        .group_by(vec![window("event_ts", "1 minute"), col("page")])
+        .agg(vec![count_star("views")])
+        .write_stream()
+        .output_mode(OutputMode::Update)
+        .trigger(Trigger::AvailableNow)
+        .checkpoint_location(chk.to_str().unwrap())
+        .sink(
+            KafkaSink::new(&bootstrap())
+                .topic(output)
+                .json_values()
+                .key_columns(&["page"]),
+        )
+        .start()
+        .unwrap();
+    run_to_end(&q);
+}
+
+#[test]
+fn a_kill_after_send_or_after_commit_leaves_each_update_once() {
+    const TEST: &str = "kafka::a_kill_after_send_or_after_commit_leaves_each_update_once";
+    if let Ok(chk) = std::env::var("WEIR_KAFKA_CRASH_CHILD") {
+        let (input, output) = (
+            std::env::var("WEIR_KAFKA_CRASH_IN").unwrap(),
+            std::env::var("WEIR_KAFKA_CRASH_OUT").unwrap(),
+        );
+        views_in_small_batches(&input, &output, Path::new(&chk));
+        return; // not reached when the failpoint fires
+    }
+    let input = new_topic("kill-in", 2);
+    produce_minute_clicks(&input, 0, 20);
+    let dir = tempfile::tempdir().unwrap();
+    let expected_topic = new_topic("kill-expected", 1);
+    views_in_small_batches(&input, &expected_topic, &dir.path().join("chk-expected"));
+    let expected = updates(&read_topic(&expected_topic, "read_committed"));
+    assert!(expected.values().any(|v| v.len() > 1), "several batches");
+    for point in ["kafka_after_send", "kafka_after_commit"] {
+        let output = new_topic("kill-out", 1);
+        let chk = dir.path().join(format!("chk-{point}"));
+        // /proc/self/exe: this binary even if a rebuild replaced its file.
+        let exe = match Path::new("/proc/self/exe").exists() {
+            true => "/proc/self/exe".into(),
+            false => std::env::current_exe().unwrap(),
+        };
+        let status = std::process::Command::new(exe)
+            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+            .env("WEIR_KAFKA_CRASH_CHILD", &chk)
+            .env("WEIR_KAFKA_CRASH_IN", &input)
+            .env("WEIR_KAFKA_CRASH_OUT", &output)
+            .env("WEIR_FAILPOINT", format!("{point}:1"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "{point}: killed at batch 1");
+        assert!(!chk.join("commits/1").exists(), "{point}: before commits/1");
+        views_in_small_batches(&input, &output, &chk);
+        assert_eq!(
+            updates(&read_topic(&output, "read_committed")),
+            expected,
+            "{point}: every update once, as without the kill"
+        );
+    }
+}
