@@ -249,7 +249,8 @@ impl KafkaSink {
     /// [`DEFAULT_DELIVERY_TIMEOUT`], 120 s; at least 1 ms): past it the batch
     /// fails, naming the brokers, and the query stops with that error. Also
     /// sets librdkafka's `message.timeout.ms` (a `kafka.message.timeout.ms`
-    /// option wins) and bounds the sink's start.
+    /// option wins; at most 15 minutes with exactly once, the broker's
+    /// default `transaction.max.timeout.ms`) and bounds the sink's start.
     pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout.max(Duration::from_millis(1));
         self
@@ -867,14 +868,19 @@ impl Sink for KafkaSink {
                 )
             })?;
         let mut conf = ClientConfig::new();
-        let timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as u64;
+        let exactly_once = self.guarantee == DeliveryGuarantee::ExactlyOnce;
+        let mut timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as u64;
+        if exactly_once {
+            // A transaction may not outlive the broker's default
+            // transaction.max.timeout.ms (15 minutes).
+            timeout_ms = timeout_ms.min(900_000);
+        }
         conf.set("bootstrap.servers", &bootstrap)
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "5")
             // No record outlives the batch's delivery deadline in the queue.
             .set("message.timeout.ms", timeout_ms.to_string());
-        let exactly_once = self.guarantee == DeliveryGuarantee::ExactlyOnce;
         let txn_id = self
             .transactional_id
             .clone()
