@@ -21,9 +21,15 @@ pub type MemoryTables = Arc<Mutex<HashMap<String, MemoryTable>>>;
 /// Session settings. Where Spark has a setting, the Spark key is given.
 #[derive(Clone)]
 pub struct SessionConfig {
-    /// `spark.sql.shuffle.partitions`: state partitions per stateful operator.
-    /// Spark's default is 200; weir's is 1 (one process, one partition is fastest).
-    pub shuffle_partitions: usize,
+    /// `spark.sql.shuffle.partitions`: state partitions per stateful operator
+    /// (each runs as its own task of a micro-batch). Unset (`None`): a new
+    /// checkpoint takes the number of available cores (Spark's default of 200
+    /// suits a cluster, not one process) and an existing checkpoint keeps the
+    /// count it recorded; set, it must match an existing checkpoint's.
+    pub shuffle_partitions: Option<usize>,
+    /// `weir.workerThreads`: threads of the pool a micro-batch's tasks run
+    /// on (default: the available cores).
+    pub worker_threads: usize,
     /// `spark.sql.streaming.noDataMicroBatches.enabled` (default true).
     pub no_data_batches: bool,
     /// `spark.sql.streaming.multipleWatermarkPolicy` (default min).
@@ -52,7 +58,8 @@ pub struct SessionConfig {
 impl Default for SessionConfig {
     fn default() -> Self {
         SessionConfig {
-            shuffle_partitions: 1,
+            shuffle_partitions: None,
+            worker_threads: available_cores(),
             no_data_batches: true,
             watermark_policy: WatermarkPolicy::Min,
             min_batches_to_retain: 100,
@@ -71,6 +78,7 @@ impl std::fmt::Debug for SessionConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionConfig")
             .field("shuffle_partitions", &self.shuffle_partitions)
+            .field("worker_threads", &self.worker_threads)
             .field("no_data_batches", &self.no_data_batches)
             .field("watermark_policy", &self.watermark_policy)
             .field("min_batches_to_retain", &self.min_batches_to_retain)
@@ -94,7 +102,18 @@ impl SessionConfig {
         };
         match key {
             "spark.sql.shuffle.partitions" => {
-                self.shuffle_partitions = value.parse().map_err(|_| bad())?
+                let n: usize = value.trim().parse().map_err(|_| bad())?;
+                if n == 0 {
+                    return Err(bad());
+                }
+                self.shuffle_partitions = Some(n)
+            }
+            "weir.workerThreads" => {
+                let n: usize = value.trim().parse().map_err(|_| bad())?;
+                if n == 0 {
+                    return Err(bad());
+                }
+                self.worker_threads = n
             }
             "spark.sql.streaming.noDataMicroBatches.enabled" => self.no_data_batches = flag()?,
             "spark.sql.streaming.multipleWatermarkPolicy" => {
@@ -156,8 +175,17 @@ impl SessionConfig {
     }
 }
 
+/// The cores this process may use (1 when unknown).
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
 pub(crate) struct SessionInner {
     pub(crate) conf: SessionConfig,
+    /// The worker pool (built on first use, shared by the session's queries).
+    pub(crate) workers: std::sync::OnceLock<Arc<rayon::ThreadPool>>,
     pub(crate) queries: Mutex<Vec<StreamingQuery>>,
     pub(crate) memory_tables: MemoryTables,
     pub(crate) listeners: Mutex<Vec<Arc<dyn QueryListener>>>,
@@ -223,12 +251,27 @@ impl Session {
         Session {
             inner: Arc::new(SessionInner {
                 conf,
+                workers: std::sync::OnceLock::new(),
                 queries: Mutex::new(Vec::new()),
                 memory_tables: Arc::default(),
                 listeners: Mutex::new(Vec::new()),
                 terminated: (Mutex::new(0), Condvar::new()),
             }),
         }
+    }
+
+    /// The pool a micro-batch's tasks run on (`weir.workerThreads` threads),
+    /// shared by the session's queries.
+    pub(crate) fn workers(&self) -> Result<Arc<rayon::ThreadPool>> {
+        if let Some(p) = self.inner.workers.get() {
+            return Ok(p.clone());
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(self.inner.conf.worker_threads.max(1))
+            .thread_name(|i| format!("weir-worker-{i}"))
+            .build()
+            .map_err(|e| WeirError::Config(format!("cannot start the worker pool: {e}")))?;
+        Ok(self.inner.workers.get_or_init(|| Arc::new(pool)).clone())
     }
 
     /// The settings.

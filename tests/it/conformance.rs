@@ -70,12 +70,18 @@ struct Run {
 }
 
 impl Run {
-    fn new(plan: StreamPlan, checkpoint: PathBuf, provider: &str) -> Run {
+    /// A run on `setup`: a state store provider, optionally followed by
+    /// `/partitions=N` and `/workers=N` (e.g. `memory/partitions=3/workers=4`).
+    fn new(plan: StreamPlan, checkpoint: PathBuf, setup: &str) -> Run {
+        let mut parts = setup.split('/');
+        let provider = parts.next().unwrap();
         let mut conf = SessionConfig {
             no_data_batches: plan.conf.no_data_batches,
             watermark_policy: plan.conf.watermark_policy,
             fsync_checkpoint: false,
-            polling_delay: Duration::from_millis(1),
+            // Batches run only when the harness asks (process_all_available),
+            // never between its additions to two streams.
+            polling_delay: Duration::from_secs(3600),
             ..SessionConfig::default()
         };
         conf.set("spark.sql.streaming.stateStore.providerClass", provider)
@@ -83,6 +89,15 @@ impl Run {
         // The RocksDB run also spreads state over several partitions.
         if provider == "rocksdb" {
             conf.set("spark.sql.shuffle.partitions", "4").unwrap();
+        }
+        for kv in parts {
+            let (k, v) = kv.split_once('=').unwrap();
+            let key = match k {
+                "partitions" => "spark.sql.shuffle.partitions",
+                "workers" => "weir.workerThreads",
+                other => panic!("unknown setup key {other}"),
+            };
+            conf.set(key, v).unwrap();
         }
         let session = Session::with_config(conf);
         let streams = plan
@@ -382,7 +397,7 @@ fn conformance(provider: &str) {
             (Err(msg), false) => failures.push(format!("{name}:\n    {msg}")),
         }
     }
-    eprintln!("conformance on the {provider} state store (passed/total by family): {by_family:?}");
+    eprintln!("conformance on {provider} (passed/total by family): {by_family:?}");
     assert!(
         failures.is_empty(),
         "{} scenario(s) differ from Spark:\n{}",
@@ -394,6 +409,22 @@ fn conformance(provider: &str) {
 #[test]
 fn conformance_with_spark_3_5_1() {
     conformance("memory");
+}
+
+/// The scenarios with the state split over 1, 2, 3 and 8 partitions, run
+/// by 1 and 4 workers: the union of the partitions' output is Spark's, batch
+/// for batch, whatever the split.
+#[test]
+fn conformance_across_state_partitions_and_workers() {
+    for partitions in [1, 2, 3, 8] {
+        for workers in [1, 4] {
+            conformance(&format!("memory/partitions={partitions}/workers={workers}"));
+        }
+    }
+    #[cfg(feature = "rocksdb")]
+    for partitions in [1, 3] {
+        conformance(&format!("rocksdb/partitions={partitions}/workers=2"));
+    }
 }
 
 /// The same scenarios on the RocksDB state store.

@@ -69,7 +69,14 @@ fn console_untruncated_and_num_rows() {
 fn progress_json_has_sparks_fields() {
     let chk = tempfile::tempdir().unwrap();
     let stream = MemoryStream::new(&fields());
-    let q = session()
+    // Three state partitions (not the machine's cores), so the snapshot is
+    // the same everywhere: the state metrics are summed over them.
+    let mut conf = weir::SessionConfig {
+        fsync_checkpoint: false,
+        ..weir::SessionConfig::default()
+    };
+    conf.set("spark.sql.shuffle.partitions", "3").unwrap();
+    let q = weir::Session::with_config(conf)
         .read_stream(stream.clone())
         .with_watermark("ts", "10 minutes")
         .group_by(vec![window("ts", "10 minutes"), col("key")])

@@ -241,11 +241,13 @@ impl Checkpoint {
     }
 
     /// Reads `metadata`, or writes it for a new checkpoint. A checkpoint made by
-    /// a query of another shape is refused with what changed.
+    /// a query of another shape is refused with what changed. `state_partitions`
+    /// is the session's setting: unset, an existing checkpoint keeps its count
+    /// and a new one takes the available cores.
     pub fn load_or_init_metadata(
         &self,
         plan: &weir_plan::StreamPlan,
-        state_partitions: usize,
+        state_partitions: Option<usize>,
     ) -> Result<CheckpointMetadata> {
         let path = self.root.join("metadata");
         if path.exists() {
@@ -271,7 +273,8 @@ impl Checkpoint {
                     format!("this checkpoint was written by a different query: {what}. Use a new checkpoint location for the changed query, or restore the original query"),
                 ));
             }
-            if meta.state_partitions != state_partitions {
+            if state_partitions.is_some_and(|n| n != meta.state_partitions) {
+                let state_partitions = state_partitions.unwrap_or_default();
                 return Err(WeirError::checkpoint(
                     &self.root,
                     format!(
@@ -302,7 +305,7 @@ impl Checkpoint {
             id: uuid::Uuid::new_v4().to_string(),
             fingerprint: plan.fingerprint(),
             plan: Some(plan.clone()),
-            state_partitions,
+            state_partitions: state_partitions.unwrap_or_else(crate::session::available_cores),
         };
         write_atomic(
             &path,

@@ -14,7 +14,7 @@
 //! group's eviction time followed by its accumulators.
 
 use crate::hash::FastMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use arrow::array::{
@@ -34,7 +34,8 @@ use crate::ops::window::WindowAssigner;
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::{timestamp_type, Timestamp, Window};
-use crate::state::StateStore;
+use crate::state::{partition_of, PartitionedStore, StateStore};
+use rayon::prelude::*;
 
 /// One grouping key.
 pub enum KeyExec {
@@ -353,8 +354,28 @@ pub struct AggregateOp {
     schema: SchemaRef,
     /// The key position that bounds state (window end or watermarked column).
     watermark_key: Option<usize>,
-    store: Option<Box<dyn StateStore>>,
+    /// The state, behind a lock only so the operator can be shared with
+    /// the batch's tasks (which never touch it; `get_mut` costs nothing).
+    store: Mutex<Option<PartitionedStore>>,
     metrics: StateOperatorProgress,
+}
+
+/// Rows per task of the partial aggregation: a larger input batch is split
+/// into slices of this many rows, aggregated in parallel and merged in
+/// order. Fixed (not derived from the worker count), so a result never
+/// depends on how many workers computed it.
+const ROWS_PER_TASK: usize = 32 * 1024;
+
+/// Groups of one task or partition: (state key bytes, accumulators).
+type Groups = Vec<(Vec<u8>, Group)>;
+
+/// One state partition's share of a micro-batch: what it emits and counts.
+#[derive(Default)]
+struct PartitionOutput {
+    out: Vec<(Vec<u8>, Group)>,
+    dropped: i64,
+    updated: i64,
+    removed: i64,
 }
 
 /// Per-batch watermarks, in ms.
@@ -430,7 +451,7 @@ impl AggregateOp {
             converter,
             schema: Arc::new(Schema::new(out_fields)),
             watermark_key,
-            store: None,
+            store: Mutex::new(None),
             metrics: StateOperatorProgress::new("stateStoreSave"),
         })
     }
@@ -445,9 +466,14 @@ impl AggregateOp {
         self.watermark_key.is_some()
     }
 
-    /// Gives the operator its state store (opened at the last committed version).
-    pub fn set_store(&mut self, store: Box<dyn StateStore>) {
-        self.store = Some(store);
+    /// Gives the operator its state, split over the state partitions (opened
+    /// at the last committed version).
+    pub fn set_store(&mut self, store: PartitionedStore) {
+        *self.store_mut() = Some(store);
+    }
+
+    fn store_mut(&mut self) -> &mut Option<PartitionedStore> {
+        self.store.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
     /// This batch's metrics.
@@ -643,6 +669,13 @@ impl AggregateOp {
     }
 
     /// Runs one micro-batch: input rows in, output rows per `mode` out.
+    ///
+    /// The batch runs as tasks on the worker pool it is called in (rayon):
+    /// each slice of [`ROWS_PER_TASK`] input rows is aggregated on its own
+    /// and its groups routed by key hash to the state partitions; then each
+    /// partition merges its groups in input order, applies them to its
+    /// store, evicts behind the watermark and produces its output, in
+    /// parallel. The output is the union of the partitions', sorted by key.
     pub fn process(
         &mut self,
         input: &[RecordBatch],
@@ -651,14 +684,126 @@ impl AggregateOp {
         no_data: bool,
     ) -> Result<Vec<RecordBatch>> {
         let started = Instant::now();
+        let mut store = self
+            .store_mut()
+            .take()
+            .ok_or_else(|| WeirError::Config("state store not opened".into()))?;
+        let result = self.process_partitions(&mut store, input, wm, mode, no_data);
+        let parts = result;
+        let (total, memory) = (store.len() as i64, store.memory_used_bytes() as i64);
+        *self.store_mut() = Some(store);
+        let parts = parts?;
         let mut m = StateOperatorProgress::new("stateStoreSave");
-        let mut partial: Vec<(Vec<u8>, Group)> = match input {
-            [] => Vec::new(),
-            [b] => self.partial(b)?,
-            many => {
+        let mut out = Vec::new();
+        for p in parts {
+            m.num_rows_dropped_by_watermark += p.dropped;
+            m.num_rows_updated += p.updated;
+            m.num_rows_removed += p.removed;
+            out.extend(p.out);
+        }
+        // Keys are unique: an unstable sort gives the same order, without a buffer.
+        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        m.all_updates_time_ms = started.elapsed().as_millis() as i64;
+        m.num_rows_total = total;
+        m.memory_used_bytes = memory;
+        self.metrics = m;
+        let batch = self.build_output(&out)?;
+        Ok(if batch.num_rows() == 0 {
+            vec![]
+        } else {
+            vec![batch]
+        })
+    }
+
+    /// The batch's groups per state partition (aggregated per task, routed
+    /// by key hash), each partition's in input order.
+    fn route(&self, input: &[RecordBatch], n: usize) -> Result<Vec<Vec<Groups>>> {
+        let tasks: Vec<RecordBatch> = input
+            .iter()
+            .flat_map(|b| {
+                (0..b.num_rows().div_ceil(ROWS_PER_TASK)).map(move |i| {
+                    let off = i * ROWS_PER_TASK;
+                    b.slice(off, ROWS_PER_TASK.min(b.num_rows() - off))
+                })
+            })
+            .collect();
+        let task = |b: &RecordBatch| -> Result<Vec<Groups>> {
+            let groups = self.partial(b)?;
+            if n == 1 {
+                return Ok(vec![groups]);
+            }
+            let mut parts: Vec<Groups> = (0..n).map(|_| Vec::new()).collect();
+            for (k, g) in groups {
+                parts[partition_of(&k, n)].push((k, g));
+            }
+            Ok(parts)
+        };
+        // tasks[t][p] -> per partition, the tasks' groups in input order.
+        let per_task: Vec<Vec<Groups>> = if tasks.len() > 1 {
+            tasks.par_iter().map(task).collect::<Result<_>>()?
+        } else {
+            tasks.iter().map(task).collect::<Result<_>>()?
+        };
+        let mut per_part: Vec<Vec<Groups>> = (0..n).map(|_| Vec::new()).collect();
+        for t in per_task {
+            for (p, groups) in t.into_iter().enumerate() {
+                if !groups.is_empty() {
+                    per_part[p].push(groups);
+                }
+            }
+        }
+        Ok(per_part)
+    }
+
+    fn process_partitions(
+        &self,
+        store: &mut PartitionedStore,
+        input: &[RecordBatch],
+        wm: Watermarks,
+        mode: OutputMode,
+        no_data: bool,
+    ) -> Result<Vec<PartitionOutput>> {
+        let n = store.partitions();
+        let mut per_part = self.route(input, n)?;
+        // A global aggregation always has its one group in a data batch.
+        if self.keys.is_empty() && per_part.iter().all(Vec::is_empty) && !no_data {
+            per_part[partition_of(&[], n)].push(vec![(
+                Vec::new(),
+                Group {
+                    evict_at: i64::MAX,
+                    accs: self.new_accs(),
+                },
+            )]);
+        }
+        let run = |(store, tasks): (&mut Box<dyn StateStore>, Vec<Groups>)| {
+            self.apply_partition(store.as_mut(), tasks, wm, mode)
+        };
+        let jobs = store.parts_mut().iter_mut().zip(per_part);
+        if n > 1 {
+            jobs.collect::<Vec<_>>().into_par_iter().map(run).collect()
+        } else {
+            jobs.map(run).collect()
+        }
+    }
+
+    /// One state partition's part of a batch: merges the tasks' groups (in
+    /// input order), applies them to the partition's store, evicts behind
+    /// the watermark and returns what the partition emits.
+    fn apply_partition(
+        &self,
+        store: &mut dyn StateStore,
+        tasks: Vec<Groups>,
+        wm: Watermarks,
+        mode: OutputMode,
+    ) -> Result<PartitionOutput> {
+        let mut po = PartitionOutput::default();
+        let mut partial: Groups = match tasks.len() {
+            0 => Vec::new(),
+            1 => tasks.into_iter().next().expect("one task"),
+            _ => {
                 let mut merged: FastMap<Vec<u8>, Group> = FastMap::default();
-                for b in many {
-                    for (k, g) in self.partial(b)? {
+                for groups in tasks {
+                    for (k, g) in groups {
                         match merged.get_mut(&k) {
                             Some(m) => {
                                 for (a, o) in m.accs.iter_mut().zip(&g.accs) {
@@ -674,54 +819,35 @@ impl AggregateOp {
                 merged.into_iter().collect()
             }
         };
-        // A global aggregation always has its one group in a data batch.
-        if self.keys.is_empty() && partial.is_empty() && !no_data {
-            partial.push((
-                Vec::new(),
-                Group {
-                    evict_at: i64::MAX,
-                    accs: self.new_accs(),
-                },
-            ));
-        }
         let watermarked = self.watermark_key.is_some() && mode != OutputMode::Complete;
         if watermarked {
             if let Some(late) = wm.late_ms {
                 let late_us = late.saturating_mul(1000);
                 let before = partial.len();
                 partial.retain(|(_, g)| g.evict_at > late_us);
-                m.num_rows_dropped_by_watermark = (before - partial.len()) as i64;
+                po.dropped = (before - partial.len()) as i64;
             }
         }
         let mut updated: Vec<(Vec<u8>, Group)> = Vec::with_capacity(partial.len());
-        {
-            let store = self
-                .store
-                .as_mut()
-                .ok_or_else(|| WeirError::Config("state store not opened".into()))?;
-            for (k, g) in partial {
-                let merged = match store.get(&k) {
-                    Some(old) => {
-                        let mut old = Self::decode_group_with(&self.aggs, &self.kinds, &old)?;
-                        for (a, o) in old.accs.iter_mut().zip(&g.accs) {
-                            a.merge(o);
-                        }
-                        old
+        for (k, g) in partial {
+            let merged = match store.get(&k) {
+                Some(old) => {
+                    let mut old = Self::decode_group_with(&self.aggs, &self.kinds, &old)?;
+                    for (a, o) in old.accs.iter_mut().zip(&g.accs) {
+                        a.merge(o);
                     }
-                    None => g,
-                };
-                store.put(k.clone(), Self::encode_group(&merged));
-                updated.push((k, merged));
-            }
+                    old
+                }
+                None => g,
+            };
+            store.put(k.clone(), Self::encode_group(&merged));
+            updated.push((k, merged));
         }
-        m.num_rows_updated = updated.len() as i64;
-        m.all_updates_time_ms = started.elapsed().as_millis() as i64;
-        let removal_start = Instant::now();
+        po.updated = updated.len() as i64;
         let mut evicted: Vec<(Vec<u8>, Group)> = Vec::new();
         if watermarked {
             if let Some(ev) = wm.evict_ms {
                 let ev_us = ev.saturating_mul(1000);
-                let store = self.store.as_mut().unwrap();
                 let expired: Vec<Vec<u8>> = store
                     .iter()
                     .filter(|(_, v)| {
@@ -731,49 +857,35 @@ impl AggregateOp {
                     .collect();
                 for k in expired {
                     if mode == OutputMode::Append {
-                        let g = Self::decode_group_with(
-                            &self.aggs,
-                            &self.kinds,
-                            &store.get(&k).unwrap(),
-                        )?;
+                        let v = store.get(&k).ok_or_else(|| {
+                            WeirError::Config("aggregation state changed during eviction".into())
+                        })?;
+                        let g = Self::decode_group_with(&self.aggs, &self.kinds, &v)?;
                         evicted.push((k.clone(), g));
                     }
                     store.remove(&k);
-                    m.num_rows_removed += 1;
+                    po.removed += 1;
                 }
             }
         }
-        m.all_removals_time_ms = removal_start.elapsed().as_millis() as i64;
-        let mut out = match mode {
-            OutputMode::Complete => {
-                let store = self.store.as_ref().unwrap();
-                store
-                    .iter()
-                    .map(|(k, v)| {
-                        Ok((
-                            k.to_vec(),
-                            Self::decode_group_with(&self.aggs, &self.kinds, &v)?,
-                        ))
-                    })
-                    .collect::<Result<Vec<_>>>()?
-            }
+        // A failed state read must not reach the output.
+        store.check()?;
+        po.out = match mode {
+            OutputMode::Complete => store
+                .iter()
+                .map(|(k, v)| {
+                    Ok((
+                        k.to_vec(),
+                        Self::decode_group_with(&self.aggs, &self.kinds, &v)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?,
             // Spark emits updated groups before evicting: a group updated
             // and closed in one batch is still emitted.
             OutputMode::Update => updated,
             OutputMode::Append => evicted,
         };
-        // Keys are unique: an unstable sort gives the same order, without a buffer.
-        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let store = self.store.as_ref().unwrap();
-        m.num_rows_total = store.len() as i64;
-        m.memory_used_bytes = store.memory_used_bytes() as i64;
-        self.metrics = m;
-        let batch = self.build_output(&out)?;
-        Ok(if batch.num_rows() == 0 {
-            vec![]
-        } else {
-            vec![batch]
-        })
+        Ok(po)
     }
 
     fn decode_group_with(aggs: &[AggExec], kinds: &[Kind], bytes: &[u8]) -> Result<Group> {
@@ -804,7 +916,7 @@ impl AggregateOp {
     /// Commits this batch's state as `version`.
     pub fn commit(&mut self, version: u64) -> Result<()> {
         let t = Instant::now();
-        if let Some(s) = self.store.as_mut() {
+        if let Some(s) = self.store_mut().as_mut() {
             s.commit(version)?;
         }
         self.metrics.commit_time_ms = t.elapsed().as_millis() as i64;
@@ -813,7 +925,7 @@ impl AggregateOp {
 
     /// Undoes this batch's state changes.
     pub fn abort(&mut self) {
-        if let Some(s) = self.store.as_mut() {
+        if let Some(s) = self.store_mut().as_mut() {
             s.abort();
         }
     }
@@ -1149,7 +1261,7 @@ impl StatefulOperator for AggregateOp {
     fn store_names(&self) -> &'static [&'static str] {
         &[""]
     }
-    fn open_state(&mut self, stores: Vec<Box<dyn StateStore>>) -> Result<()> {
+    fn open_state(&mut self, stores: Vec<PartitionedStore>) -> Result<()> {
         self.set_store(single_store("aggregation", stores)?);
         Ok(())
     }

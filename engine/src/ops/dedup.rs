@@ -29,7 +29,7 @@ use crate::ops::operator::{single_store, StatefulOperator};
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::timestamp_type;
-use crate::state::StateStore;
+use crate::state::{PartitionedStore, StateStore};
 use weir_plan::OutputMode;
 
 /// The deduplication operator.
@@ -214,8 +214,8 @@ impl StatefulOperator for DedupOp {
     fn store_names(&self) -> &'static [&'static str] {
         &[""]
     }
-    fn open_state(&mut self, stores: Vec<Box<dyn StateStore>>) -> Result<()> {
-        self.set_store(single_store("deduplication", stores)?);
+    fn open_state(&mut self, stores: Vec<PartitionedStore>) -> Result<()> {
+        self.set_store(single_store("deduplication", stores)?.into_store());
         Ok(())
     }
     fn process(

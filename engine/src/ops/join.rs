@@ -35,7 +35,7 @@ use crate::ops::stateless::{eval, ExprPlanner};
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::timestamp_type;
-use crate::state::StateStore;
+use crate::state::{PartitionedStore, StateStore};
 
 /// One stored row.
 #[derive(Clone, Debug)]
@@ -1003,11 +1003,11 @@ impl StatefulOperator for JoinOp {
     fn store_names(&self) -> &'static [&'static str] {
         &["left", "right"]
     }
-    fn open_state(&mut self, stores: Vec<Box<dyn StateStore>>) -> Result<()> {
-        let [left, right]: [Box<dyn StateStore>; 2] = stores.try_into().map_err(|_| {
+    fn open_state(&mut self, stores: Vec<PartitionedStore>) -> Result<()> {
+        let [left, right]: [PartitionedStore; 2] = stores.try_into().map_err(|_| {
             WeirError::Config("a stream-stream join keeps two state stores per partition".into())
         })?;
-        self.set_stores(left, right)
+        self.set_stores(left.into_store(), right.into_store())
     }
     fn process(
         &mut self,

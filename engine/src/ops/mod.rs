@@ -23,7 +23,7 @@ use weir_plan::{parse_duration_ms, GroupKey, Op, OutputMode, StreamPlan};
 
 use crate::error::{Result, WeirError};
 use crate::progress::StateOperatorProgress;
-use crate::state::StateStore;
+use crate::state::PartitionedStore;
 
 use aggregate::{AggExec, AggregateOp, KeyExec, Watermarks};
 use dedup::DedupOp;
@@ -511,7 +511,7 @@ impl Pipeline {
     /// (name "" for single-store operators, "left"/"right" for joins).
     pub fn open_state(
         &mut self,
-        mut open: impl FnMut(usize, &str) -> Result<Box<dyn StateStore>>,
+        mut open: impl FnMut(usize, &str) -> Result<PartitionedStore>,
     ) -> Result<()> {
         for op in self.stateful_mut() {
             let stores = op

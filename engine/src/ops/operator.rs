@@ -10,7 +10,7 @@ use weir_plan::OutputMode;
 use super::BatchContext;
 use crate::error::Result;
 use crate::progress::StateOperatorProgress;
-use crate::state::StateStore;
+use crate::state::PartitionedStore;
 
 /// An operator that keeps state across micro-batches, versioned with them.
 pub trait StatefulOperator: Send {
@@ -22,9 +22,12 @@ pub trait StatefulOperator: Send {
     /// `["left", "right"]` for a join's two sides.
     fn store_names(&self) -> &'static [&'static str];
 
-    /// Gives it its stores, in [`StatefulOperator::store_names`] order,
-    /// opened at the last committed version.
-    fn open_state(&mut self, stores: Vec<Box<dyn StateStore>>) -> Result<()>;
+    /// Gives it its stores, in [`StatefulOperator::store_names`] order, each
+    /// split over the query's state partitions and opened at the last
+    /// committed version. An operator may run its partitions in parallel
+    /// ([`PartitionedStore::parts_mut`]) or use the store as one
+    /// ([`PartitionedStore::into_store`]).
+    fn open_state(&mut self, stores: Vec<PartitionedStore>) -> Result<()>;
 
     /// Runs one micro-batch: `input` rows (and a stream-stream join's
     /// `right` rows; empty otherwise) against its state, producing output
@@ -55,8 +58,8 @@ pub trait StatefulOperator: Send {
 /// The one store of a single-store operator, or an error naming the operator.
 pub(crate) fn single_store(
     name: &str,
-    mut stores: Vec<Box<dyn StateStore>>,
-) -> Result<Box<dyn StateStore>> {
+    mut stores: Vec<PartitionedStore>,
+) -> Result<PartitionedStore> {
     match (stores.pop(), stores.is_empty()) {
         (Some(s), true) => Ok(s),
         _ => Err(crate::error::WeirError::Config(format!(

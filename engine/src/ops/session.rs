@@ -24,7 +24,7 @@ use crate::ops::operator::{single_store, StatefulOperator};
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::{timestamp_type, ArrowValue, Timestamp, Window};
-use crate::state::StateStore;
+use crate::state::{PartitionedStore, StateStore};
 
 #[derive(Clone, Debug)]
 struct Session {
@@ -374,8 +374,8 @@ impl StatefulOperator for SessionAggregateOp {
     fn store_names(&self) -> &'static [&'static str] {
         &[""]
     }
-    fn open_state(&mut self, stores: Vec<Box<dyn StateStore>>) -> Result<()> {
-        self.set_store(single_store("session window", stores)?)
+    fn open_state(&mut self, stores: Vec<PartitionedStore>) -> Result<()> {
+        self.set_store(single_store("session window", stores)?.into_store())
     }
     fn process(
         &mut self,

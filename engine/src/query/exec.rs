@@ -158,7 +158,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
             pending = Some(PendingBatch { entry });
         }
     }
-    let partitions = conf.shuffle_partitions;
+    let partitions = meta.state_partitions.max(1);
     let provider = conf.state_store.clone();
     let version = batch_id as u64; // state after batch N-1 is version N
     let sync = conf.fsync_checkpoint;
@@ -170,11 +170,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
             let dir = if name.is_empty() { dir } else { dir.join(name) };
             parts.push(provider.open(&dir, version, retain, sync)?);
         }
-        Ok(if parts.len() == 1 {
-            parts.pop().expect("one partition")
-        } else {
-            Box::new(PartitionedStore::new(parts))
-        })
+        Ok(PartitionedStore::new(parts))
     })?;
     pipeline.set_partitions(partitions.max(1));
     for (i, (_, s)) in sources.iter_mut().enumerate() {
@@ -413,6 +409,18 @@ impl Runner {
         let _ = self.shared.cond.wait_timeout(st, d).unwrap();
     }
 
+    /// Waits up to `d` (the polling delay) for new data, unless a
+    /// `process_all_available` asked for a check since `epoch`. Requests are
+    /// made under the state lock, so none is missed between the check and
+    /// the wait.
+    fn wait_for_data(&self, epoch: u64, d: Duration) {
+        let st = self.shared.state.lock().unwrap();
+        if self.stopping() || self.shared.request_epoch.load(Ordering::SeqCst) != epoch {
+            return;
+        }
+        let _ = self.shared.cond.wait_timeout(st, d).unwrap();
+    }
+
     fn run_loop(&mut self) -> Result<()> {
         let started = Instant::now();
         let mut tick = 0u32;
@@ -460,11 +468,7 @@ impl Runner {
             }
             match self.trigger {
                 Trigger::Once | Trigger::AvailableNow => return Ok(()),
-                Trigger::Default => {
-                    if self.shared.request_epoch.load(Ordering::SeqCst) == epoch {
-                        self.wait(self.session.conf().polling_delay);
-                    }
-                }
+                Trigger::Default => self.wait_for_data(epoch, self.session.conf().polling_delay),
                 Trigger::ProcessingTime(_) => {}
             }
         }
@@ -561,7 +565,14 @@ impl Runner {
             late_rows: vec![],
         };
         let t = Instant::now();
-        let output = match self.pipeline.run(&inputs, &mut ctx) {
+        // The batch's tasks (partial aggregation, state partitions) run on
+        // the session's worker pool.
+        let pipeline = &mut self.pipeline;
+        let run = self
+            .session
+            .workers()
+            .and_then(|pool| pool.install(|| pipeline.run(&inputs, &mut ctx)));
+        let output = match run {
             Ok(o) => o,
             Err(e) => {
                 let _ = self.pipeline.abort_state();

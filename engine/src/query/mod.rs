@@ -114,8 +114,13 @@ impl StreamingQuery {
     /// Stops the query: the running batch finishes, then the query ends.
     /// Returns once the query's thread has ended.
     pub fn stop(&self) -> Result<()> {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        self.shared.cond.notify_all();
+        {
+            // Under the state lock: the loop checks the flag and waits under
+            // it, so the wake-up cannot fall between the two.
+            let _st = self.shared.state.lock().unwrap();
+            self.shared.stop.store(true, Ordering::SeqCst);
+            self.shared.cond.notify_all();
+        }
         let handle = self.shared.thread.lock().unwrap().take();
         if let Some(h) = handle {
             if h.thread().id() != std::thread::current().id() {
@@ -152,9 +157,11 @@ impl StreamingQuery {
     /// including the no-data batches it makes due (Spark's `processAllAvailable`).
     /// For tests.
     pub fn process_all_available(&self) -> Result<()> {
+        // Asked under the state lock, so the loop cannot miss it between
+        // its check and its wait for data.
+        let mut st = self.shared.state.lock().unwrap();
         let epoch = self.shared.request_epoch.fetch_add(1, Ordering::SeqCst) + 1;
         self.shared.cond.notify_all();
-        let mut st = self.shared.state.lock().unwrap();
         while st.active && st.idle_epoch < epoch {
             st = self
                 .shared

@@ -83,6 +83,32 @@ impl PartitionedStore {
     fn part(&self, key: &[u8]) -> usize {
         partition_of(key, self.parts.len())
     }
+
+    /// The number of partitions.
+    pub fn partitions(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// The partition stores, in key-hash order: an operator that processes
+    /// partitions in parallel routes each key to `partition_of(key, n)`.
+    pub fn parts_mut(&mut self) -> &mut [Box<dyn StateStore>] {
+        &mut self.parts
+    }
+
+    /// The partition stores, in key-hash order.
+    pub fn parts(&self) -> &[Box<dyn StateStore>] {
+        &self.parts
+    }
+
+    /// One store over every partition: the single partition itself when
+    /// there is one (no hashing per key), else this store.
+    pub fn into_store(mut self) -> Box<dyn StateStore> {
+        if self.parts.len() == 1 {
+            self.parts.pop().expect("one partition")
+        } else {
+            Box::new(self)
+        }
+    }
 }
 
 impl StateStore for PartitionedStore {
