@@ -11,7 +11,8 @@
 //! cargo run --release -p weir-bench -- startup
 //! cargo run --release -p weir-bench -- baseline
 //! ```
-//! Common flags: `--batches N`, `--rows-per-batch N`.
+//! Common flags: `--batches N`, `--rows-per-batch N`, `--partitions N`
+//! (state partitions), `--workers N` (the worker pool's threads).
 
 mod scenarios;
 
@@ -20,7 +21,7 @@ use std::time::Instant;
 fn main() {
     let started = Instant::now();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    const USAGE: &str = "usage: weir-bench <lab|page_views|sliding|tiny|startup|baseline> [--batches N] [--rows-per-batch N] [--mode update|append] [--state memory|rocksdb] [--fsync true|false]";
+    const USAGE: &str = "usage: weir-bench <lab|page_views|sliding|tiny|startup|baseline> [--batches N] [--rows-per-batch N] [--mode update|append] [--state memory|rocksdb] [--fsync true|false] [--partitions N] [--workers N]";
     let Some(scenario) = args.first().cloned() else {
         eprintln!("{USAGE}");
         std::process::exit(2);

@@ -23,6 +23,10 @@ pub struct Opts {
     mode: OutputMode,
     state: String,
     fsync: bool,
+    /// `spark.sql.shuffle.partitions` (default: the engine's, one per core).
+    partitions: Option<usize>,
+    /// `weir.workerThreads` (default: the engine's, one per core).
+    workers: Option<usize>,
 }
 
 impl Opts {
@@ -34,6 +38,8 @@ impl Opts {
             mode: OutputMode::Update,
             state: "memory".into(),
             fsync: true,
+            partitions: None,
+            workers: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -52,6 +58,12 @@ impl Opts {
                 }
                 "--state" => o.state = v.clone(),
                 "--fsync" => o.fsync = v == "true",
+                "--partitions" => {
+                    o.partitions = Some(v.parse().map_err(|_| format!("bad --partitions {v}"))?)
+                }
+                "--workers" => {
+                    o.workers = Some(v.parse().map_err(|_| format!("bad --workers {v}"))?)
+                }
                 _ => return Err(format!("unknown flag {a}")),
             }
         }
@@ -298,6 +310,8 @@ fn measure(
         "state_rows_max": state.iter().max(),
         "state_rows_last": state.last(),
         "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "partitions": session.conf().shuffle_partitions.unwrap_or_else(weir::session::available_cores),
+        "workers": session.conf().worker_threads,
     });
     if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
         m.extend(e);
@@ -312,6 +326,12 @@ fn session(opts: &Opts) -> weir::Result<Session> {
         ..SessionConfig::default()
     };
     conf.set("spark.sql.streaming.stateStore.providerClass", &opts.state)?;
+    if let Some(n) = opts.partitions {
+        conf.set("spark.sql.shuffle.partitions", &n.to_string())?;
+    }
+    if let Some(n) = opts.workers {
+        conf.set("weir.workerThreads", &n.to_string())?;
+    }
     Ok(Session::with_config(conf))
 }
 
