@@ -10,6 +10,7 @@ mod joins;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod macros;
+mod partitions;
 mod properties;
 mod recovery;
 mod reliability;
