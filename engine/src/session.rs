@@ -50,7 +50,7 @@ pub struct SessionConfig {
     /// `spark.ui.port` (default 4040): the Streaming UI's first port to try.
     pub ui_port: u16,
     /// `weir.ui.allowedHosts` (comma-separated, default none): `Host` names
-    /// the Streaming UI answers besides localhost, 127.0.0.1, [::1] and its
+    /// the Streaming UI answers besides `localhost`, `127.0.0.1`, `[::1]` and its
     /// bound address (`name` for its port, `name:port`, or `*` for any).
     pub ui_allowed_hosts: Vec<String>,
 }
