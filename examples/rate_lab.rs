@@ -38,11 +38,12 @@ fn main() -> weir::Result<()> {
     let session = Session::new();
     // The Streaming tab: input rate, process rate, batch duration, watermark.
     #[cfg(feature = "ui")]
-    let _ui = match weir::ui::UiServer::start_default(&session) {
-        Ok(ui) => {
+    let _ui = match weir::ui::UiServer::start_if_enabled(&session) {
+        Ok(Some(ui)) => {
             println!("Streaming UI: {}", ui.url());
             Some(ui)
         }
+        Ok(None) => None,
         Err(e) => {
             eprintln!("no Streaming UI: {e}");
             None

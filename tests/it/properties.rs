@@ -331,7 +331,6 @@ proptest! {
 /// the query keeps running, the rows' representable windows are counted
 /// and the rows losing a window are reported in the operator's metrics.
 #[test]
-#[ignore = "needs AggregateOp::partial to assign windows with WindowAssigner::starts/loses_windows (an edit in ops/aggregate.rs, requested); fails today with an overflow panic"]
 fn a_windowed_count_at_the_ends_of_time_neither_panics_nor_stops() {
     use std::sync::Arc;
     use weir::arrow::array::{Array, TimestampMicrosecondArray};

@@ -369,6 +369,48 @@ const ROWS_PER_TASK: usize = 32 * 1024;
 /// Groups of one task or partition: (state key bytes, accumulators).
 type Groups = Vec<(Vec<u8>, Group)>;
 
+/// The starts of the windows a timestamp falls in, oldest first: in `i64`
+/// arithmetic when the timestamp is far enough from the ends of time, else
+/// through [`WindowAssigner::starts`] (which leaves out windows that cannot
+/// be represented).
+enum Starts {
+    /// `k` candidates left before `last` (the newest start), stepping by `slide`.
+    Within {
+        last: i64,
+        k: i64,
+        slide: i64,
+        size: i64,
+        t: i64,
+    },
+    NearTheEnds(crate::ops::window::WindowStarts),
+}
+
+impl Iterator for Starts {
+    type Item = i64;
+
+    fn next(&mut self) -> Option<i64> {
+        match self {
+            Starts::Within {
+                last,
+                k,
+                slide,
+                size,
+                t,
+            } => {
+                while *k > 0 {
+                    *k -= 1;
+                    let start = *last - *k * *slide;
+                    if start <= *t && *t < start + *size {
+                        return Some(start);
+                    }
+                }
+                None
+            }
+            Starts::NearTheEnds(s) => s.next(),
+        }
+    }
+}
+
 /// One state partition's share of a micro-batch: what it emits and counts.
 #[derive(Default)]
 struct PartitionOutput {
@@ -504,7 +546,7 @@ impl AggregateOp {
     /// distinct groups are converted to the state's row-format keys. Each
     /// group sees its rows in input order (windows oldest first), so results
     /// match a row-by-row fold exactly (float sums included).
-    fn partial(&self, batch: &RecordBatch) -> Result<Vec<(Vec<u8>, Group)>> {
+    fn partial(&self, batch: &RecordBatch) -> Result<(Groups, i64)> {
         let n = batch.num_rows();
         let window = self.keys.iter().enumerate().find_map(|(ki, k)| match k {
             KeyExec::Window { assigner, .. } => Some((ki, assigner)),
@@ -518,7 +560,11 @@ impl AggregateOp {
             .map(|(_, a)| (a.size_us, a.slide_us))
             .unwrap_or((1, 1));
         // Windows a row can fall in (one when tumbling).
-        let per_row = ((size + slide - 1) / slide).max(1);
+        let per_row = window.map(|(_, a)| a.max_windows_per_row()).unwrap_or(1);
+        // Within `margin` of the ends of time, windows are assigned in i128
+        // (and those that cannot be represented left out, counted).
+        let margin = size.checked_add(slide);
+        let mut lost = 0i64;
         let window_evicts = matches!(window, Some((ki, _)) if self.watermark_key == Some(ki));
         let mut cols = Vec::new();
         let mut column_evict: Option<arrow::array::TimestampMicrosecondArray> = None;
@@ -575,13 +621,27 @@ impl AggregateOp {
                         continue; // Spark leaves rows with a null time out
                     }
                     let t = ts.value(r);
-                    let last_start = t - t.rem_euclid(slide);
+                    let near_the_ends = margin
+                        .is_none_or(|m| t.checked_sub(m).is_none() || t.checked_add(m).is_none());
+                    let Some((_, assigner)) = window else {
+                        continue;
+                    };
                     // Oldest window first.
-                    for k in (0..per_row).rev() {
-                        let start = last_start - k * slide;
-                        if !(start <= t && t < start + size) {
-                            continue;
+                    let starts = if near_the_ends {
+                        if assigner.loses_windows(t) {
+                            lost += 1;
                         }
+                        Starts::NearTheEnds(assigner.starts(t))
+                    } else {
+                        Starts::Within {
+                            last: t - t.rem_euclid(slide),
+                            k: per_row,
+                            slide,
+                            size,
+                            t,
+                        }
+                    };
+                    for start in starts {
                         key[..8].copy_from_slice(&start.to_le_bytes());
                         let accs = g.find(&key, r, start, || {
                             if window_evicts {
@@ -599,10 +659,13 @@ impl AggregateOp {
         }
         let groups = g.groups();
         if groups.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), lost));
         }
         let Some(conv) = &self.converter else {
-            return Ok(groups.into_iter().map(|grp| (Vec::new(), grp)).collect());
+            return Ok((
+                groups.into_iter().map(|grp| (Vec::new(), grp)).collect(),
+                lost,
+            ));
         };
         // The distinct groups' key columns, in the state's row format.
         let firsts = UInt32Array::from(std::mem::take(&mut g.firsts));
@@ -626,11 +689,14 @@ impl AggregateOp {
             }
         }
         let rows = conv.convert_columns(&key_arrays)?;
-        Ok(groups
-            .into_iter()
-            .enumerate()
-            .map(|(i, grp)| (rows.row(i).data().to_vec(), grp))
-            .collect())
+        Ok((
+            groups
+                .into_iter()
+                .enumerate()
+                .map(|(i, grp)| (rows.row(i).data().to_vec(), grp))
+                .collect(),
+            lost,
+        ))
     }
 
     /// The input rows this batch drops as late in full (every window they
@@ -652,9 +718,8 @@ impl AggregateOp {
             let late = match &self.keys[ki] {
                 KeyExec::Window { assigner, .. } => match assigner.source {
                     crate::ops::window::TimeSource::Column(c) => {
-                        let (size, slide) = (assigner.size_us, assigner.slide_us);
                         crate::ops::watermark::late_rows(b, c, late, |t| {
-                            t - t.rem_euclid(slide) + size
+                            assigner.last_window_end(t)
                         })?
                     }
                     crate::ops::window::TimeSource::WindowTime(_) => None,
@@ -692,8 +757,12 @@ impl AggregateOp {
         let parts = result;
         let (total, memory) = (store.len() as i64, store.memory_used_bytes() as i64);
         *self.store_mut() = Some(store);
-        let parts = parts?;
+        let (parts, lost) = parts?;
         let mut m = StateOperatorProgress::new("stateStoreSave");
+        if lost > 0 {
+            m.custom_metrics
+                .insert("numRowsOutsideRepresentableWindows".into(), lost);
+        }
         let mut out = Vec::new();
         for p in parts {
             m.num_rows_dropped_by_watermark += p.dropped;
@@ -717,7 +786,8 @@ impl AggregateOp {
 
     /// The batch's groups per state partition (aggregated per task, routed
     /// by key hash), each partition's in input order.
-    fn route(&self, input: &[RecordBatch], n: usize) -> Result<Vec<Vec<Groups>>> {
+    /// Also returns the rows that lost a window that cannot be represented.
+    fn route(&self, input: &[RecordBatch], n: usize) -> Result<(Vec<Vec<Groups>>, i64)> {
         let tasks: Vec<RecordBatch> = input
             .iter()
             .flat_map(|b| {
@@ -727,32 +797,34 @@ impl AggregateOp {
                 })
             })
             .collect();
-        let task = |b: &RecordBatch| -> Result<Vec<Groups>> {
-            let groups = self.partial(b)?;
+        let task = |b: &RecordBatch| -> Result<(Vec<Groups>, i64)> {
+            let (groups, lost) = self.partial(b)?;
             if n == 1 {
-                return Ok(vec![groups]);
+                return Ok((vec![groups], lost));
             }
             let mut parts: Vec<Groups> = (0..n).map(|_| Vec::new()).collect();
             for (k, g) in groups {
                 parts[partition_of(&k, n)].push((k, g));
             }
-            Ok(parts)
+            Ok((parts, lost))
         };
         // tasks[t][p] -> per partition, the tasks' groups in input order.
-        let per_task: Vec<Vec<Groups>> = if tasks.len() > 1 {
+        let per_task: Vec<(Vec<Groups>, i64)> = if tasks.len() > 1 {
             tasks.par_iter().map(task).collect::<Result<_>>()?
         } else {
             tasks.iter().map(task).collect::<Result<_>>()?
         };
         let mut per_part: Vec<Vec<Groups>> = (0..n).map(|_| Vec::new()).collect();
-        for t in per_task {
+        let mut lost = 0;
+        for (t, l) in per_task {
+            lost += l;
             for (p, groups) in t.into_iter().enumerate() {
                 if !groups.is_empty() {
                     per_part[p].push(groups);
                 }
             }
         }
-        Ok(per_part)
+        Ok((per_part, lost))
     }
 
     fn process_partitions(
@@ -762,9 +834,9 @@ impl AggregateOp {
         wm: Watermarks,
         mode: OutputMode,
         no_data: bool,
-    ) -> Result<Vec<PartitionOutput>> {
+    ) -> Result<(Vec<PartitionOutput>, i64)> {
         let n = store.partitions();
-        let mut per_part = self.route(input, n)?;
+        let (mut per_part, lost) = self.route(input, n)?;
         // A global aggregation always has its one group in a data batch.
         if self.keys.is_empty() && per_part.iter().all(Vec::is_empty) && !no_data {
             per_part[partition_of(&[], n)].push(vec![(
@@ -779,11 +851,15 @@ impl AggregateOp {
             self.apply_partition(store.as_mut(), tasks, wm, mode)
         };
         let jobs = store.parts_mut().iter_mut().zip(per_part);
-        if n > 1 {
-            jobs.collect::<Vec<_>>().into_par_iter().map(run).collect()
+        let outputs = if n > 1 {
+            jobs.collect::<Vec<_>>()
+                .into_par_iter()
+                .map(run)
+                .collect::<Result<_>>()?
         } else {
-            jobs.map(run).collect()
-        }
+            jobs.map(run).collect::<Result<_>>()?
+        };
+        Ok((outputs, lost))
     }
 
     /// One state partition's part of a batch: merges the tasks' groups (in
@@ -1419,7 +1495,7 @@ mod tests {
                     .map(|&i| normalize_floats(b.column(i)))
                     .collect();
                 assert_eq!(
-                    counts(op.partial(&b).unwrap()),
+                    counts(op.partial(&b).unwrap().0),
                     reference(&key_cols),
                     "keys {picked:?}"
                 );
@@ -1475,7 +1551,7 @@ mod tests {
             },
         ];
         let op = AggregateOp::new(0, keys, vec![count_star()], &schema).unwrap();
-        let got = op.partial(&batch).unwrap();
+        let got = op.partial(&batch).unwrap().0;
         for (key, g) in &got {
             // The window end (second key column) is the eviction time.
             let end = i64::from_be_bytes(key[10..18].try_into().unwrap()) ^ i64::MIN;

@@ -29,7 +29,9 @@ use crate::ops::operator::{single_store, StatefulOperator};
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::timestamp_type;
-use crate::state::{PartitionedStore, StateStore};
+use crate::state::{partition_of, PartitionedStore, StateStore};
+use rayon::prelude::*;
+use std::sync::Mutex;
 use weir_plan::OutputMode;
 
 /// The deduplication operator.
@@ -44,8 +46,18 @@ pub struct DedupOp {
     time_in_key: bool,
     within_watermark: bool,
     schema: SchemaRef,
-    store: Option<Box<dyn StateStore>>,
+    /// The state, split over the state partitions (behind a lock only so
+    /// the operator can be shared with the batch's tasks; `get_mut` is free).
+    store: Mutex<Option<PartitionedStore>>,
     metrics: StateOperatorProgress,
+}
+
+/// One state partition's counts for a batch.
+#[derive(Default)]
+struct PartitionCounts {
+    dropped: i64,
+    updated: i64,
+    removed: i64,
 }
 
 impl DedupOp {
@@ -76,7 +88,7 @@ impl DedupOp {
             time_in_key,
             within_watermark,
             schema,
-            store: None,
+            store: Mutex::new(None),
             metrics: StateOperatorProgress::new(name),
         })
     }
@@ -86,9 +98,13 @@ impl DedupOp {
         self.schema.clone()
     }
 
-    /// Gives the operator its state store.
-    pub fn set_store(&mut self, store: Box<dyn StateStore>) {
-        self.store = Some(store);
+    /// Gives the operator its state, split over the state partitions.
+    pub fn set_store(&mut self, store: PartitionedStore) {
+        *self.store_mut() = Some(store);
+    }
+
+    fn store_mut(&mut self) -> &mut Option<PartitionedStore> {
+        self.store.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
     /// This batch's metrics.
@@ -108,21 +124,45 @@ impl DedupOp {
         Ok(out)
     }
 
-    /// Runs one micro-batch.
+    /// Runs one micro-batch: keeps each input row whose key was not seen
+    /// before (in state or earlier in the batch) and is not behind the
+    /// watermark, in input order. Keys are routed by hash to the state
+    /// partitions, which decide their rows and evict in parallel on the
+    /// worker pool the batch runs in.
     pub fn process(&mut self, input: &[RecordBatch], wm: Watermarks) -> Result<Vec<RecordBatch>> {
         let started = Instant::now();
-        let mut m = StateOperatorProgress::new(&self.metrics.operator_name);
-        let store = self
-            .store
-            .as_mut()
+        let mut store = self
+            .store_mut()
+            .take()
             .ok_or_else(|| WeirError::Config("state store not opened".into()))?;
+        let result = self.process_partitions(&mut store, input, wm);
+        let (total, memory) = (store.len() as i64, store.memory_used_bytes() as i64);
+        *self.store_mut() = Some(store);
+        let (out, counts) = result?;
+        let mut m = StateOperatorProgress::new(&self.metrics.operator_name);
+        for c in counts {
+            m.num_rows_dropped_by_watermark += c.dropped;
+            m.num_rows_updated += c.updated;
+            m.num_rows_removed += c.removed;
+        }
+        m.all_updates_time_ms = started.elapsed().as_millis() as i64;
+        m.num_rows_total = total;
+        m.memory_used_bytes = memory;
+        self.metrics = m;
+        Ok(out)
+    }
+
+    fn process_partitions(
+        &self,
+        store: &mut PartitionedStore,
+        input: &[RecordBatch],
+        wm: Watermarks,
+    ) -> Result<(Vec<RecordBatch>, Vec<PartitionCounts>)> {
+        let n = store.partitions();
         let late_us = wm.late_ms.map(|w| w.saturating_mul(1000));
-        let mut out = Vec::new();
-        let mut seen_now: HashSet<Vec<u8>> = HashSet::new();
-        for batch in input {
-            if batch.num_rows() == 0 {
-                continue;
-            }
+        // Each batch's keys (row format) and event times, and each row's partition.
+        let mut encoded = Vec::with_capacity(input.len());
+        for batch in input.iter().filter(|b| b.num_rows() > 0) {
             let times = match self.event_time {
                 Some((i, _)) => {
                     let a = cast(batch.column(i), &timestamp_type())?;
@@ -136,63 +176,90 @@ impl DedupOp {
             };
             let cols: Vec<_> = self.keys.iter().map(|i| batch.column(*i).clone()).collect();
             let rows = self.converter.convert_columns(&cols)?;
-            let mut keep = Vec::with_capacity(batch.num_rows());
-            for r in 0..batch.num_rows() {
-                let t = times.as_ref().and_then(|t| t[r]);
-                if let (Some(late), Some(t)) = (late_us, t) {
-                    if t <= late {
-                        m.num_rows_dropped_by_watermark += 1;
-                        keep.push(false);
+            let parts: Vec<u32> = (0..batch.num_rows())
+                .map(|r| partition_of(rows.row(r).data(), n) as u32)
+                .collect();
+            encoded.push((batch, times, rows, parts));
+        }
+        let encoded = &encoded;
+        // One partition: its rows' keep flags (per batch) and its counts.
+        let run = |(p, store): (usize, &mut Box<dyn StateStore>)| -> Result<(Vec<Vec<bool>>, PartitionCounts)> {
+            let mut c = PartitionCounts::default();
+            let mut seen_now: HashSet<Vec<u8>> = HashSet::new();
+            let mut keeps = Vec::with_capacity(encoded.len());
+            for (batch, times, rows, parts) in encoded {
+                let mut keep = vec![false; batch.num_rows()];
+                for r in (0..batch.num_rows()).filter(|r| parts[*r] as usize == p) {
+                    let t = times.as_ref().and_then(|t| t[r]);
+                    if let (Some(late), Some(t)) = (late_us, t) {
+                        if t <= late {
+                            c.dropped += 1;
+                            continue;
+                        }
+                    }
+                    let key = rows.row(r).data();
+                    if seen_now.contains(key) || store.get(key).is_some() {
                         continue;
                     }
+                    let expires = match (self.event_time, t) {
+                        (Some((_, delay)), Some(t)) if self.within_watermark => {
+                            t.saturating_add(delay.saturating_mul(1000))
+                        }
+                        (Some(_), Some(t)) if self.time_in_key => t,
+                        _ => i64::MAX,
+                    };
+                    store.put(key.to_vec(), expires.to_le_bytes().to_vec());
+                    seen_now.insert(key.to_vec());
+                    c.updated += 1;
+                    keep[r] = true;
                 }
-                let key = rows.row(r).data();
-                if seen_now.contains(key) || store.get(key).is_some() {
-                    keep.push(false);
-                    continue;
-                }
-                let expires = match (self.event_time, t) {
-                    (Some((_, delay)), Some(t)) if self.within_watermark => t + delay * 1000,
-                    (Some(_), Some(t)) if self.time_in_key => t,
-                    _ => i64::MAX,
-                };
-                store.put(key.to_vec(), expires.to_le_bytes().to_vec());
-                seen_now.insert(key.to_vec());
-                m.num_rows_updated += 1;
-                keep.push(true);
+                keeps.push(keep);
             }
-            let b = filter_record_batch(batch, &BooleanArray::from(keep))?;
+            if let Some(ev) = wm.evict_ms {
+                let ev_us = ev.saturating_mul(1000);
+                let expired: Vec<Vec<u8>> = store
+                    .iter()
+                    .filter(|(_, v)| {
+                        v.len() == 8 && i64::from_le_bytes(v[..].try_into().unwrap()) <= ev_us
+                    })
+                    .map(|(k, _)| k.to_vec())
+                    .collect();
+                for k in expired {
+                    store.remove(&k);
+                    c.removed += 1;
+                }
+            }
+            // A failed state read must not decide what is emitted.
+            store.check()?;
+            Ok((keeps, c))
+        };
+        let jobs = store.parts_mut().iter_mut().enumerate();
+        let results: Vec<(Vec<Vec<bool>>, PartitionCounts)> = if n > 1 {
+            jobs.collect::<Vec<_>>()
+                .into_par_iter()
+                .map(run)
+                .collect::<Result<_>>()?
+        } else {
+            jobs.map(run).collect::<Result<_>>()?
+        };
+        // A row is kept by its partition; rows keep their input order.
+        let mut out = Vec::new();
+        for (bi, (batch, ..)) in encoded.iter().enumerate() {
+            let keep: BooleanArray = (0..batch.num_rows())
+                .map(|r| Some(results.iter().any(|(k, _)| k[bi][r])))
+                .collect();
+            let b = filter_record_batch(batch, &keep)?;
             if b.num_rows() > 0 {
                 out.push(b);
             }
         }
-        m.all_updates_time_ms = started.elapsed().as_millis() as i64;
-        let t = Instant::now();
-        if let Some(ev) = wm.evict_ms {
-            let ev_us = ev.saturating_mul(1000);
-            let expired: Vec<Vec<u8>> = store
-                .iter()
-                .filter(|(_, v)| {
-                    v.len() == 8 && i64::from_le_bytes(v[..].try_into().unwrap()) <= ev_us
-                })
-                .map(|(k, _)| k.to_vec())
-                .collect();
-            for k in expired {
-                store.remove(&k);
-                m.num_rows_removed += 1;
-            }
-        }
-        m.all_removals_time_ms = t.elapsed().as_millis() as i64;
-        m.num_rows_total = store.len() as i64;
-        m.memory_used_bytes = store.memory_used_bytes() as i64;
-        self.metrics = m;
-        Ok(out)
+        Ok((out, results.into_iter().map(|(_, c)| c).collect()))
     }
 
     /// Commits this batch's state as `version`.
     pub fn commit(&mut self, version: u64) -> Result<()> {
         let t = Instant::now();
-        if let Some(s) = self.store.as_mut() {
+        if let Some(s) = self.store_mut().as_mut() {
             s.commit(version)?;
         }
         self.metrics.commit_time_ms = t.elapsed().as_millis() as i64;
@@ -201,7 +268,7 @@ impl DedupOp {
 
     /// Undoes this batch's state changes.
     pub fn abort(&mut self) {
-        if let Some(s) = self.store.as_mut() {
+        if let Some(s) = self.store_mut().as_mut() {
             s.abort();
         }
     }
@@ -215,7 +282,7 @@ impl StatefulOperator for DedupOp {
         &[""]
     }
     fn open_state(&mut self, stores: Vec<PartitionedStore>) -> Result<()> {
-        self.set_store(single_store("deduplication", stores)?.into_store());
+        self.set_store(single_store("deduplication", stores)?);
         Ok(())
     }
     fn process(

@@ -124,6 +124,8 @@ impl JoinSide {
             });
             self.count += 1;
         }
+        // A failed read while loading must not pass for missing state.
+        store.check()?;
         for v in self.index.values_mut() {
             v.sort_by_key(|s| s.seq);
         }

@@ -334,11 +334,7 @@ impl Pipeline {
                                     }
                                     let wm = wm.is_some();
                                     kx.push(KeyExec::Window {
-                                        assigner: WindowAssigner {
-                                            source,
-                                            size_us: size * 1000,
-                                            slide_us: slide * 1000,
-                                        },
+                                        assigner: WindowAssigner::from_ms(source, size, slide)?,
                                         name: alias.clone(),
                                         watermarked: wm,
                                     });

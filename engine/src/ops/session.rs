@@ -167,6 +167,8 @@ impl SessionAggregateOp {
                 changed: false,
             });
         }
+        // A failed read while loading must not pass for missing state.
+        store.check()?;
         for v in self.index.values_mut() {
             v.sort_by_key(|s| s.start);
         }
