@@ -538,14 +538,11 @@ impl Pipeline {
             };
             for op in self.nodes[ni].ops.iter_mut() {
                 batches = match op {
-                    OpExec::Filter(f) => batches
-                        .iter()
-                        .map(|b| f.apply(b))
-                        .filter(|b| !matches!(b, Ok(b) if b.num_rows() == 0))
-                        .collect::<Result<_>>()?,
-                    OpExec::Project(p) => {
-                        batches.iter().map(|b| p.apply(b)).collect::<Result<_>>()?
-                    }
+                    OpExec::Filter(f) => stateless::in_tasks(batches, |b| f.apply(b))?
+                        .into_iter()
+                        .filter(|b| b.num_rows() > 0)
+                        .collect(),
+                    OpExec::Project(p) => stateless::in_tasks(batches, |b| p.apply(b))?,
                     OpExec::Watermark(w) => {
                         for b in &batches {
                             w.observe(b, &mut ctx.event_time[w.id])?;
