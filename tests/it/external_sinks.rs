@@ -604,6 +604,64 @@ mod postgres {
         .unwrap();
     }
 
+    /// After an upgrade from a version that kept its markers in the commit
+    /// table the search path finds (`public.weir_sink_commits`), a batch
+    /// pending at the upgrade, for a target table in another schema, is not
+    /// written again (append mode: a plain insert would duplicate it).
+    #[test]
+    fn postgres_a_marker_in_the_former_commit_table_still_guards_a_rerun() {
+        let schema = unique("upgraded");
+        let table = format!("{schema}.clicks");
+        let mut c = client();
+        c.batch_execute(&format!(
+            "CREATE SCHEMA {schema}; CREATE TABLE {table} (ts timestamptz, page text); \
+             CREATE TABLE IF NOT EXISTS public.weir_sink_commits (query_id text NOT NULL, \
+             sink text NOT NULL, batch_id bigint NOT NULL, PRIMARY KEY (query_id, sink))"
+        ))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+        let sink = || -> BoxSink { PostgresSink::new(url(), &table).into() };
+        let batches = run_clicks(&input, &chk, sink, 0..2);
+        let last = *batches.last().unwrap();
+        let count = |c: &mut Client| -> i64 {
+            c.query_one(&format!("SELECT count(*) FROM {table}"), &[])
+                .unwrap()
+                .get(0)
+        };
+        assert_eq!(count(&mut c), 3);
+        // As the earlier version left it: the marker (batch `last`) in the
+        // commit table of the search path, none in the target's schema.
+        let moved = c
+            .execute(
+                &format!(
+                    "WITH m AS (DELETE FROM {schema}.weir_sink_commits WHERE sink = $1 \
+                     RETURNING *) INSERT INTO public.weir_sink_commits SELECT * FROM m"
+                ),
+                &[&table],
+            )
+            .unwrap();
+        assert_eq!(moved, 1);
+        replay_last_batch(&input, &chk, sink, last);
+        assert_eq!(
+            count(&mut c),
+            3,
+            "the batch pending at the upgrade was written again"
+        );
+        let carried: Option<i64> = c
+            .query_opt(
+                &format!("SELECT batch_id FROM {schema}.weir_sink_commits WHERE sink = $1"),
+                &[&table],
+            )
+            .unwrap()
+            .map(|r| r.get(0));
+        assert_eq!(carried, Some(last), "the marker was carried over");
+        c.batch_execute(&format!(
+            "DROP SCHEMA {schema} CASCADE; DELETE FROM public.weir_sink_commits WHERE sink = '{table}'"
+        ))
+        .unwrap();
+    }
+
     /// Another session holding the marker row (`SELECT ... FOR UPDATE`)
     /// fails the batch with the server's lock-timeout error within the bound,
     /// instead of hanging the query.

@@ -41,11 +41,12 @@
 //! and its markers so stay together (a user who may create tables in its own
 //! schema needs no rights on `public`); the sink creates the commit table
 //! there when it is missing. (Earlier versions found the commit table through
-//! the search path. If a target table is in another schema than that commit
-//! table, copy its markers when upgrading, or a batch pending at the upgrade
-//! is written again:
-//! `INSERT INTO <schema>.weir_sink_commits SELECT * FROM public.weir_sink_commits
-//! WHERE sink = '<table>'`.)
+//! the search path, usually `public.weir_sink_commits`. After an upgrade,
+//! while the commit table in the target's schema has no row for the query
+//! and table, the batch's transaction reads the row from the commit table the
+//! search path finds, if that is another table, and carries its batch id
+//! over before claiming: a batch pending at the upgrade is not written
+//! again, whichever schema the target table is in.)
 //!
 //! ## Names
 //!
@@ -170,6 +171,9 @@ struct Conn {
     commits: String,
     /// Prepared `INSERT`s by row count.
     statements: HashMap<usize, Statement>,
+    /// The commit table is known to hold a row for this query and table (no
+    /// need to look for an earlier version's marker).
+    marked: bool,
 }
 
 /// One table column and where its values come from.
@@ -736,6 +740,7 @@ impl PostgresSink {
             table: quoted,
             commits,
             statements,
+            marked: false,
         })
     }
 
@@ -895,8 +900,13 @@ impl PostgresSink {
             table,
             commits,
             statements,
+            marked,
         } = conn;
         let mut tx = client.transaction().map_err(WriteError::Pg)?;
+        if !*marked {
+            Self::carry_earlier_marker(&mut tx, commits, &rt.query_id, &self.table)
+                .map_err(WriteError::Pg)?;
+        }
         let claimed = tx
             .execute(
                 &format!(
@@ -908,7 +918,9 @@ impl PostgresSink {
             )
             .map_err(WriteError::Pg)?;
         if claimed == 0 {
-            tx.rollback().map_err(WriteError::Pg)?;
+            // Nothing written but a carried-over marker (see above).
+            tx.commit().map_err(WriteError::Pg)?;
+            *marked = true;
             return Ok(false);
         }
         if rt.mode == OutputMode::Complete {
@@ -928,7 +940,49 @@ impl PostgresSink {
         }
         crate::failpoint::failpoint("postgres_before_commit", batch_id);
         tx.commit().map_err(WriteError::Pg)?;
+        *marked = true;
         Ok(true)
+    }
+
+    /// In the batch's transaction, before the claim: when the commit table
+    /// `commits` (in the target's schema) has no row for `(query_id, sink)`,
+    /// copies the row of the commit table that the search path finds (where
+    /// earlier versions kept their markers), if that is another table and has
+    /// one. A batch an earlier version wrote, or claimed and then crashed
+    /// before `commits/N`, so is not written again after an upgrade.
+    fn carry_earlier_marker(
+        tx: &mut ::postgres::Transaction<'_>,
+        commits: &str,
+        query_id: &str,
+        sink: &str,
+    ) -> std::result::Result<(), ::postgres::Error> {
+        let here = tx.query_opt(
+            &format!("SELECT 1 FROM {commits} WHERE query_id = $1 AND sink = $2"),
+            &[&query_id, &sink],
+        )?;
+        if here.is_some() {
+            return Ok(());
+        }
+        let earlier = tx.query_opt(
+            "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.oid = to_regclass('weir_sink_commits') \
+             AND c.oid IS DISTINCT FROM to_regclass($1::text)",
+            &[&commits],
+        )?;
+        let Some(earlier) = earlier else {
+            return Ok(());
+        };
+        let earlier: String = earlier.get(0);
+        tx.execute(
+            &format!(
+                "INSERT INTO {commits} (query_id, sink, batch_id) SELECT query_id, sink, batch_id \
+                 FROM {earlier} WHERE query_id = $1 AND sink = $2 \
+                 ON CONFLICT (query_id, sink) DO NOTHING"
+            ),
+            &[&query_id, &sink],
+        )?;
+        Ok(())
     }
 }
 
