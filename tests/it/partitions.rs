@@ -170,16 +170,48 @@ proptest! {
 }
 
 /// A batch larger than one task's slice (32k rows) is aggregated in
-/// parallel slices and merged: the same counts and sums as one slice.
+/// parallel slices and merged: every window's count, sum and max equal a
+/// plain fold over the rows, on one partition and on several.
 #[test]
-fn a_batch_split_into_parallel_tasks_aggregates_like_one() {
-    let input: Vec<Value> = (0..100_000i64)
-        .map(|i| event((i * 7) % 50, (i % 13) as u8, i % 1000))
+fn a_batch_split_into_parallel_tasks_aggregates_like_a_fold() {
+    use std::collections::BTreeMap;
+    let events: Vec<(i64, u8, i64)> = (0..100_000i64)
+        .map(|i| ((i * 7) % 50, (i % 13) as u8, (i * 31) % 1000))
         .collect();
-    let shape = Shape::WindowAgg(OutputMode::Update);
-    let one = run(shape, std::slice::from_ref(&input), 1, 1);
-    let many = run(shape, std::slice::from_ref(&input), 3, 4);
-    assert_eq!(many, one);
-    let rows: i64 = one[0].1.iter().map(|r| r["n"].as_i64().unwrap()).sum();
-    assert_eq!(rows, 100_000, "every row is counted once");
+    let input: Vec<Value> = events.iter().map(|(m, k, v)| event(*m, *k, *v)).collect();
+    // The oracle: (window start minute, key) -> (count, sum, max).
+    let mut fold: BTreeMap<(i64, String), (i64, i64, i64)> = BTreeMap::new();
+    for (m, k, v) in &events {
+        let e = fold
+            .entry((m - m % 10, format!("k{k}")))
+            .or_insert((0, 0, i64::MIN));
+        e.0 += 1;
+        e.1 += v;
+        e.2 = e.2.max(*v);
+    }
+    for (partitions, workers) in [(1, 1), (3, 4)] {
+        let out = run(
+            Shape::WindowAgg(OutputMode::Update),
+            std::slice::from_ref(&input),
+            partitions,
+            workers,
+        );
+        let got: BTreeMap<(i64, String), (i64, i64, i64)> = out[0]
+            .1
+            .iter()
+            .map(|r| {
+                let start = crate::common::iso_ms(r["window"]["start"].as_str().unwrap());
+                let minute = (start / 1000 - 1_704_110_400) / 60;
+                (
+                    (minute, r["key"].as_str().unwrap().to_string()),
+                    (
+                        r["n"].as_i64().unwrap(),
+                        r["total"].as_i64().unwrap(),
+                        r["top"].as_i64().unwrap(),
+                    ),
+                )
+            })
+            .collect();
+        assert_eq!(got, fold, "{partitions} partitions, {workers} workers");
+    }
 }

@@ -301,9 +301,10 @@ fn killed_process_recovers(provider: &str, name: &str) {
         .stderr(std::process::Stdio::null())
         .status()
         .unwrap();
-    assert!(
-        !status.success(),
-        "the child was meant to die at the failpoint"
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "the child was meant to be killed (SIGKILL) at the failpoint: {status}"
     );
     let chk = dir.path().join("chk");
     assert!(chk.join("offsets").join(victim.to_string()).exists());

@@ -340,7 +340,11 @@ fn killed_at_recovers_exactly(point: &str, name: &str) {
         .stderr(std::process::Stdio::null())
         .status()
         .unwrap();
-    assert!(!status.success(), "the child was meant to die at {point}");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "the child was meant to be killed (SIGKILL) at {point}: {status}"
+    );
     run_files_to_sink(dir.path());
     if point == "file_sink_after_data" {
         let on_disk = walk(&dir.path().join("out"))

@@ -360,12 +360,6 @@ pub struct AggregateOp {
     metrics: StateOperatorProgress,
 }
 
-/// Rows per task of the partial aggregation: a larger input batch is split
-/// into slices of this many rows, aggregated in parallel and merged in
-/// order. Fixed (not derived from the worker count), so a result never
-/// depends on how many workers computed it.
-const ROWS_PER_TASK: usize = 32 * 1024;
-
 /// Groups of one task or partition: (state key bytes, accumulators).
 type Groups = Vec<(Vec<u8>, Group)>;
 
@@ -544,8 +538,13 @@ impl AggregateOp {
     /// Rows are grouped by a batch-local key (the window start, then each key
     /// column's value bytes) without expanding or copying the input; only the
     /// distinct groups are converted to the state's row-format keys. Each
-    /// group sees its rows in input order (windows oldest first), so results
-    /// match a row-by-row fold exactly (float sums included).
+    /// group sees its rows in input order (windows oldest first), so within
+    /// one task the result matches a row-by-row fold exactly (float sums
+    /// included); tasks' partial results are then merged in input order, so
+    /// a float sum over more than one task can differ from a row fold in its
+    /// last bits (as Spark's partial aggregation does), never with the
+    /// partition or worker count. Also returns the rows that lost a window
+    /// that cannot be represented.
     fn partial(&self, batch: &RecordBatch) -> Result<(Groups, i64)> {
         let n = batch.num_rows();
         let window = self.keys.iter().enumerate().find_map(|(ki, k)| match k {
@@ -736,7 +735,7 @@ impl AggregateOp {
     /// Runs one micro-batch: input rows in, output rows per `mode` out.
     ///
     /// The batch runs as tasks on the worker pool it is called in (rayon):
-    /// each slice of [`ROWS_PER_TASK`] input rows is aggregated on its own
+    /// each slice of [`crate::ops::tasks::ROWS_PER_TASK`] input rows is aggregated on its own
     /// and its groups routed by key hash to the state partitions; then each
     /// partition merges its groups in input order, applies them to its
     /// store, evicts behind the watermark and produces its output, in
@@ -788,15 +787,7 @@ impl AggregateOp {
     /// by key hash), each partition's in input order.
     /// Also returns the rows that lost a window that cannot be represented.
     fn route(&self, input: &[RecordBatch], n: usize) -> Result<(Vec<Vec<Groups>>, i64)> {
-        let tasks: Vec<RecordBatch> = input
-            .iter()
-            .flat_map(|b| {
-                (0..b.num_rows().div_ceil(ROWS_PER_TASK)).map(move |i| {
-                    let off = i * ROWS_PER_TASK;
-                    b.slice(off, ROWS_PER_TASK.min(b.num_rows() - off))
-                })
-            })
-            .collect();
+        let tasks = crate::ops::tasks::slices(input);
         let task = |b: &RecordBatch| -> Result<(Vec<Groups>, i64)> {
             let (groups, lost) = self.partial(b)?;
             if n == 1 {

@@ -176,65 +176,69 @@ impl DedupOp {
             };
             let cols: Vec<_> = self.keys.iter().map(|i| batch.column(*i).clone()).collect();
             let rows = self.converter.convert_columns(&cols)?;
-            let parts: Vec<u32> = (0..batch.num_rows())
-                .map(|r| partition_of(rows.row(r).data(), n) as u32)
-                .collect();
+            // Each partition's rows of this batch, in input order.
+            let mut parts: Vec<Vec<u32>> = vec![Vec::new(); n];
+            for r in 0..batch.num_rows() {
+                parts[partition_of(rows.row(r).data(), n)].push(r as u32);
+            }
             encoded.push((batch, times, rows, parts));
         }
         let encoded = &encoded;
-        // One partition: its rows' keep flags (per batch) and its counts.
-        let run = |(p, store): (usize, &mut Box<dyn StateStore>)| -> Result<(Vec<Vec<bool>>, PartitionCounts)> {
-            let mut c = PartitionCounts::default();
-            let mut seen_now: HashSet<Vec<u8>> = HashSet::new();
-            let mut keeps = Vec::with_capacity(encoded.len());
-            for (batch, times, rows, parts) in encoded {
-                let mut keep = vec![false; batch.num_rows()];
-                for r in (0..batch.num_rows()).filter(|r| parts[*r] as usize == p) {
-                    let t = times.as_ref().and_then(|t| t[r]);
-                    if let (Some(late), Some(t)) = (late_us, t) {
-                        if t <= late {
-                            c.dropped += 1;
+        // One partition: the rows it keeps (per batch) and its counts.
+        type Kept = Vec<Vec<u32>>;
+        let run =
+            |(p, store): (usize, &mut Box<dyn StateStore>)| -> Result<(Kept, PartitionCounts)> {
+                let mut c = PartitionCounts::default();
+                let mut seen_now: HashSet<Vec<u8>> = HashSet::new();
+                let mut keeps = Vec::with_capacity(encoded.len());
+                for (_, times, rows, parts) in encoded {
+                    let mut keep = Vec::new();
+                    for r in parts[p].iter().map(|r| *r as usize) {
+                        let t = times.as_ref().and_then(|t| t[r]);
+                        if let (Some(late), Some(t)) = (late_us, t) {
+                            if t <= late {
+                                c.dropped += 1;
+                                continue;
+                            }
+                        }
+                        let key = rows.row(r).data();
+                        if seen_now.contains(key) || store.get(key).is_some() {
                             continue;
                         }
+                        let expires = match (self.event_time, t) {
+                            (Some((_, delay)), Some(t)) if self.within_watermark => {
+                                t.saturating_add(delay.saturating_mul(1000))
+                            }
+                            (Some(_), Some(t)) if self.time_in_key => t,
+                            _ => i64::MAX,
+                        };
+                        store.put(key.to_vec(), expires.to_le_bytes().to_vec());
+                        seen_now.insert(key.to_vec());
+                        c.updated += 1;
+                        keep.push(r as u32);
                     }
-                    let key = rows.row(r).data();
-                    if seen_now.contains(key) || store.get(key).is_some() {
-                        continue;
+                    keeps.push(keep);
+                }
+                if let Some(ev) = wm.evict_ms {
+                    let ev_us = ev.saturating_mul(1000);
+                    let expired: Vec<Vec<u8>> = store
+                        .iter()
+                        .filter(|(_, v)| {
+                            v.len() == 8 && i64::from_le_bytes(v[..].try_into().unwrap()) <= ev_us
+                        })
+                        .map(|(k, _)| k.to_vec())
+                        .collect();
+                    for k in expired {
+                        store.remove(&k);
+                        c.removed += 1;
                     }
-                    let expires = match (self.event_time, t) {
-                        (Some((_, delay)), Some(t)) if self.within_watermark => {
-                            t.saturating_add(delay.saturating_mul(1000))
-                        }
-                        (Some(_), Some(t)) if self.time_in_key => t,
-                        _ => i64::MAX,
-                    };
-                    store.put(key.to_vec(), expires.to_le_bytes().to_vec());
-                    seen_now.insert(key.to_vec());
-                    c.updated += 1;
-                    keep[r] = true;
                 }
-                keeps.push(keep);
-            }
-            if let Some(ev) = wm.evict_ms {
-                let ev_us = ev.saturating_mul(1000);
-                let expired: Vec<Vec<u8>> = store
-                    .iter()
-                    .filter(|(_, v)| {
-                        v.len() == 8 && i64::from_le_bytes(v[..].try_into().unwrap()) <= ev_us
-                    })
-                    .map(|(k, _)| k.to_vec())
-                    .collect();
-                for k in expired {
-                    store.remove(&k);
-                    c.removed += 1;
-                }
-            }
-            // A failed state read must not decide what is emitted.
-            store.check()?;
-            Ok((keeps, c))
-        };
+                // A failed state read must not decide what is emitted.
+                store.check()?;
+                Ok((keeps, c))
+            };
         let jobs = store.parts_mut().iter_mut().enumerate();
-        let results: Vec<(Vec<Vec<bool>>, PartitionCounts)> = if n > 1 {
+        let results: Vec<(Kept, PartitionCounts)> = if n > 1 {
             jobs.collect::<Vec<_>>()
                 .into_par_iter()
                 .map(run)
@@ -245,10 +249,13 @@ impl DedupOp {
         // A row is kept by its partition; rows keep their input order.
         let mut out = Vec::new();
         for (bi, (batch, ..)) in encoded.iter().enumerate() {
-            let keep: BooleanArray = (0..batch.num_rows())
-                .map(|r| Some(results.iter().any(|(k, _)| k[bi][r])))
-                .collect();
-            let b = filter_record_batch(batch, &keep)?;
+            let mut keep = vec![false; batch.num_rows()];
+            for (kept, _) in &results {
+                for r in &kept[bi] {
+                    keep[*r as usize] = true;
+                }
+            }
+            let b = filter_record_batch(batch, &BooleanArray::from(keep))?;
             if b.num_rows() > 0 {
                 out.push(b);
             }

@@ -8,6 +8,7 @@ pub mod join;
 pub mod operator;
 pub mod session;
 pub mod stateless;
+pub mod tasks;
 pub mod watermark;
 pub mod window;
 
@@ -538,11 +539,11 @@ impl Pipeline {
             };
             for op in self.nodes[ni].ops.iter_mut() {
                 batches = match op {
-                    OpExec::Filter(f) => stateless::in_tasks(batches, |b| f.apply(b))?
+                    OpExec::Filter(f) => tasks::in_tasks(batches, |b| f.apply(b))?
                         .into_iter()
                         .filter(|b| b.num_rows() > 0)
                         .collect(),
-                    OpExec::Project(p) => stateless::in_tasks(batches, |b| p.apply(b))?,
+                    OpExec::Project(p) => tasks::in_tasks(batches, |b| p.apply(b))?,
                     OpExec::Watermark(w) => {
                         for b in &batches {
                             w.observe(b, &mut ctx.event_time[w.id])?;

@@ -160,31 +160,3 @@ impl ProjectOp {
         Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
     }
 }
-
-/// Rows per task of a stateless step: larger batches are split into slices
-/// of this many rows so every worker gets a share.
-const ROWS_PER_TASK: usize = 32 * 1024;
-
-/// Applies a stateless step (filter, projection) to a batch's rows as tasks
-/// on the worker pool it is called in: one per input batch, larger batches
-/// in slices of [`ROWS_PER_TASK`] rows. Output keeps the input's order.
-pub fn in_tasks(
-    batches: Vec<RecordBatch>,
-    f: impl Fn(&RecordBatch) -> Result<RecordBatch> + Sync + Send,
-) -> Result<Vec<RecordBatch>> {
-    use rayon::prelude::*;
-    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    if batches.len() <= 1 && rows <= ROWS_PER_TASK {
-        return batches.iter().map(f).collect();
-    }
-    let tasks: Vec<RecordBatch> = batches
-        .iter()
-        .flat_map(|b| {
-            (0..b.num_rows().div_ceil(ROWS_PER_TASK).max(1)).map(move |i| {
-                let off = i * ROWS_PER_TASK;
-                b.slice(off, ROWS_PER_TASK.min(b.num_rows() - off))
-            })
-        })
-        .collect();
-    tasks.par_iter().map(&f).collect()
-}

@@ -592,7 +592,11 @@ impl Runner {
         durations.insert("addBatch".into(), t.elapsed().as_millis() as i64);
         failpoint("after_sink", batch_id);
         let t = Instant::now();
-        self.pipeline.commit_state(batch_id as u64 + 1)?;
+        // State partitions commit in parallel on the worker pool.
+        let pipeline = &mut self.pipeline;
+        self.session
+            .workers()
+            .and_then(|pool| pool.install(|| pipeline.commit_state(batch_id as u64 + 1)))?;
         failpoint("after_state_commit", batch_id);
         // The next watermark from this batch's event times.
         let mut op_wms = self.op_wms.clone();

@@ -1,0 +1,40 @@
+//! How a micro-batch is cut into tasks for the worker pool: input batches
+//! are split into slices of at most [`ROWS_PER_TASK`] rows. The slicing is
+//! fixed (not derived from the worker count), so a result never depends on
+//! how many workers computed it.
+
+use arrow::record_batch::RecordBatch;
+use rayon::prelude::*;
+
+use crate::error::Result;
+
+/// Rows per task: larger input batches are split into slices of this many.
+pub const ROWS_PER_TASK: usize = 32 * 1024;
+
+/// The batches cut into tasks of at most [`ROWS_PER_TASK`] rows, in order
+/// (zero-copy slices).
+pub fn slices(batches: &[RecordBatch]) -> Vec<RecordBatch> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            (0..b.num_rows().div_ceil(ROWS_PER_TASK).max(1)).map(move |i| {
+                let off = i * ROWS_PER_TASK;
+                b.slice(off, ROWS_PER_TASK.min(b.num_rows() - off))
+            })
+        })
+        .collect()
+}
+
+/// Applies a stateless step (filter, projection) as tasks on the worker
+/// pool it is called in; the output keeps the input's order. A single
+/// batch of at most one task's rows runs on the calling thread.
+pub fn in_tasks(
+    batches: Vec<RecordBatch>,
+    f: impl Fn(&RecordBatch) -> Result<RecordBatch> + Sync + Send,
+) -> Result<Vec<RecordBatch>> {
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    if batches.len() <= 1 && rows <= ROWS_PER_TASK {
+        return batches.iter().map(f).collect();
+    }
+    slices(&batches).par_iter().map(&f).collect()
+}
