@@ -7,6 +7,8 @@
 //! (default 1) that batch `<batch id>` reaches `<point>`. A point reached
 //! outside a batch (a sink's open, a cleanup) passes the batch it works for.
 //! Unset, a failpoint costs one environment lookup, cached after the first.
+//! The hook is compiled into every build (the crash matrix kills the real
+//! binary), so never set `WEIR_FAILPOINT` in a production environment.
 //!
 //! The points, in the order a batch meets them, are listed in [`POINTS`].
 
