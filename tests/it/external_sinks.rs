@@ -1123,6 +1123,134 @@ mod redis {
         cleanup(&mut c, &prefix);
     }
 
+    /// Every key under the prefix (`<prefix>*`, what a reader scanning it
+    /// finds), sorted.
+    fn all_keys(c: &mut Connection, prefix: &str) -> Vec<String> {
+        let mut keys: Vec<String> = c.keys(format!("{prefix}*")).unwrap();
+        keys.sort();
+        keys
+    }
+
+    /// A process killed (SIGKILL, the failpoint `redis_before_script`)
+    /// after staging a batch and before its apply script leaves staged rows,
+    /// hashes with the rows' fields; the re-run deletes them before staging
+    /// the batch again, so afterwards a reader scanning the prefix finds the
+    /// rows and the sink's marker, nothing else.
+    #[test]
+    fn redis_a_crash_before_the_script_leaves_no_staged_rows() {
+        const CHILD: &str = "WEIR_TEST_REDIS_CRASH_CHILD";
+        let sink = |prefix: String| {
+            move || -> BoxSink {
+                RedisSink::new(url())
+                    .key_prefix(&prefix)
+                    .key_columns(vec!["page"])
+                    .chunk_rows(1)
+                    .into()
+            }
+        };
+        if let Ok(args) = std::env::var(CHILD) {
+            let args: Vec<&str> = args.split('\n').collect();
+            let (prefix, input, chk) = (args[0], Path::new(args[1]), Path::new(args[2]));
+            run_clicks(input, chk, sink(prefix.to_string()), 0..1);
+            panic!("the failpoint redis_before_script did not fire");
+        }
+        let prefix = unique("staged");
+        let dir = tempfile::tempdir().unwrap();
+        let (input, chk) = (dir.path().join("in"), dir.path().join("chk"));
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "external_sinks::redis::redis_a_crash_before_the_script_leaves_no_staged_rows",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(
+                CHILD,
+                format!("{prefix}\n{}\n{}", input.display(), chk.display()),
+            )
+            .env("WEIR_FAILPOINT", "redis_before_script:0")
+            .output()
+            .unwrap();
+        {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(
+                out.status.signal(),
+                Some(9),
+                "the child was not killed at the failpoint: {}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let mut c = conn();
+        let staged = staging_keys(&mut c, &prefix);
+        assert!(
+            staged.len() >= 3,
+            "the killed batch left its staging: {staged:?}"
+        );
+        // Restarted: batch 0 again (staged anew under another name), then 1.
+        run_clicks(&input, &chk, sink(prefix.clone()), 1..2);
+        assert_eq!(
+            all_keys(&mut c, &prefix),
+            [
+                format!("{prefix}:/about"),
+                format!("{prefix}:/home"),
+                format!("{prefix}:\\__weir_batch__"),
+            ]
+        );
+        assert_eq!(
+            hashes(&mut c, &prefix),
+            BTreeMap::from([
+                (
+                    "/about".to_string(),
+                    fields_of(&[("ts", "2024-01-01T12:00:20Z")])
+                ),
+                (
+                    "/home".to_string(),
+                    fields_of(&[("ts", "2024-01-01T12:00:30Z")])
+                ),
+            ])
+        );
+        cleanup(&mut c, &prefix);
+    }
+
+    /// After an upgrade, update mode replaces the hash an earlier version
+    /// wrote for a key (at the key's former, unescaped name) instead of
+    /// leaving it beside the new one: a reader sees one hash per group.
+    #[test]
+    fn redis_update_mode_replaces_hashes_at_the_former_key_names() {
+        let prefix = unique("pv_upgraded");
+        let w0 = "2024-01-01T12:00:00Z/2024-01-01T12:01:00Z";
+        let mut c = conn();
+        // As the earlier version left them: key parts unescaped.
+        for page in ["/a:b", "x\\y", "/home"] {
+            let _: () = c.hset(format!("{prefix}:{w0}:{page}"), "views", 5).unwrap();
+        }
+        let chk = tempfile::tempdir().unwrap();
+        let sink = RedisSink::new(url())
+            .key_prefix(&prefix)
+            .key_columns(vec!["window", "page"]);
+        let (stream, q) = page_views(chk.path(), sink.into());
+        stream
+            .add_json(&[
+                click("12:00:10", "/a:b"),
+                click("12:00:20", "x\\y"),
+                click("12:00:30", "/home"),
+            ])
+            .unwrap();
+        q.process_all_available().unwrap();
+        q.stop().unwrap();
+        assert!(q.exception().is_none(), "{:?}", q.exception());
+        assert_eq!(
+            hashes(&mut c, &prefix),
+            BTreeMap::from([
+                (format!("{w0}:/a\\:b"), fields_of(&[("views", "1")])),
+                (format!("{w0}:/home"), fields_of(&[("views", "1")])),
+                (format!("{w0}:x\\\\y"), fields_of(&[("views", "1")])),
+            ])
+        );
+        cleanup(&mut c, &prefix);
+    }
+
     /// A marker an earlier version wrote (at `<prefix>:__weir_batch__`)
     /// still makes the re-run of its batch write nothing after an upgrade.
     #[test]

@@ -69,7 +69,11 @@
 //!    per pipelined request, under keys of this attempt alone:
 //!    `<prefix>:\__weir_stage__:<query id>:<batch id>:<nonce>` lists each row's
 //!    target key, and `...:<nonce>:<i>` holds row `i`'s hash (the list layout
-//!    stages the JSON rows in the first key). Readers never look there;
+//!    stages the JSON rows in the first key). Readers never look there.
+//!    Before the first batch a sink stages, and after a failed attempt, the
+//!    query's leftover staging keys (`<prefix>:\__weir_stage__:<query id>:*`,
+//!    found with `SCAN`, so one pass over the database's keys) are deleted
+//!    first;
 //! 3. one `EVALSHA` of the apply script checks the marker again, checks that
 //!    every staged row is there (else it fails before writing anything: a
 //!    script has no rollback), then moves each staged hash onto its target
@@ -80,12 +84,18 @@
 //! Redis runs a script atomically — no other client's command runs in
 //! between, and its writes reach replicas and the AOF as one `MULTI/EXEC` —
 //! so the rows and the batch id land together or not at all. A crash between
-//! chunks, or before the script, leaves only staging keys, which carry a
-//! 24-hour TTL (removed by `PERSIST` once moved) and are never applied: the
-//! re-run stages afresh under a new nonce. A crash after the script leaves
-//! the batch written and marked, and the re-run writes nothing. Two writers
-//! of one query (a zombie) each stage their own copy; the marker lets only
-//! the first apply, and the second's script drops its staging.
+//! chunks, or before the script, leaves only staging keys, which are never
+//! applied: the re-run deletes them and stages afresh under a new nonce, so
+//! once it is done no key under the prefix but the rows and the sink's own
+//! marker and key index remains (a staged row is a hash with the row's
+//! fields, which a reader scanning `<prefix>*` must not take for a row).
+//! Staging keys also carry a 24-hour TTL (removed by `PERSIST` once moved),
+//! for a query that is never restarted. A crash after the script leaves the
+//! batch written and marked, and the re-run writes nothing. Two writers of
+//! one query (a zombie) each stage their own copy; the marker lets only the
+//! first apply, and the second's script drops its staging. (One writer's
+//! cleanup may delete the other's staging mid-batch; that writer's script
+//! then finds rows missing and fails the batch, writing nothing.)
 //!
 //! Why a script rather than `WATCH` + `MULTI/EXEC`: the check and the write
 //! happen in one round trip on the server, with no optimistic-lock retry loop
@@ -93,9 +103,26 @@
 //! guard cannot be left out by a later edit of the client code. The marker is
 //! a hash keyed by query id rather than one number so that a new checkpoint
 //! (a new query whose batch ids restart at 0) writing to the same prefix is
-//! not mistaken for a replay. (Markers and key indexes of earlier versions,
-//! at `<prefix>:__weir_batch__` and `<prefix>:__weir_keys__`, are still read,
-//! so an upgrade neither re-writes a batch nor leaves a stale complete result.)
+//! not mistaken for a replay.
+//!
+//! ### Upgrading from versions with unescaped keys
+//!
+//! Markers and key indexes of earlier versions, at `<prefix>:__weir_batch__`
+//! and `<prefix>:__weir_keys__`, are still read, so an upgrade neither
+//! re-writes a batch nor leaves a stale complete result. Earlier versions
+//! wrote key parts unescaped, a null as an empty part (a window `start/end`
+//! with empty null bounds). When a row is written whose key in that format
+//! differs and can be no row's key now (as for a string or binary key value
+//! with `:`, or with a `\` not followed by `\` or `:`; a null timestamp or
+//! window; a window with a null bound), the apply script deletes the hash at
+//! the former key in the same script as the row's write, so a reader sees
+//! one hash per group. A former key that is also a possible key now is left alone, as it
+//! may be another row's current hash: a null string, binary or other non-time
+//! key value (its former part was empty, which is now the empty string's
+//! key) or a value whose text reads as escaped (e.g. `a\\b`, now the key
+//! of `a\b`). Such a row's hash at the former key stays beside the new one
+//! until it is deleted by hand (`DEL <prefix>:<former key>`); complete mode
+//! is not affected (the previous result's keys are deleted from its index).
 //!
 //! One server (or a cluster with every key in one slot: use a hash tag as
 //! the prefix, e.g. `{page_views}`; `RENAME` needs it too). The sink connects
@@ -143,12 +170,13 @@ return math.max(a or -1, b or -1)
 ";
 
 /// Applies a staged batch of hashes. KEYS: marker, legacy marker, key index,
-/// legacy key index, staging list (pairs: target key, '1' if the row has a
-/// staged hash at `<staging list>:<i>` else '0'); ARGV: query id, batch id,
+/// legacy key index, staging list (triples: target key, '1' if the row has a
+/// staged hash at `<staging list>:<i>` else '0', and the row's key in an
+/// earlier version's format to delete, or ''); ARGV: query id, batch id,
 /// complete ('1'/'0'), staged row count.
 const HASH_APPLY_SCRIPT: &str = r"
 local stage = KEYS[5]
-local n = redis.call('LLEN', stage) / 2
+local n = redis.call('LLEN', stage) / 3
 if written(tonumber(ARGV[2])) then
   for i = 1, n do redis.call('DEL', stage .. ':' .. i) end
   redis.call('DEL', stage)
@@ -160,9 +188,9 @@ if n ~= tonumber(ARGV[4]) then
 end
 -- Everything is checked before the first write: a script has no rollback.
 for i = 1, n, 500 do
-  local e = redis.call('LRANGE', stage, 2 * (i - 1), 2 * (i - 1) + 999)
-  for j = 1, #e, 2 do
-    local row = i + (j - 1) / 2
+  local e = redis.call('LRANGE', stage, 3 * (i - 1), 3 * (i - 1) + 1499)
+  for j = 1, #e, 3 do
+    local row = i + (j - 1) / 3
     if e[j + 1] == '1' and redis.call('EXISTS', stage .. ':' .. row) == 0 then
       return redis.error_reply('WEIR_STAGE staged row ' .. row ..
         ' is missing (expired or deleted); nothing was written')
@@ -179,10 +207,11 @@ if complete then
   end
 end
 for i = 1, n, 500 do
-  local e = redis.call('LRANGE', stage, 2 * (i - 1), 2 * (i - 1) + 999)
-  for j = 1, #e, 2 do
-    local row = i + (j - 1) / 2
+  local e = redis.call('LRANGE', stage, 3 * (i - 1), 3 * (i - 1) + 1499)
+  for j = 1, #e, 3 do
+    local row = i + (j - 1) / 3
     local target = e[j]
+    if e[j + 2] ~= '' then redis.call('DEL', e[j + 2]) end
     if e[j + 1] == '1' then
       redis.call('RENAME', stage .. ':' .. row, target)
       redis.call('PERSIST', target)
@@ -264,6 +293,151 @@ fn row_key(prefix: &str, cells: &[Cells], keys: &[usize], r: usize) -> Vec<u8> {
     key
 }
 
+/// The key an earlier version gave row `r` (key parts unescaped, null and
+/// a null window bound empty, a window `start/end`).
+fn legacy_row_key(prefix: &str, cells: &[Cells], keys: &[usize], r: usize) -> Vec<u8> {
+    let mut key = prefix.as_bytes().to_vec();
+    for &k in keys {
+        key.push(b':');
+        for (i, p) in cells[k].render(r).iter().enumerate() {
+            if i > 0 {
+                key.push(b'/');
+            }
+            key.extend_from_slice(p.as_deref().unwrap_or_default());
+        }
+    }
+    key
+}
+
+/// What a key part may look like, by the key column's type.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum KeyKind {
+    /// Escaped text (strings, binary and every other type).
+    Escaped,
+    Time,
+    Window,
+}
+
+/// Whether `key` may be the key of some row whose key columns are of
+/// `kinds`. True for every key [`row_key`] gives (it may also be true for
+/// some that no row has): a key for which it is false is no row's.
+fn may_be_row_key(prefix: &str, kinds: &[KeyKind], key: &[u8]) -> bool {
+    fn rest_matches(kinds: &[KeyKind], k: &[u8]) -> bool {
+        let Some((kind, more)) = kinds.split_first() else {
+            return k.is_empty();
+        };
+        let Some(k) = k.strip_prefix(b":") else {
+            return false;
+        };
+        part_ends(*kind, k)
+            .into_iter()
+            .any(|end| rest_matches(more, &k[end..]))
+    }
+    key.strip_prefix(prefix.as_bytes())
+        .is_some_and(|k| rest_matches(kinds, k))
+}
+
+/// The lengths a part of `kind` at the start of `k` may have.
+fn part_ends(kind: KeyKind, k: &[u8]) -> Vec<usize> {
+    let mut ends = Vec::new();
+    if k.starts_with(NULL_PART) {
+        ends.push(NULL_PART.len());
+    }
+    match kind {
+        KeyKind::Escaped => {
+            // Up to the first unescaped `:`; an escape is `\\` or `\:`.
+            let mut i = 0;
+            loop {
+                match k.get(i) {
+                    None | Some(b':') => {
+                        ends.push(i);
+                        break;
+                    }
+                    Some(&ESC) if matches!(k.get(i + 1), Some(&ESC | b':')) => i += 2,
+                    Some(&ESC) => break,
+                    Some(_) => i += 1,
+                }
+            }
+        }
+        KeyKind::Time => ends.extend(time_ends(k)),
+        KeyKind::Window => {
+            // `start/end`, each bound a timestamp or `\N`.
+            let bound = |k: &[u8]| -> Vec<usize> {
+                let mut e = time_ends(k);
+                if k.starts_with(NULL_PART) {
+                    e.push(NULL_PART.len());
+                }
+                e
+            };
+            for s in bound(k) {
+                if k.get(s) == Some(&b'/') {
+                    ends.extend(bound(&k[s + 1..]).into_iter().map(|e| s + 1 + e));
+                }
+            }
+        }
+    }
+    ends
+}
+
+/// The lengths a timestamp's text at the start of `k` may have: ISO-8601
+/// has two `:` and the integer form none, neither has `/` or `\`, and
+/// neither is empty.
+fn time_ends(k: &[u8]) -> Vec<usize> {
+    let mut ends = Vec::new();
+    let mut colons = 0;
+    for i in 1..=k.len() {
+        let b = k[i - 1];
+        if b == b'/' || b == ESC {
+            break;
+        }
+        if b == b':' {
+            colons += 1;
+            if colons > 2 {
+                break;
+            }
+            continue;
+        }
+        if (colons == 0 || colons == 2) && matches!(k.get(i), None | Some(b':' | b'/')) {
+            ends.push(i);
+        }
+    }
+    ends
+}
+
+/// The key to delete along with writing row `r` at `key`: the row's key in
+/// an earlier version's format, when that differs and can be no row's key
+/// now nor one of the sink's own names (a value with `:` or `\` in a text
+/// key, a null timestamp or window). None: nothing to delete.
+fn stale_legacy_key(
+    prefix: &str,
+    cells: &[Cells],
+    keys: &[usize],
+    kinds: &[KeyKind],
+    r: usize,
+    key: &[u8],
+) -> Option<Vec<u8>> {
+    let legacy = legacy_row_key(prefix, cells, keys, r);
+    let own = |name: &str| legacy == format!("{prefix}:{name}").as_bytes();
+    (legacy != key
+        && !legacy.starts_with(format!("{prefix}:\\_").as_bytes())
+        && !own("__weir_batch__")
+        && !own("__weir_keys__")
+        && !may_be_row_key(prefix, kinds, &legacy))
+    .then_some(legacy)
+}
+
+/// Escapes the glob characters of `s` for a `SCAN ... MATCH` pattern.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A name unique to this staging attempt.
 fn nonce() -> String {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -300,6 +474,10 @@ struct Runtime {
     /// Output columns written as fields, with their field names.
     fields: Vec<(usize, Vec<String>)>,
     conn: Option<Connection>,
+    /// Staging keys of this query may be left over (from a process that
+    /// died before its apply script, or an attempt that failed): removed
+    /// before the next batch is staged.
+    stale_staging: bool,
     last_script: Script,
     hash_script: Script,
     list_script: Script,
@@ -381,6 +559,15 @@ impl<'a> Cells<'a> {
             Cells::Other(a, f) => {
                 vec![(!a.is_null(r)).then(|| f.value(r).to_string().into_bytes())]
             }
+        }
+    }
+
+    /// What the column's key parts look like.
+    fn key_kind(&self) -> KeyKind {
+        match self {
+            Cells::Time(_) => KeyKind::Time,
+            Cells::Window(..) => KeyKind::Window,
+            _ => KeyKind::Escaped,
         }
     }
 
@@ -551,6 +738,54 @@ impl RedisSink {
         Ok(conn)
     }
 
+    /// Deletes this query's staging keys (`<prefix>:\__weir_stage__:<query
+    /// id>:*`, found with `SCAN`) when some may be left over: before the
+    /// first batch the sink stages, and after a failed attempt. A staged row
+    /// carries the row's fields, so a reader scanning the prefix must not
+    /// find one once a batch is done.
+    fn drop_stale_staging(
+        &self,
+        rt: &mut Runtime,
+        conn: &mut Connection,
+    ) -> std::result::Result<(), RedisError> {
+        if !rt.stale_staging {
+            return Ok(());
+        }
+        let pattern = format!(
+            "{}:{}:{}:*",
+            glob_escape(&rt.prefix),
+            glob_escape(STAGE_NAME),
+            glob_escape(&rt.query_id)
+        );
+        let mut cursor: u64 = 0;
+        let mut dropped = 0usize;
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = ::redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query(conn)?;
+            for chunk in keys.chunks(500) {
+                ::redis::cmd("DEL").arg(chunk).query::<()>(conn)?;
+                dropped += chunk.len();
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        if dropped > 0 {
+            tracing::info!(
+                prefix = %rt.prefix,
+                "Redis sink: deleted {dropped} staging keys an unfinished batch left"
+            );
+        }
+        rt.stale_staging = false;
+        Ok(())
+    }
+
     /// Stages the batch in chunks and applies it with one script (see the
     /// module docs); `Ok(false)`: the batch was written before.
     fn write(
@@ -602,6 +837,7 @@ impl RedisSink {
                 .collect::<Result<_>>()
                 .map_err(WriteError::Other)?;
             let schema = b.schema();
+            let kinds: Vec<KeyKind> = rt.keys.iter().map(|&k| cells[k].key_kind()).collect();
             for r in 0..b.num_rows() {
                 staged += 1;
                 if rt.keys.is_empty() {
@@ -615,6 +851,8 @@ impl RedisSink {
                         .ignore();
                 } else {
                     let key = row_key(&rt.prefix, &cells, &rt.keys, r);
+                    let legacy = stale_legacy_key(&rt.prefix, &cells, &rt.keys, &kinds, r, &key)
+                        .unwrap_or_default();
                     let mut hset = ::redis::cmd("HSET");
                     let staged_row = format!("{stage}:{staged}");
                     hset.arg(&staged_row);
@@ -638,6 +876,7 @@ impl RedisSink {
                         .arg(&stage)
                         .arg(key)
                         .arg(if any { "1" } else { "0" })
+                        .arg(legacy)
                         .ignore();
                 }
                 in_pipe += 1;
@@ -770,6 +1009,7 @@ impl Sink for RedisSink {
             keys,
             fields,
             conn: None,
+            stale_staging: true,
             last_script: Script::new(&format!("{LAST_FN}{LAST_SCRIPT}")),
             hash_script: Script::new(&format!("{LAST_FN}{HASH_APPLY_SCRIPT}")),
             list_script: Script::new(&format!("{LAST_FN}{LIST_APPLY_SCRIPT}")),
@@ -805,7 +1045,14 @@ impl RedisSink {
                 rt.conn = Some(conn);
                 return Ok(()); // nothing to write, nothing to duplicate
             }
-            match self.write(rt, &mut conn, batch_id, batches) {
+            let result = self
+                .drop_stale_staging(rt, &mut conn)
+                .map_err(WriteError::Redis)
+                .and_then(|()| self.write(rt, &mut conn, batch_id, batches));
+            if result.is_err() {
+                rt.stale_staging = true;
+            }
+            match result {
                 Ok(written) => {
                     if !written {
                         tracing::info!(
@@ -990,6 +1237,33 @@ mod tests {
             .collect()
     }
 
+    /// The kind of key part a value gives.
+    fn kind_of(v: &KeyVal) -> KeyKind {
+        match v {
+            KeyVal::Time(_) => KeyKind::Time,
+            KeyVal::Window(_) => KeyKind::Window,
+            _ => KeyKind::Escaped,
+        }
+    }
+
+    /// The earlier version's key of each row of `tuples` that the sink
+    /// deletes when it writes the row (see [`stale_legacy_key`]).
+    fn stale_legacy_keys(prefix: &str, tuples: &[Vec<KeyVal>]) -> Vec<Option<String>> {
+        let columns: Vec<ArrayRef> = (0..tuples[0].len())
+            .map(|c| key_column(&tuples.iter().map(|t| t[c].clone()).collect::<Vec<_>>()))
+            .collect();
+        let cells: Vec<Cells> = columns.iter().map(|c| Cells::new(c).unwrap()).collect();
+        let keys: Vec<usize> = (0..columns.len()).collect();
+        let kinds: Vec<KeyKind> = cells.iter().map(Cells::key_kind).collect();
+        (0..tuples.len())
+            .map(|r| {
+                let key = row_key(prefix, &cells, &keys, r);
+                stale_legacy_key(prefix, &cells, &keys, &kinds, r, &key)
+                    .map(|k| String::from_utf8_lossy(&k).into_owned())
+            })
+            .collect()
+    }
+
     /// What a value's key part decodes to: its text (a timestamp's ISO
     /// text, a window's `start/end` with `\N` for a null bound), None: null.
     fn canonical(v: &KeyVal) -> Option<Vec<u8>> {
@@ -1161,6 +1435,23 @@ mod tests {
                 prop_assert_eq!(a == b, keys[0] == keys[1], "{:?} / {:?}", a, b);
             }
 
+            /// Every key the sink gives passes [`may_be_row_key`], so an
+            /// earlier version's key the sink deletes is never another row's
+            /// current hash, nor one of the sink's own names.
+            #[test]
+            fn a_deleted_legacy_key_is_no_rows_key((a, b) in two_tuples()) {
+                let prefix = "pv";
+                let kinds: Vec<KeyKind> = a.iter().map(kind_of).collect();
+                let keys = keys_of(prefix, &[a.clone(), b.clone()]);
+                for key in &keys {
+                    prop_assert!(may_be_row_key(prefix, &kinds, key), "{:?}", String::from_utf8_lossy(key));
+                }
+                if let Some(stale) = &stale_legacy_keys(prefix, &[a.clone(), b.clone()])[0] {
+                    prop_assert_ne!(stale.as_bytes(), &keys[1][..]);
+                    prop_assert!(!stale.starts_with("pv:\\_"));
+                }
+            }
+
             /// Timestamps render injectively (the key leaves them unescaped).
             #[test]
             fn iso_timestamps_are_injective(a in time(), b in time()) {
@@ -1211,6 +1502,52 @@ mod tests {
             String::from_utf8(w[0].clone()).unwrap(),
             "pv:2024-01-01T12:00:00Z/2024-01-01T12:01:00Z:/home"
         );
+    }
+
+    /// A row's key in the earlier format is deleted when it can be no row's
+    /// key now, and kept when it may be (a null text key was `pv:`, which is
+    /// now the empty string's key).
+    #[test]
+    fn stale_legacy_keys_are_the_unambiguous_ones() {
+        let t = |s: Option<&str>| KeyVal::Text(s.map(str::to_string));
+        let two = stale_legacy_keys(
+            "pv",
+            &[
+                vec![t(Some("a:b")), t(Some("c"))],
+                vec![t(Some("a")), t(Some("b"))],
+                vec![t(Some("x")), t(None)],
+                vec![t(Some("x\\y")), t(Some("z"))],
+                vec![t(Some("x\\\\")), t(Some("z"))],
+            ],
+        );
+        let s = |k: &str| Some(k.to_string());
+        assert_eq!(two, [s("pv:a:b:c"), None, None, s("pv:x\\y:z"), None]);
+        let one = stale_legacy_keys(
+            "pv",
+            &[
+                vec![t(Some("http://x"))],
+                vec![t(Some("\\__weir_batch__"))],
+                vec![t(Some("x\\"))],
+            ],
+        );
+        assert_eq!(one, [s("pv:http://x"), None, s("pv:x\\")]);
+        let times = stale_legacy_keys(
+            "pv",
+            &[
+                vec![KeyVal::Time(None), t(Some("a"))],
+                vec![KeyVal::Time(Some(0)), t(Some("a"))],
+            ],
+        );
+        assert_eq!(times, [s("pv::a"), None]);
+        let windows = stale_legacy_keys(
+            "pv",
+            &[
+                vec![KeyVal::Window(None)],
+                vec![KeyVal::Window(Some((Some(0), None)))],
+                vec![KeyVal::Window(Some((Some(0), Some(60_000_000))))],
+            ],
+        );
+        assert_eq!(windows, [s("pv:/"), s("pv:1970-01-01T00:00:00Z/"), None]);
     }
 
     #[test]
