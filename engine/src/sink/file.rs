@@ -267,7 +267,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// The `col=value` directory name of one partition value (`None`: null), and
-/// whether it was cut to fit [`MAX_NAME_BYTES`].
+/// whether it was cut to fit (`MAX_NAME_BYTES`, 255 bytes).
 pub fn partition_dir_name(column: &str, value: Option<&str>) -> (String, bool) {
     let col = escape_path_name(column);
     let value = match value {
