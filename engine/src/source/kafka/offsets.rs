@@ -71,8 +71,15 @@ pub fn parse_assign(text: &str) -> Result<Vec<TopicPartition>, String> {
         for p in ps {
             let p = p
                 .as_i64()
-                .ok_or_else(|| format!("assign: `{p}` is not a partition of `{t}`"))?;
-            out.push((t.clone(), p as i32));
+                .and_then(|p| i32::try_from(p).ok())
+                .filter(|p| *p >= 0)
+                .ok_or_else(|| {
+                    format!(
+                        "assign: `{p}` is not a partition of `{t}` (a number from 0 to {})",
+                        i32::MAX
+                    )
+                })?;
+            out.push((t.clone(), p));
         }
     }
     out.sort();
@@ -93,7 +100,8 @@ pub fn rate_limit(
         .iter()
         .filter_map(|(tp, end)| {
             let begin = *from.get(tp)?;
-            let size = end - begin;
+            // Saturating: a damaged log's negative start must not panic.
+            let size = end.saturating_sub(begin);
             (size > 0).then_some((tp, size))
         })
         .collect();
@@ -113,12 +121,7 @@ pub fn rate_limit(
                     } else {
                         prorate.floor()
                     } as i64;
-                    let off = if prorate > i64::MAX - begin {
-                        i64::MAX
-                    } else {
-                        begin + prorate
-                    };
-                    off.min(*end)
+                    begin.saturating_add(prorate).min(*end)
                 }
                 None => *end,
             };
@@ -129,6 +132,23 @@ pub fn rate_limit(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_negative_start_from_a_damaged_log_does_not_panic_the_rate_limit() {
+        let tp = ("t".to_string(), 0);
+        let from: PartitionOffsets = [(tp.clone(), -3)].into_iter().collect();
+        let until: PartitionOffsets = [(tp.clone(), 5)].into_iter().collect();
+        assert_eq!(rate_limit(10, &from, &until)[&tp], 5);
+        let from: PartitionOffsets = [(tp.clone(), i64::MIN)].into_iter().collect();
+        assert_eq!(rate_limit(10, &from, &until)[&tp], i64::MIN + 10);
+    }
+
+    #[test]
+    fn assign_refuses_partitions_out_of_range() {
+        assert!(parse_assign(r#"{"t":[4294967296]}"#).is_err());
+        assert!(parse_assign(r#"{"t":[-1]}"#).is_err());
+        assert_eq!(parse_assign(r#"{"t":[1,0]}"#).unwrap().len(), 2);
+    }
+
     use super::*;
 
     fn offs(v: &[(&str, i32, i64)]) -> PartitionOffsets {
