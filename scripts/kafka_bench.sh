@@ -8,7 +8,10 @@
 # Uses the broker at $KAFKA_BOOTSTRAP, or starts one with scripts/kafka.sh
 # (and stops it afterwards). Builds the examples with the `kafka-bench`
 # profile (Cargo.toml: weir, rdkafka and Arrow optimized, DataFusion not).
-# Set WEIR_BENCH_PROFILE=dev for the plain debug build, or release.
+# Set WEIR_BENCH_PROFILE=dev for the plain debug build, or release; set
+# WEIR_BENCH_BIN=DIR to run page_views and click_generator from DIR instead
+# (e.g. a copy of an earlier build, to compare two builds one after the other).
+# Prints the pipeline's own figures, then its CPU time and peak RSS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EVENTS="${1:-1000000}"
@@ -26,14 +29,22 @@ fi
 export KAFKA_BOOTSTRAP
 trap '[[ -z "$started" ]] || bash scripts/kafka.sh stop' EXIT
 
-cargo build --profile "$PROFILE" --features kafka --example page_views --example click_generator
-dir="$TARGET/$PROFILE/examples"
-[[ "$PROFILE" == dev ]] && dir="$TARGET/debug/examples"
+if [[ -n "${WEIR_BENCH_BIN:-}" ]]; then
+  dir="$WEIR_BENCH_BIN"
+else
+  cargo build --profile "$PROFILE" --features kafka --example page_views --example click_generator
+  dir="$TARGET/$PROFILE/examples"
+  [[ "$PROFILE" == dev ]] && dir="$TARGET/debug/examples"
+fi
 run="$(date +%s)-$$"
 chk=$(mktemp -d)
 echo "== producing $EVENTS clicks (4 partitions, 1000 pages, event time 2000 clicks/s, 20 s disorder, 0.5% late)"
 "$dir/click_generator" --topic "bench-clicks-$run" --partitions 4 --rate 0 --event-rate 2000 --count "$EVENTS"
 echo "== page views: Kafka -> window(1 min) x page count -> Kafka (exactly once), maxOffsetsPerTrigger $MAX_OFFSETS, profile $PROFILE"
-"$dir/page_views" --topic "bench-clicks-$run" --starting-offsets earliest --available-now \
+timed=()
+if [[ -x /usr/bin/time ]]; then
+  timed=(/usr/bin/time -f "process: %U s user + %S s system CPU, %e s wall, peak RSS %M KB")
+fi
+"${timed[@]}" "$dir/page_views" --topic "bench-clicks-$run" --starting-offsets earliest --available-now \
   --max-offsets "$MAX_OFFSETS" --sink kafka --out-topic "bench-views-$run" --checkpoint "$chk/chk"
 rm -rf "$chk"

@@ -1668,3 +1668,131 @@ fn a_kill_after_send_or_after_commit_leaves_each_update_once() {
         );
     }
 }
+
+/// Produces `txns` transactions of `per` records to each of `partitions`
+/// partitions, every third one aborted (its records written, then aborted);
+/// returns the committed values in offset order per partition.
+fn produce_transactions(topic: &str, partitions: i32, txns: usize, per: usize) -> Vec<Vec<String>> {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("transactional.id", unique("txn-in"))
+        .set("linger.ms", "0")
+        .create()
+        .unwrap();
+    p.init_transactions(Duration::from_secs(30)).unwrap();
+    let mut committed = vec![Vec::new(); partitions as usize];
+    for t in 0..txns {
+        p.begin_transaction().unwrap();
+        let mut values = Vec::new();
+        for part in 0..partitions {
+            for i in 0..per {
+                let v = format!("p{part}-t{t}-{i}");
+                p.send(
+                    BaseRecord::<'_, str, str>::to(topic)
+                        .partition(part)
+                        .payload(&v),
+                )
+                .map_err(|(e, _)| e)
+                .unwrap();
+                values.push((part, v));
+            }
+        }
+        p.flush(Duration::from_secs(30)).unwrap();
+        if t % 3 == 2 {
+            p.abort_transaction(Duration::from_secs(30)).unwrap();
+        } else {
+            p.commit_transaction(Duration::from_secs(30)).unwrap();
+            for (part, v) in values {
+                committed[part as usize].push(v);
+            }
+        }
+    }
+    committed
+}
+
+#[test]
+fn a_transactional_topic_in_small_batches_gives_each_committed_record_once() {
+    // Batch ends land on transaction markers and inside aborted transactions
+    // (offsets without a record to read): each partition's reader continues
+    // from where the last batch left it, and no record is read twice, lost
+    // or read from an aborted transaction.
+    let t = new_topic("txn-in", 2);
+    let committed = produce_transactions(&t, 2, 9, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let out: Batches = Arc::default();
+    for cap in ["3", "5"] {
+        let chk = dir.path().join(format!("chk-{cap}"));
+        out.lock().unwrap().clear();
+        let q = collect(
+            source(&t)
+                .starting_offsets(StartingOffsets::Earliest)
+                .option("maxOffsetsPerTrigger", cap),
+            &chk,
+            Trigger::AvailableNow,
+            &out,
+        )
+        .unwrap();
+        run_to_end(&q);
+        let mut rows = all_rows(&out);
+        rows.sort_by_key(|r| (r.partition, r.offset));
+        for (part, want) in committed.iter().enumerate() {
+            let got: Vec<String> = rows
+                .iter()
+                .filter(|r| r.partition == part as i32)
+                .map(|r| r.value.clone().unwrap())
+                .collect();
+            assert_eq!(&got, want, "partition {part}, maxOffsetsPerTrigger {cap}");
+        }
+        let batches = q.recent_progress().len();
+        assert!(
+            batches >= 10,
+            "{batches} batches at maxOffsetsPerTrigger {cap}"
+        );
+    }
+}
+
+#[test]
+fn batches_whose_records_are_there_are_read_without_waiting() {
+    // Each partition keeps its consumer across batches and a read returns as
+    // soon as every partition reached the batch's end: reading a few hundred
+    // records already in Kafka takes milliseconds, not a fetch round per
+    // batch and partition (it took hundreds of ms per batch when every batch
+    // assigned and sought a consumer again).
+    let t = new_topic("nowait", 4);
+    for p in 0..4 {
+        produce_n(&t, p, 3000, |i| format!("v{i}"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out: Batches = Arc::default();
+    let q = collect(
+        source(&t)
+            .starting_offsets(StartingOffsets::Earliest)
+            .option("maxOffsetsPerTrigger", "400"),
+        &dir.path().join("chk"),
+        Trigger::AvailableNow,
+        &out,
+    )
+    .unwrap();
+    run_to_end(&q);
+    let rows = all_rows(&out);
+    let distinct: BTreeSet<(i32, i64)> = rows.iter().map(|r| (r.partition, r.offset)).collect();
+    assert_eq!((rows.len(), distinct.len()), (12000, 12000));
+    // The first batch starts the consumers; the others continue them.
+    let mut reads: Vec<i64> = q
+        .recent_progress()
+        .iter()
+        .filter(|p| p.num_input_rows > 0)
+        .skip(1)
+        .map(|p| p.duration_ms["getBatch"])
+        .collect();
+    reads.sort_unstable();
+    assert!(reads.len() >= 25, "{reads:?}");
+    eprintln!("getBatch per batch (ms, sorted): {reads:?}");
+    // Generous for a debug build on a busy machine: a wait for a fetch
+    // backoff or a poll timeout is hundreds of ms to a second.
+    let slowest = reads[reads.len() - 1];
+    assert!(
+        slowest < 400,
+        "a batch waited {slowest} ms in getBatch: {reads:?}"
+    );
+}

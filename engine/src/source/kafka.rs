@@ -23,7 +23,7 @@
 //! | `startingOffsetsByTimestamp` | `option` | `{"t":{"0":1700000000000}}` |
 //! | `startingOffsetsByTimestampStrategy` | `option` | `error` (default) or `latest` when no record is that new |
 //! | `maxOffsetsPerTrigger` | [`KafkaSource::max_offsets_per_trigger`] | a cap per batch, split across partitions in proportion to lag (default 1,000,000, unlike Spark: see below) |
-//! | `minPartitions` | [`KafkaSource::min_partitions`] | accepted; weir reads each batch in one process and does not split partitions |
+//! | `minPartitions` | [`KafkaSource::min_partitions`] | accepted; weir reads each partition of a batch whole (partitions in parallel) and does not split partitions |
 //! | `failOnDataLoss` | [`KafkaSource::fail_on_data_loss`] | `true` (default): fail naming topic, partition and lost range; `false`: skip, warn and count (`lostOffsets` metric) |
 //! | `includeHeaders` | [`KafkaSource::include_headers`] | add the `headers` column |
 //! | `kafkaConsumer.pollTimeoutMs` | `option` | how long a read may make no progress (default 120000) |
@@ -63,10 +63,25 @@
 //! would otherwise exhaust memory in the first batch. The backlog is read
 //! over several batches instead, every record exactly once; the
 //! available-now trigger reads the same way until it reaches its target.
+//!
+//! ## Reading a batch
+//!
+//! Each partition is read by its own consumer, kept from one batch to the
+//! next (Spark's executors cache one consumer per topic-partition the same
+//! way). A batch's partitions are read in parallel (rayon tasks); a
+//! batch that starts where the partition's last one ended continues without
+//! assigning or seeking again, on records librdkafka prefetched meanwhile
+//! (up to 32 MB per partition: `kafka.queued.max.messages.kbytes`); a read
+//! returns as soon as every partition reached the batch's end offset. A
+//! partition whose batch does not continue the last one (the first batch, a
+//! replay after a restart, offsets skipped as lost) is assigned at the
+//! batch's start first. Either way a batch reads exactly the records of its
+//! logged ranges, each once, so a replayed batch reads the same records.
 
 pub mod admin;
 mod fetch;
 pub mod offsets;
+mod reader;
 mod rows;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -122,7 +137,12 @@ struct Metrics {
 }
 
 struct Runtime {
+    /// For metadata, offset lookups and group commits (it reads no records).
     consumer: BaseConsumer,
+    /// How each partition's reader is configured.
+    reader_conf: ClientConfig,
+    /// The partitions' readers, kept across batches.
+    readers: BTreeMap<TopicPartition, reader::PartitionReader>,
     /// Where a new query starts; partitions not in it start at 0.
     initial: PartitionOffsets,
     /// The available-now target.
@@ -646,8 +666,15 @@ impl Source for KafkaSource {
             .set("queued.min.messages", "1000000")
             .set("max.partition.fetch.bytes", "4194304")
             // A fetch that reaches a partition's end waits at most this long
-            // for more (the next batch's fetches queue behind it).
-            .set("fetch.wait.max.ms", "20");
+            // for more.
+            .set("fetch.wait.max.ms", "20")
+            // Each partition's reader prefetches the next batch while this
+            // one is processed, up to this much (librdkafka's default is
+            // 64 MB per partition) ...
+            .set("queued.max.messages.kbytes", "32768")
+            // ... and fetches again soon after the batch drained its queue
+            // (librdkafka's default backs off a whole second).
+            .set("fetch.queue.backoff.ms", "5");
         for (k, v) in &self.kafka_conf {
             conf.set(k, v);
         }
@@ -656,6 +683,8 @@ impl Source for KafkaSource {
             .map_err(|e| self.kerr("cannot create the Kafka consumer", e))?;
         self.rt = Some(Runtime {
             consumer,
+            reader_conf: conf,
+            readers: BTreeMap::new(),
             initial: PartitionOffsets::new(),
             cap: None,
         });
@@ -748,6 +777,10 @@ impl Source for KafkaSource {
             .filter(|(tp, to)| from.get(*tp).is_none_or(|f| f < *to))
             .map(|(tp, _)| tp.clone())
             .collect();
+        if let Some(rt) = &mut self.rt {
+            // Partitions gone from the source: their readers are closed.
+            rt.readers.retain(|tp, _| end.contains_key(tp));
+        }
         let earliest = self.list_offsets(&to_read, KafkaOffset::Beginning)?;
         let mut ranges = Vec::new();
         for (tp, &to) in &end {

@@ -1,19 +1,21 @@
 //! Talking to the brokers for the Kafka source: listing partitions'
-//! earliest and latest offsets, and reading offset ranges record by record
-//! into Arrow batches (assign, seek, poll until each range's end).
+//! earliest and latest offsets, and reading a batch's offset ranges into
+//! Arrow batches, the partitions in parallel (see [`super::reader`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
 use rdkafka::{Offset as KafkaOffset, TopicPartitionList};
 
+use rayon::prelude::*;
+
+use super::reader::{PartitionReader, ReadEnd};
 use super::rows::Cursor;
 use super::{KafkaSource, PartitionOffsets, TopicPartition, META_TIMEOUT};
-use crate::error::Result;
+use crate::error::{Result, WeirError};
 use crate::source::Source;
 
 impl KafkaSource {
@@ -97,119 +99,83 @@ impl KafkaSource {
     }
 
     /// Reads `[from, to)` of each range, one record batch per partition
-    /// chunk, in (topic, partition) order.
+    /// chunk, in (topic, partition) order. The partitions are read in
+    /// parallel (rayon), each by its own consumer kept across batches
+    /// ([`PartitionReader`]): a range that starts where the partition's last
+    /// range ended continues without a seek, and a read returns as soon as
+    /// its partition reached the range's end.
     pub(super) fn read(
         &mut self,
         ranges: Vec<(TopicPartition, i64, i64)>,
     ) -> Result<Vec<RecordBatch>> {
-        let mut cursors: Vec<Cursor> = ranges
-            .into_iter()
-            .map(|(tp, from, to)| Cursor::new(tp, from, to, self.include_headers))
-            .collect();
-        let mut index: BTreeMap<String, BTreeMap<i32, usize>> = BTreeMap::new();
-        for (i, c) in cursors.iter().enumerate() {
-            index.entry(c.tp.0.clone()).or_default().insert(c.tp.1, i);
+        self.serve_events();
+        let poll_timeout = self.poll_timeout;
+        let include_headers = self.include_headers;
+        let description = self.description();
+        let source_err = |message: String| WeirError::Source {
+            source_name: description.clone(),
+            message,
+        };
+        let rt = self
+            .rt
+            .as_mut()
+            .ok_or_else(|| source_err("used before open()".into()))?;
+        // Each range with its partition's reader (taken out while reading).
+        let mut work: Vec<(PartitionReader, Cursor)> = Vec::with_capacity(ranges.len());
+        for (tp, from, to) in ranges {
+            let mut r = match rt.readers.remove(&tp) {
+                Some(r) => r,
+                None => PartitionReader::new(tp.clone(), &rt.reader_conf)?,
+            };
+            // Repositions (before any read starts, so that every fetch starts
+            // now) only the readers that do not continue where they stand.
+            r.position_at(from).map_err(source_err)?;
+            work.push((r, Cursor::new(tp, from, to, include_headers)));
         }
-        let mut pending: usize = cursors.iter().filter(|c| !c.done()).count();
-        if pending > 0 {
-            self.assign_cursors(&cursors)?;
-        }
-        let mut last_progress = Instant::now();
         let mut resets = 0;
-        while pending > 0 {
-            let polled = self.consumer()?.poll(Duration::from_millis(100));
-            match polled {
-                Some(Ok(m)) => {
-                    let Some(&i) = index.get(m.topic()).and_then(|p| p.get(&m.partition())) else {
-                        continue;
-                    };
-                    let c = &mut cursors[i];
-                    if c.done() {
-                        continue;
-                    }
-                    let o = m.offset();
-                    if o >= c.next && o < c.to {
-                        c.push(&m)?;
-                    }
-                    c.next = c.next.max(o + 1);
-                    last_progress = Instant::now();
-                    if c.done() {
-                        pending -= 1;
-                        self.pause(&c.tp);
-                    }
-                }
-                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange))) => {
-                    // Records went away while reading (retention, deleted records).
-                    resets += 1;
-                    if resets > 10 {
-                        return Err(self.err("offsets keep going out of range while reading"));
-                    }
-                    for c in cursors.iter_mut().filter(|c| !c.done()) {
-                        let lo = self.earliest(&c.tp)?;
-                        if lo > c.next {
-                            let to = lo.min(c.to);
+        loop {
+            let ends: Vec<std::result::Result<ReadEnd, String>> = work
+                .par_iter_mut()
+                .map(|(r, c)| r.read(c, poll_timeout))
+                .collect();
+            let mut again = false;
+            for (i, end) in ends.into_iter().enumerate() {
+                match end.map_err(|m| self.err(m))? {
+                    ReadEnd::Done => {}
+                    ReadEnd::OutOfRange => {
+                        // Records went away while reading (retention, deleted records).
+                        resets += 1;
+                        if resets > 10 {
+                            return Err(self.err("offsets keep going out of range while reading"));
+                        }
+                        let c = &work[i].1;
+                        let (tp, next, to) = (c.tp.clone(), c.next, c.to);
+                        let lo = self.earliest(&tp)?;
+                        if lo > next {
+                            let skip_to = lo.min(to);
                             self.data_loss(
-                                &c.tp,
-                                c.next,
-                                to,
+                                &tp,
+                                next,
+                                skip_to,
                                 "records were deleted while this batch read them",
                             )?;
-                            c.next = to;
+                            work[i].1.next = skip_to;
                         }
-                    }
-                    pending = cursors.iter().filter(|c| !c.done()).count();
-                    if pending > 0 {
-                        self.assign_cursors(&cursors)?;
-                    }
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(source = %self.description(), "consumer error (retrying): {e}");
-                }
-                None => {
-                    // Control records (transaction markers) and compaction
-                    // leave gaps: the consumer's position tells they were passed.
-                    let pos = self
-                        .consumer()?
-                        .position()
-                        .map_err(|e| self.kerr("consumer position", e))?;
-                    for e in pos.elements() {
-                        if let KafkaOffset::Offset(p) = e.offset() {
-                            if let Some(&i) =
-                                index.get(e.topic()).and_then(|m| m.get(&e.partition()))
-                            {
-                                let c = &mut cursors[i];
-                                if !c.done() && p > c.next {
-                                    c.next = p;
-                                    last_progress = Instant::now();
-                                    if c.done() {
-                                        pending -= 1;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    if pending > 0 && last_progress.elapsed() > self.poll_timeout {
-                        let stuck: Vec<String> = cursors
-                            .iter()
-                            .filter(|c| !c.done())
-                            .map(|c| {
-                                format!("{}-{} at {} of [.., {})", c.tp.0, c.tp.1, c.next, c.to)
-                            })
-                            .collect();
-                        return Err(self.err(format!(
-                            "no progress reading {} for {:?} (kafkaConsumer.pollTimeoutMs); is the broker up?",
-                            stuck.join(", "),
-                            self.poll_timeout
-                        )));
+                        again = true;
                     }
                 }
             }
+            if !again {
+                break;
+            }
         }
-        let _ = self.consumer()?.unassign();
         let mut out = Vec::new();
-        for c in cursors {
+        for (r, c) in work {
             self.metrics.repaired.add(c.repaired);
             out.extend(c.finish()?);
+            if let Some(rt) = self.rt.as_mut() {
+                rt.readers.insert(r.tp().clone(), r);
+            }
         }
         if self.metrics.repaired != Default::default() {
             tracing::warn!(
@@ -222,26 +188,20 @@ impl KafkaSource {
         Ok(out)
     }
 
-    pub(super) fn assign_cursors(&self, cursors: &[Cursor]) -> Result<()> {
-        let mut tpl = TopicPartitionList::new();
-        for c in cursors.iter().filter(|c| !c.done()) {
-            tpl.add_partition_offset(&c.tp.0, c.tp.1, KafkaOffset::Offset(c.next))
-                .map_err(|e| self.kerr("assign", e))?;
-        }
-        let c = self.consumer()?;
-        c.assign(&tpl)
-            .map_err(|e| self.kerr("cannot assign partitions", e))?;
-        // A partition paused when it reached the end of an earlier batch stays
-        // paused across assignments: resume it.
-        c.resume(&tpl)
-            .map_err(|e| self.kerr("cannot resume partitions", e))
-    }
-
-    pub(super) fn pause(&self, tp: &TopicPartition) {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&tp.0, tp.1);
-        if let Ok(c) = self.consumer() {
-            let _ = c.pause(&tpl);
+    /// Serves the events queued on the metadata consumer (it reads no
+    /// records): errors are logged, not left to pile up.
+    fn serve_events(&self) {
+        let Ok(c) = self.consumer() else {
+            return;
+        };
+        for _ in 0..1000 {
+            match c.poll(Duration::ZERO) {
+                None => return,
+                Some(Err(e)) => {
+                    tracing::debug!(source = %self.description(), "consumer event: {e}");
+                }
+                Some(Ok(_)) => {}
+            }
         }
     }
 }

@@ -19,7 +19,9 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use rdkafka::bindings as rdsys;
-use rdkafka::message::{BorrowedHeaders, Headers, Message, Timestamp as KafkaTimestamp};
+use rdkafka::message::{
+    BorrowedHeaders, Headers, Message, OwnedHeaders, Timestamp as KafkaTimestamp,
+};
 
 use super::TopicPartition;
 use crate::error::Result;
@@ -107,6 +109,25 @@ pub(super) fn header_at(hs: &BorrowedHeaders, idx: usize) -> Option<(Cow<'_, str
     Some((key, value))
 }
 
+/// A record's headers as librdkafka's native list, whether the record is
+/// borrowed from its consumer or owned (kept past the end of a batch).
+pub(super) trait NativeHeaders {
+    /// The headers as a borrowed native list.
+    fn native(&self) -> &BorrowedHeaders;
+}
+
+impl NativeHeaders for BorrowedHeaders {
+    fn native(&self) -> &BorrowedHeaders {
+        self
+    }
+}
+
+impl NativeHeaders for OwnedHeaders {
+    fn native(&self) -> &BorrowedHeaders {
+        self.as_borrowed()
+    }
+}
+
 /// One partition's range being read, and its rows so far.
 pub(super) struct Cursor {
     pub(super) tp: TopicPartition,
@@ -134,7 +155,11 @@ impl Cursor {
         self.next >= self.to
     }
 
-    pub(super) fn push<M: Message<Headers = BorrowedHeaders>>(&mut self, m: &M) -> Result<()> {
+    pub(super) fn push<M>(&mut self, m: &M) -> Result<()>
+    where
+        M: Message,
+        M::Headers: NativeHeaders,
+    {
         self.rows.push(m, &mut self.repaired);
         if self.rows.len >= ROWS_PER_BATCH {
             let headers = self.rows.headers.is_some();
@@ -184,7 +209,11 @@ impl Rows {
         }
     }
 
-    fn push<M: Message<Headers = BorrowedHeaders>>(&mut self, m: &M, repaired: &mut Repaired) {
+    fn push<M>(&mut self, m: &M, repaired: &mut Repaired)
+    where
+        M: Message,
+        M::Headers: NativeHeaders,
+    {
         self.len += 1;
         self.key.append_option(m.key());
         self.value.append_option(m.payload());
@@ -203,7 +232,7 @@ impl Rows {
         self.timestamp.append_option(ts);
         self.timestamp_type.append_value(kind);
         if let Some(hb) = &mut self.headers {
-            if let Some(hs) = m.headers() {
+            if let Some(hs) = m.headers().map(NativeHeaders::native) {
                 for i in 0..hs.count() {
                     let Some((key, value)) = header_at(hs, i) else {
                         continue;

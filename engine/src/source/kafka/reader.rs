@@ -1,0 +1,232 @@
+//! One consumer per partition, kept across batches: a batch's partitions
+//! are read in parallel (rayon), each reader continuing where its last batch
+//! ended without assigning or seeking again, and returning as soon as its
+//! range's end offset is reached.
+//!
+//! Spark keeps one cached consumer per topic-partition on its executors for
+//! the same reasons: a consumer's fetch session and prefetched records
+//! survive from one batch to the next, and partitions do not wait on each
+//! other. A reader only repositions (assigns its partition at the range's
+//! start) when a batch does not continue where the last one ended: the
+//! first batch, a replay after a restart, or offsets skipped as lost.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::{ClientConfig, Offset as KafkaOffset, TopicPartitionList};
+
+use super::rows::Cursor;
+use super::TopicPartition;
+use crate::error::{Result, WeirError};
+
+/// How long one poll waits before the reader looks at the consumer's
+/// position (which moves past control records and aborted transactions
+/// without a record to show for them).
+const POLL_WAIT: Duration = Duration::from_millis(10);
+
+/// How a read ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum ReadEnd {
+    /// Every offset of the range was passed.
+    Done,
+    /// The offsets at the cursor are gone (retention, deleted records): the
+    /// caller decides (data loss) and reads again.
+    OutOfRange,
+}
+
+/// A consumer assigned to one partition, and where it stands.
+pub(super) struct PartitionReader {
+    tp: TopicPartition,
+    consumer: BaseConsumer,
+    /// `Some((lo, hi))`: the next record this reader delivers (the stash
+    /// first) is the first one at or after `hi`, and `[lo, hi)` holds no
+    /// record to read. A range starting in `[lo, hi]` continues without a
+    /// seek. `None`: not positioned (new, or after an error).
+    at: Option<(i64, i64)>,
+    /// A record polled past the end of the last range, the next one to deliver.
+    stash: Option<OwnedMessage>,
+}
+
+impl PartitionReader {
+    /// A new consumer for `tp` from `conf` (assigned by the first read).
+    pub(super) fn new(tp: TopicPartition, conf: &ClientConfig) -> Result<PartitionReader> {
+        let consumer: BaseConsumer = conf.create().map_err(|e| WeirError::Source {
+            source_name: format!("KafkaV2[{}-{}]", tp.0, tp.1),
+            message: format!("cannot create the Kafka consumer: {e}"),
+        })?;
+        Ok(PartitionReader {
+            tp,
+            consumer,
+            at: None,
+            stash: None,
+        })
+    }
+
+    /// The partition read.
+    pub(super) fn tp(&self) -> &TopicPartition {
+        &self.tp
+    }
+
+    /// Whether a range starting at `from` continues where this reader stands.
+    pub(super) fn continues_at(&self, from: i64) -> bool {
+        matches!(self.at, Some((lo, hi)) if lo <= from && from <= hi)
+    }
+
+    /// Positions the consumer at `from` unless it already stands there, so
+    /// that its first fetch starts before the parallel reads do.
+    pub(super) fn position_at(&mut self, from: i64) -> std::result::Result<(), String> {
+        if self.continues_at(from) {
+            return Ok(());
+        }
+        self.stash = None;
+        self.at = None;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.tp.0, self.tp.1, KafkaOffset::Offset(from))
+            .map_err(|e| format!("assign: {e}"))?;
+        self.consumer
+            .assign(&tpl)
+            .map_err(|e| format!("cannot assign {}-{}: {e}", self.tp.0, self.tp.1))?;
+        self.at = Some((from, from));
+        Ok(())
+    }
+
+    /// Reads `[c.next, c.to)` into `c`, returning as soon as every offset
+    /// of it was passed. Records past the end stay for the next range.
+    /// Fails when no progress is made for `poll_timeout`.
+    pub(super) fn read(
+        &mut self,
+        c: &mut Cursor,
+        poll_timeout: Duration,
+    ) -> std::result::Result<ReadEnd, String> {
+        if c.done() {
+            return Ok(ReadEnd::Done);
+        }
+        self.position_at(c.next)?;
+        if let Some((_, hi)) = self.at {
+            // Offsets before `hi` hold nothing to read.
+            c.next = c.next.max(hi.min(c.to));
+        }
+        if let Some(m) = self.stash.take() {
+            if self.accept(c, m)? {
+                return Ok(ReadEnd::Done);
+            }
+        }
+        let mut last_progress = Instant::now();
+        // Whether a record came since `last_progress` (the clock is read
+        // only when a poll comes back empty, not once per record).
+        let mut polled = false;
+        while !c.done() {
+            match self.consumer.poll(POLL_WAIT) {
+                Some(Ok(m)) => {
+                    polled = true;
+                    if m.partition() != self.tp.1 {
+                        continue;
+                    }
+                    let o = m.offset();
+                    if o < c.next {
+                        continue;
+                    }
+                    if o < c.to {
+                        c.push(&m).map_err(|e| e.to_string())?;
+                        c.next = o + 1;
+                        if c.done() {
+                            self.at = Some((c.to, c.to));
+                        }
+                    } else {
+                        // Offsets [c.next, o) were gaps: this record is the next range's.
+                        self.at = Some((c.to, o));
+                        self.stash = Some(m.detach());
+                        c.next = c.to;
+                    }
+                }
+                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange))) => {
+                    self.at = None;
+                    self.stash = None;
+                    return Ok(ReadEnd::OutOfRange);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(topic = %self.tp.0, partition = self.tp.1, "consumer error (retrying): {e}");
+                    if std::mem::take(&mut polled) {
+                        last_progress = Instant::now();
+                    }
+                    if last_progress.elapsed() > poll_timeout {
+                        self.at = None;
+                        self.stash = None;
+                        return Err(format!(
+                            "no progress reading {}-{} at {} of [.., {}) for {:?} (kafkaConsumer.pollTimeoutMs): {e}",
+                            self.tp.0, self.tp.1, c.next, c.to, poll_timeout
+                        ));
+                    }
+                }
+                None => {
+                    // Control records (transaction markers), aborted records and
+                    // compaction leave gaps: the consumer's position tells they
+                    // were passed.
+                    if std::mem::take(&mut polled) {
+                        last_progress = Instant::now();
+                    }
+                    if let Some(p) = self.position()? {
+                        if p > c.next {
+                            last_progress = Instant::now();
+                            if p >= c.to {
+                                self.at = Some((c.to, p));
+                                c.next = c.to;
+                            } else {
+                                c.next = p;
+                                self.at = Some((p, p));
+                            }
+                        }
+                    }
+                    if !c.done() && last_progress.elapsed() > poll_timeout {
+                        self.at = None;
+                        self.stash = None;
+                        return Err(format!(
+                            "no progress reading {}-{} at {} of [.., {}) for {:?} (kafkaConsumer.pollTimeoutMs); is the broker up?",
+                            self.tp.0, self.tp.1, c.next, c.to, poll_timeout
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(ReadEnd::Done)
+    }
+
+    /// Takes the stashed record into `c` (or keeps it for a later range);
+    /// true when `c` is done.
+    fn accept(&mut self, c: &mut Cursor, m: OwnedMessage) -> std::result::Result<bool, String> {
+        let o = m.offset();
+        if o < c.next {
+            // Before this range (cannot happen: the range continues at `hi`).
+            return Ok(c.done());
+        }
+        if o < c.to {
+            c.push(&m).map_err(|e| e.to_string())?;
+            c.next = o + 1;
+            if c.done() {
+                self.at = Some((c.to, c.to));
+            }
+            Ok(c.done())
+        } else {
+            self.at = Some((c.to, o));
+            self.stash = Some(m);
+            c.next = c.to;
+            Ok(true)
+        }
+    }
+
+    /// The consumer's position in its partition (the next offset it reads).
+    fn position(&self) -> std::result::Result<Option<i64>, String> {
+        let pos = self
+            .consumer
+            .position()
+            .map_err(|e| format!("consumer position: {e}"))?;
+        Ok(pos.elements().iter().find_map(|e| match e.offset() {
+            KafkaOffset::Offset(p) if e.partition() == self.tp.1 && e.topic() == self.tp.0 => {
+                Some(p)
+            }
+            _ => None,
+        }))
+    }
+}
