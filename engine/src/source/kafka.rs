@@ -71,7 +71,8 @@
 //! way). A batch's partitions are read in parallel (rayon tasks); a
 //! batch that starts where the partition's last one ended continues without
 //! assigning or seeking again, on records librdkafka prefetched meanwhile
-//! (up to 32 MB per partition: `kafka.queued.max.messages.kbytes`); a read
+//! (up to 100,000 records or 16 MB per partition: `kafka.queued.min.messages`,
+//! `kafka.queued.max.messages.kbytes`); a read
 //! returns as soon as every partition reached the batch's end offset. A
 //! partition whose batch does not continue the last one (the first batch, a
 //! replay after a restart, offsets skipped as lost) is assigned at the
@@ -661,18 +662,18 @@ impl Source for KafkaSource {
             .set("enable.partition.eof", "false")
             .set("allow.auto.create.topics", "false")
             // Batches read known ranges as fast as possible: let librdkafka
-            // prefetch deep queues in big fetches (librdkafka's defaults
-            // halve or quarter the throughput; `kafka.*` options override).
-            .set("queued.min.messages", "1000000")
+            // fetch big chunks (`kafka.*` options override all of these).
             .set("max.partition.fetch.bytes", "4194304")
             // A fetch that reaches a partition's end waits at most this long
             // for more.
             .set("fetch.wait.max.ms", "20")
-            // Each partition's reader prefetches the next batch while this
-            // one is processed, up to this much (librdkafka's default is
-            // 64 MB per partition) ...
-            .set("queued.max.messages.kbytes", "32768")
-            // ... and fetches again soon after the batch drained its queue
+            // Each partition's reader prefetches the next records while a
+            // batch is processed, up to 100,000 records or 16 MB (a queued
+            // record costs a few hundred bytes beyond its payload: deeper
+            // queues cost memory for little speed) ...
+            .set("queued.min.messages", "100000")
+            .set("queued.max.messages.kbytes", "16384")
+            // ... and fetches again soon after a batch drained its queue
             // (librdkafka's default backs off a whole second).
             .set("fetch.queue.backoff.ms", "5");
         for (k, v) in &self.kafka_conf {
