@@ -71,7 +71,7 @@
 //! way). A batch's partitions are read in parallel (rayon tasks); a
 //! batch that starts where the partition's last one ended continues without
 //! assigning or seeking again, on records librdkafka prefetched meanwhile
-//! (up to 100,000 records or 16 MB per partition: `kafka.queued.min.messages`,
+//! (up to 5,000 records or 2 MB per partition: `kafka.queued.min.messages`,
 //! `kafka.queued.max.messages.kbytes`); a read
 //! returns as soon as every partition reached the batch's end offset. A
 //! partition whose batch does not continue the last one (the first batch, a
@@ -669,11 +669,12 @@ impl Source for KafkaSource {
             // idle partition's reader asks twice a second, not 50 times.
             .set("fetch.wait.max.ms", "500")
             // Each partition's reader prefetches the next records while a
-            // batch is processed, up to 100,000 records or 16 MB (a queued
-            // record costs a few hundred bytes beyond its payload: deeper
-            // queues cost memory for little speed) ...
-            .set("queued.min.messages", "100000")
-            .set("queued.max.messages.kbytes", "16384")
+            // batch is processed, up to 5,000 records or 2 MB: a queued
+            // record keeps its whole fetch response alive, so deeper queues
+            // cost memory (100 MB more peak RSS in kafka_bench at 10,000
+            // records or 4 MB) for no speed ...
+            .set("queued.min.messages", "5000")
+            .set("queued.max.messages.kbytes", "2048")
             // ... and fetches again soon after a batch drained its queue
             // (librdkafka's default backs off a whole second).
             .set("fetch.queue.backoff.ms", "5");
