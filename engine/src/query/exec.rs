@@ -536,11 +536,16 @@ impl Runner {
         let t = Instant::now();
         let mut inputs: Vec<Vec<RecordBatch>> = Vec::new();
         let mut source_rows = Vec::new();
+        // Sources read on the worker pool (the Kafka source reads its
+        // partitions as parallel tasks there).
+        let pool = self.session.workers()?;
         for (i, (_, s)) in self.sources.iter_mut().enumerate() {
             let end = entry.sources.get(i).cloned().flatten();
             let start = self.committed[i].clone();
             let batches = match &end {
-                Some(e) if Some(e) != start.as_ref() => s.get_batch(start.as_ref(), e)?,
+                Some(e) if Some(e) != start.as_ref() => {
+                    pool.install(|| s.get_batch(start.as_ref(), e))?
+                }
                 _ => vec![],
             };
             source_rows.push(batches.iter().map(|b| b.num_rows() as i64).sum::<i64>());
