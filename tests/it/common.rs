@@ -93,3 +93,21 @@ pub fn session() -> weir::Session {
         ..weir::SessionConfig::default()
     })
 }
+
+/// Runs test `name` of this test binary in a child process with `envs` set
+/// (one of them a `WEIR_FAILPOINT`), and asserts the child was killed by
+/// SIGKILL at its failpoint (not a panic, not a normal end).
+pub fn run_child_killed_at_failpoint(name: &str, envs: &[(&str, String)]) {
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "{name}: the child was meant to be killed (SIGKILL) at its failpoint ({envs:?}): {status}"
+    );
+}

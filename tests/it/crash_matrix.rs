@@ -493,68 +493,14 @@ fn file_rows(out: &Path) -> Vec<String> {
 
 #[cfg(feature = "kafka")]
 mod kafka {
-    use std::collections::BTreeMap;
-    use std::time::Duration;
-
-    use weir::source::kafka::rdkafka;
-    use weir::source::KafkaAdmin;
-
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::message::Message;
-    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-
-    pub fn bootstrap() -> String {
-        std::env::var("KAFKA_BOOTSTRAP")
-            .expect("KAFKA_BOOTSTRAP is not set: run `bash scripts/test.sh`, which starts a broker")
-    }
-
-    pub fn admin() -> KafkaAdmin {
-        KafkaAdmin::new(&bootstrap()).expect("admin client")
-    }
+    pub(crate) use crate::kafka::{admin, bootstrap};
 
     /// Every committed record's `key|value` in the topic (`read_committed`).
-    pub fn committed_values(topic: &str) -> Vec<String> {
-        let c: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap())
-            .set("group.id", format!("{topic}-reader"))
-            .set("enable.auto.commit", "false")
-            .set("isolation.level", "read_committed")
-            .create()
-            .unwrap();
-        let a = admin();
-        let n = a.partitions(topic).unwrap() as i32;
-        let mut tpl = TopicPartitionList::new();
-        let mut ends = BTreeMap::new();
-        for p in 0..n {
-            tpl.add_partition_offset(topic, p, Offset::Beginning)
-                .unwrap();
-            ends.insert(p, a.watermarks(topic, p).unwrap().1);
-        }
-        c.assign(&tpl).unwrap();
-        let mut out = Vec::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            // A read_committed reader stops at the last stable offset, which
-            // may be below the high watermark by transaction markers.
-            let pos = c.position().unwrap();
-            let done = pos.elements().iter().all(|e| match e.offset() {
-                Offset::Offset(o) => o >= ends[&e.partition()],
-                _ => ends[&e.partition()] == 0,
-            });
-            if done || std::time::Instant::now() > deadline {
-                break;
-            }
-            if let Some(m) = c.poll(Duration::from_millis(100)) {
-                let m = m.unwrap();
-                let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-                out.push(format!(
-                    "{}|{}",
-                    m.key().map(text).unwrap_or_default(),
-                    text(m.payload().unwrap_or_default())
-                ));
-            }
-        }
-        out
+    pub(crate) fn committed_values(topic: &str) -> Vec<String> {
+        crate::kafka::read_records(topic, "read_committed")
+            .into_iter()
+            .map(|o| format!("{}|{}", o.key.unwrap_or_default(), o.value))
+            .collect()
     }
 }
 

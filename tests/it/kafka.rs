@@ -38,7 +38,7 @@ fn recent_ms() -> i64 {
 }
 
 /// The broker under test. Fails (never skips) when none is configured.
-fn bootstrap() -> String {
+pub(crate) fn bootstrap() -> String {
     match std::env::var("KAFKA_BOOTSTRAP") {
         Ok(b) if !b.trim().is_empty() => b,
         _ => panic!(
@@ -68,7 +68,7 @@ fn uuid_like() -> String {
         .collect()
 }
 
-fn admin() -> KafkaAdmin {
+pub(crate) fn admin() -> KafkaAdmin {
     KafkaAdmin::new(&bootstrap()).expect("admin client")
 }
 
@@ -755,15 +755,15 @@ fn source_commits_processed_offsets_to_its_consumer_group() {
 
 /// A record read back from a topic.
 #[derive(Debug, Clone, PartialEq)]
-struct Out {
+pub(crate) struct Out {
     partition: i32,
-    key: Option<String>,
-    value: String,
+    pub(crate) key: Option<String>,
+    pub(crate) value: String,
     headers: Vec<(String, Option<String>)>,
 }
 
 /// Reads a whole topic with the given isolation level.
-fn read_records(topic: &str, isolation: &str) -> Vec<Out> {
+pub(crate) fn read_records(topic: &str, isolation: &str) -> Vec<Out> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
         .set("group.id", unique("reader"))

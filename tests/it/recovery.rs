@@ -293,18 +293,12 @@ fn killed_process_recovers(provider: &str, name: &str) {
         .find(|(_, rows)| !rows.is_empty())
         .unwrap()
         .0;
-    let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("WEIR_CRASH_TEST_DIR", dir.path())
-        .env("WEIR_FAILPOINT", format!("after_state_commit:{victim}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(9),
-        "the child was meant to be killed (SIGKILL) at the failpoint: {status}"
+    crate::common::run_child_killed_at_failpoint(
+        name,
+        &[
+            ("WEIR_CRASH_TEST_DIR", dir.path().display().to_string()),
+            ("WEIR_FAILPOINT", format!("after_state_commit:{victim}")),
+        ],
     );
     let chk = dir.path().join("chk");
     assert!(chk.join("offsets").join(victim.to_string()).exists());

@@ -332,18 +332,15 @@ fn killed_at_recovers_exactly(point: &str, name: &str) {
     for i in 0..3 {
         add_file(&dir.path().join("in"), &format!("f{i}.json"), i * 2, 2);
     }
-    let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("WEIR_RELIABILITY_CHILD_DIR", dir.path())
-        .env("WEIR_FAILPOINT", format!("{point}:1"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(9),
-        "the child was meant to be killed (SIGKILL) at {point}: {status}"
+    crate::common::run_child_killed_at_failpoint(
+        name,
+        &[
+            (
+                "WEIR_RELIABILITY_CHILD_DIR",
+                dir.path().display().to_string(),
+            ),
+            ("WEIR_FAILPOINT", format!("{point}:1")),
+        ],
     );
     run_files_to_sink(dir.path());
     if point == "file_sink_after_data" {

@@ -135,6 +135,22 @@ pub fn is_temp_name(name: &str) -> bool {
 /// (never a complete file: a temp file is only ever renamed). Returns how
 /// many were removed. Only for directories no running writer uses.
 pub fn remove_temp_files(dir: &Path) -> Result<usize> {
+    remove_files_below(dir, &|_| true, &is_temp_name)
+}
+
+/// [`remove_temp_files`] in `dir` alone, not below it.
+fn remove_temp_files_in(dir: &Path) -> Result<usize> {
+    remove_files_below(dir, &|_| false, &is_temp_name)
+}
+
+/// Removes the files in `dir` whose name `remove` accepts, and in the
+/// directories below it whose name `descend` accepts; returns how many. A
+/// missing `dir` has none; a file removed meanwhile by another is fine.
+pub fn remove_files_below(
+    dir: &Path,
+    descend: &dyn Fn(&str) -> bool,
+    remove: &dyn Fn(&str) -> bool,
+) -> Result<usize> {
     let rd = match fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
@@ -143,10 +159,11 @@ pub fn remove_temp_files(dir: &Path) -> Result<usize> {
     let mut removed = 0;
     for e in rd {
         let e = e.map_err(|e| WeirError::io(dir, e))?;
+        let name = e.file_name().to_string_lossy().to_string();
         let ft = e.file_type().map_err(|er| WeirError::io(e.path(), er))?;
-        if ft.is_dir() {
-            removed += remove_temp_files(&e.path())?;
-        } else if ft.is_file() && e.file_name().to_str().is_some_and(is_temp_name) {
+        if ft.is_dir() && descend(&name) {
+            removed += remove_files_below(&e.path(), descend, remove)?;
+        } else if ft.is_file() && remove(&name) {
             match fs::remove_file(e.path()) {
                 Ok(()) => removed += 1,
                 Err(er) if er.kind() == std::io::ErrorKind::NotFound => {}
@@ -155,19 +172,6 @@ pub fn remove_temp_files(dir: &Path) -> Result<usize> {
         }
     }
     Ok(removed)
-}
-
-/// [`remove_temp_files`] in `dir` alone, not below it.
-fn remove_temp_files_in(dir: &Path) -> Result<()> {
-    let rd = fs::read_dir(dir).map_err(|e| WeirError::io(dir, e))?;
-    for e in rd.flatten() {
-        if e.file_type().is_ok_and(|t| t.is_file())
-            && e.file_name().to_str().is_some_and(is_temp_name)
-        {
-            let _ = fs::remove_file(e.path());
-        }
-    }
-    Ok(())
 }
 
 /// The `metadata` file: the query's stable id and the shape it was started with.

@@ -14,7 +14,7 @@
 //! group's eviction time followed by its accumulators.
 
 use crate::hash::FastMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::{
@@ -29,7 +29,7 @@ use arrow::row::{RowConverter, SortField};
 use weir_plan::{AggFn, OutputMode};
 
 use crate::error::{Result, WeirError};
-use crate::ops::operator::{single_store, StatefulOperator};
+use crate::ops::operator::{single_store, OperatorState, StatefulOperator};
 use crate::ops::window::WindowAssigner;
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
@@ -354,9 +354,7 @@ pub struct AggregateOp {
     schema: SchemaRef,
     /// The key position that bounds state (window end or watermarked column).
     watermark_key: Option<usize>,
-    /// The state, behind a lock only so the operator can be shared with
-    /// the batch's tasks (which never touch it; `get_mut` costs nothing).
-    store: Mutex<Option<PartitionedStore>>,
+    store: OperatorState,
     metrics: StateOperatorProgress,
 }
 
@@ -487,7 +485,7 @@ impl AggregateOp {
             converter,
             schema: Arc::new(Schema::new(out_fields)),
             watermark_key,
-            store: Mutex::new(None),
+            store: OperatorState::default(),
             metrics: StateOperatorProgress::new("stateStoreSave"),
         })
     }
@@ -505,11 +503,7 @@ impl AggregateOp {
     /// Gives the operator its state, split over the state partitions (opened
     /// at the last committed version).
     pub fn set_store(&mut self, store: PartitionedStore) {
-        *self.store_mut() = Some(store);
-    }
-
-    fn store_mut(&mut self) -> &mut Option<PartitionedStore> {
-        self.store.get_mut().unwrap_or_else(|e| e.into_inner())
+        self.store.set(store);
     }
 
     /// This batch's metrics.
@@ -748,15 +742,11 @@ impl AggregateOp {
         no_data: bool,
     ) -> Result<Vec<RecordBatch>> {
         let started = Instant::now();
-        let mut store = self
-            .store_mut()
-            .take()
-            .ok_or_else(|| WeirError::Config("state store not opened".into()))?;
+        let mut store = self.store.take()?;
         let result = self.process_partitions(&mut store, input, wm, mode, no_data);
-        let parts = result;
         let (total, memory) = (store.len() as i64, store.memory_used_bytes() as i64);
-        *self.store_mut() = Some(store);
-        let (parts, lost) = parts?;
+        self.store.put(store);
+        let (parts, lost) = result?;
         let mut m = StateOperatorProgress::new("stateStoreSave");
         if lost > 0 {
             m.custom_metrics
@@ -838,18 +828,9 @@ impl AggregateOp {
                 },
             )]);
         }
-        let run = |(store, tasks): (&mut Box<dyn StateStore>, Vec<Groups>)| {
-            self.apply_partition(store.as_mut(), tasks, wm, mode)
-        };
-        let jobs = store.parts_mut().iter_mut().zip(per_part);
-        let outputs = if n > 1 {
-            jobs.collect::<Vec<_>>()
-                .into_par_iter()
-                .map(run)
-                .collect::<Result<_>>()?
-        } else {
-            jobs.map(run).collect::<Result<_>>()?
-        };
+        let outputs = store.map_parts(per_part, |_, store, tasks| {
+            self.apply_partition(store, tasks, wm, mode)
+        })?;
         Ok((outputs, lost))
     }
 
@@ -983,18 +964,14 @@ impl AggregateOp {
     /// Commits this batch's state as `version`.
     pub fn commit(&mut self, version: u64) -> Result<()> {
         let t = Instant::now();
-        if let Some(s) = self.store_mut().as_mut() {
-            s.commit(version)?;
-        }
+        self.store.commit(version)?;
         self.metrics.commit_time_ms = t.elapsed().as_millis() as i64;
         Ok(())
     }
 
     /// Undoes this batch's state changes.
     pub fn abort(&mut self) {
-        if let Some(s) = self.store_mut().as_mut() {
-            s.abort();
-        }
+        self.store.abort();
     }
 
     /// True when a watermark advance to `new_wm_ms` would evict or emit here

@@ -23,15 +23,13 @@ use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 
-use crate::error::{Result, WeirError};
+use crate::error::Result;
 use crate::ops::aggregate::Watermarks;
-use crate::ops::operator::{single_store, StatefulOperator};
+use crate::ops::operator::{single_store, OperatorState, StatefulOperator};
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::timestamp_type;
 use crate::state::{partition_of, PartitionedStore, StateStore};
-use rayon::prelude::*;
-use std::sync::Mutex;
 use weir_plan::OutputMode;
 
 /// The deduplication operator.
@@ -46,9 +44,8 @@ pub struct DedupOp {
     time_in_key: bool,
     within_watermark: bool,
     schema: SchemaRef,
-    /// The state, split over the state partitions (behind a lock only so
-    /// the operator can be shared with the batch's tasks; `get_mut` is free).
-    store: Mutex<Option<PartitionedStore>>,
+    /// The state, split over the state partitions.
+    store: OperatorState,
     metrics: StateOperatorProgress,
 }
 
@@ -88,7 +85,7 @@ impl DedupOp {
             time_in_key,
             within_watermark,
             schema,
-            store: Mutex::new(None),
+            store: OperatorState::default(),
             metrics: StateOperatorProgress::new(name),
         })
     }
@@ -100,11 +97,7 @@ impl DedupOp {
 
     /// Gives the operator its state, split over the state partitions.
     pub fn set_store(&mut self, store: PartitionedStore) {
-        *self.store_mut() = Some(store);
-    }
-
-    fn store_mut(&mut self) -> &mut Option<PartitionedStore> {
-        self.store.get_mut().unwrap_or_else(|e| e.into_inner())
+        self.store.set(store);
     }
 
     /// This batch's metrics.
@@ -131,13 +124,10 @@ impl DedupOp {
     /// worker pool the batch runs in.
     pub fn process(&mut self, input: &[RecordBatch], wm: Watermarks) -> Result<Vec<RecordBatch>> {
         let started = Instant::now();
-        let mut store = self
-            .store_mut()
-            .take()
-            .ok_or_else(|| WeirError::Config("state store not opened".into()))?;
+        let mut store = self.store.take()?;
         let result = self.process_partitions(&mut store, input, wm);
         let (total, memory) = (store.len() as i64, store.memory_used_bytes() as i64);
-        *self.store_mut() = Some(store);
+        self.store.put(store);
         let (out, counts) = result?;
         let mut m = StateOperatorProgress::new(&self.metrics.operator_name);
         for c in counts {
@@ -187,7 +177,7 @@ impl DedupOp {
         // One partition: the rows it keeps (per batch) and its counts.
         type Kept = Vec<Vec<u32>>;
         let run =
-            |(p, store): (usize, &mut Box<dyn StateStore>)| -> Result<(Kept, PartitionCounts)> {
+            |p: usize, store: &mut dyn StateStore, _: ()| -> Result<(Kept, PartitionCounts)> {
                 let mut c = PartitionCounts::default();
                 let mut seen_now: HashSet<Vec<u8>> = HashSet::new();
                 let mut keeps = Vec::with_capacity(encoded.len());
@@ -237,15 +227,7 @@ impl DedupOp {
                 store.check()?;
                 Ok((keeps, c))
             };
-        let jobs = store.parts_mut().iter_mut().enumerate();
-        let results: Vec<(Kept, PartitionCounts)> = if n > 1 {
-            jobs.collect::<Vec<_>>()
-                .into_par_iter()
-                .map(run)
-                .collect::<Result<_>>()?
-        } else {
-            jobs.map(run).collect::<Result<_>>()?
-        };
+        let results: Vec<(Kept, PartitionCounts)> = store.map_parts(vec![(); n], run)?;
         // A row is kept by its partition; rows keep their input order.
         let mut out = Vec::new();
         for (bi, (batch, ..)) in encoded.iter().enumerate() {
@@ -266,18 +248,14 @@ impl DedupOp {
     /// Commits this batch's state as `version`.
     pub fn commit(&mut self, version: u64) -> Result<()> {
         let t = Instant::now();
-        if let Some(s) = self.store_mut().as_mut() {
-            s.commit(version)?;
-        }
+        self.store.commit(version)?;
         self.metrics.commit_time_ms = t.elapsed().as_millis() as i64;
         Ok(())
     }
 
     /// Undoes this batch's state changes.
     pub fn abort(&mut self) {
-        if let Some(s) = self.store_mut().as_mut() {
-            s.abort();
-        }
+        self.store.abort();
     }
 }
 

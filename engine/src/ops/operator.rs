@@ -8,7 +8,9 @@ use arrow::array::RecordBatch;
 use weir_plan::OutputMode;
 
 use super::BatchContext;
-use crate::error::Result;
+use std::sync::Mutex;
+
+use crate::error::{Result, WeirError};
 use crate::progress::StateOperatorProgress;
 use crate::state::PartitionedStore;
 
@@ -65,5 +67,49 @@ pub(crate) fn single_store(
         _ => Err(crate::error::WeirError::Config(format!(
             "the {name} operator keeps one state store per partition"
         ))),
+    }
+}
+
+/// A partition-parallel operator's state: its [`PartitionedStore`], taken
+/// out for a batch (so the batch's tasks can share the operator) and put
+/// back. The lock only makes the operator shareable; `get_mut` costs nothing.
+#[derive(Default)]
+pub(crate) struct OperatorState(Mutex<Option<PartitionedStore>>);
+
+impl OperatorState {
+    fn slot(&mut self) -> &mut Option<PartitionedStore> {
+        self.0.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gives the operator its state.
+    pub(crate) fn set(&mut self, store: PartitionedStore) {
+        *self.slot() = Some(store);
+    }
+
+    /// Takes the state out for a batch ([`OperatorState::put`] returns it).
+    pub(crate) fn take(&mut self) -> Result<PartitionedStore> {
+        self.slot()
+            .take()
+            .ok_or_else(|| WeirError::Config("state store not opened".into()))
+    }
+
+    /// Puts the state back after a batch.
+    pub(crate) fn put(&mut self, store: PartitionedStore) {
+        *self.slot() = Some(store);
+    }
+
+    /// Commits the batch's changes as `version`.
+    pub(crate) fn commit(&mut self, version: u64) -> Result<()> {
+        match self.slot() {
+            Some(s) => crate::state::StateStore::commit(s, version),
+            None => Ok(()),
+        }
+    }
+
+    /// Undoes the batch's changes.
+    pub(crate) fn abort(&mut self) {
+        if let Some(s) = self.slot() {
+            crate::state::StateStore::abort(s);
+        }
     }
 }

@@ -33,7 +33,8 @@ use weir_plan::OutputMode;
 
 use super::{FileFormat, Sink, SinkContext};
 use crate::checkpoint::{
-    create_dir_all_synced, parse_batch_id, remove_temp_files, sync_dir, write_atomic,
+    create_dir_all_synced, parse_batch_id, remove_files_below, remove_temp_files, sync_dir,
+    write_atomic,
 };
 use crate::error::{Result, WeirError};
 use crate::failpoint::failpoint;
@@ -321,30 +322,13 @@ pub fn parse_partition_dir(
 /// Removes the in-progress data files of a killed run in `dir` and its
 /// partition directories (`col=value`), and returns how many.
 fn remove_in_progress(dir: &Path) -> Result<usize> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(WeirError::io(dir, e)),
-    };
-    let mut removed = 0;
-    for e in rd {
-        let e = e.map_err(|e| WeirError::io(dir, e))?;
-        let name = e.file_name().to_string_lossy().to_string();
-        let ft = e.file_type().map_err(|er| WeirError::io(e.path(), er))?;
-        if ft.is_dir() && name.contains('=') && !name.starts_with(['.', '_']) {
-            removed += remove_in_progress(&e.path())?;
-        } else if ft.is_file()
-            && name.starts_with("part-") | name.starts_with(".part-")
-            && name.ends_with(IN_PROGRESS)
-        {
-            match fs::remove_file(e.path()) {
-                Ok(()) => removed += 1,
-                Err(er) if er.kind() == std::io::ErrorKind::NotFound => {}
-                Err(er) => return Err(WeirError::io(e.path(), er)),
-            }
-        }
-    }
-    Ok(removed)
+    remove_files_below(
+        dir,
+        &|name| name.contains('=') && !name.starts_with(['.', '_']),
+        &|name| {
+            (name.starts_with("part-") || name.starts_with(".part-")) && name.ends_with(IN_PROGRESS)
+        },
+    )
 }
 
 impl Sink for FileSink {

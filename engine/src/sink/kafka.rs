@@ -117,6 +117,13 @@ struct Delivery {
     delivered: AtomicU64,
 }
 
+impl Delivery {
+    /// The first delivery failure since the last call, if any (and forgets it).
+    fn take_failure(&self) -> Option<String> {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
 impl ClientContext for Delivery {}
 
 impl ProducerContext for Delivery {
@@ -633,13 +640,7 @@ impl KafkaSink {
 
     fn check_delivery(&self) -> Result<()> {
         let rt = self.rt.as_ref().expect("open");
-        let failed = rt
-            .producer
-            .context()
-            .failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let failed = rt.producer.context().take_failure();
         if let Some(f) = failed {
             return Err(self.err(format!(
                 "{f} (Kafka at {})",
@@ -722,13 +723,7 @@ impl KafkaSink {
                 if let Err(a) = rt.producer.abort_transaction(abort) {
                     tracing::warn!("aborting the transaction of batch {batch_id} failed too: {a}");
                 }
-                let _ = rt
-                    .producer
-                    .context()
-                    .failed
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take();
+                let _ = rt.producer.context().take_failure();
                 Err(e)
             }
         }

@@ -95,6 +95,27 @@ impl PartitionedStore {
         &mut self.parts
     }
 
+    /// Runs `f(partition, its store, inputs[partition])` for every partition,
+    /// as parallel tasks on the worker pool this runs in when there are
+    /// several; the results come in partition order.
+    pub fn map_parts<I: Send, R: Send>(
+        &mut self,
+        inputs: Vec<I>,
+        f: impl Fn(usize, &mut dyn StateStore, I) -> Result<R> + Sync + Send,
+    ) -> Result<Vec<R>> {
+        use rayon::prelude::*;
+        let parallel = self.parts.len() > 1;
+        let jobs = self.parts.iter_mut().zip(inputs).enumerate();
+        let run = |(p, (store, input)): (usize, (&mut Box<dyn StateStore>, I))| {
+            f(p, store.as_mut(), input)
+        };
+        if parallel {
+            jobs.collect::<Vec<_>>().into_par_iter().map(run).collect()
+        } else {
+            jobs.map(run).collect()
+        }
+    }
+
     /// The partition stores, in key-hash order.
     pub fn parts(&self) -> &[Box<dyn StateStore>] {
         &self.parts
