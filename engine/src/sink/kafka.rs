@@ -96,6 +96,7 @@ use super::{Sink, SinkContext};
 use crate::checkpoint::write_atomic;
 use crate::error::{Result, WeirError};
 use crate::failpoint::failpoint;
+use crate::source::kafka::retry::retry_transient;
 
 /// The default bound on one batch's delivery: the Java producer's
 /// `delivery.timeout.ms` default.
@@ -446,7 +447,10 @@ impl KafkaSink {
     ) -> Result<Option<(i64, String)>> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(topic, 0);
-        let got = consumer.committed_offsets(tpl, self.timeout).map_err(|e| {
+        let got = retry_transient(self.timeout, || {
+            consumer.committed_offsets(tpl.clone(), self.timeout)
+        })
+        .map_err(|e| {
             self.kerr(
                 &format!("cannot read the batch marker of group `{group}`"),
                 e,
@@ -689,20 +693,23 @@ impl KafkaSink {
                 .consumer
                 .group_metadata()
                 .ok_or_else(|| self.err("no consumer group metadata for the batch marker"))?;
-            rt.producer
-                .send_offsets_to_transaction(&tpl, &cgm, remaining(deadline))
-                .map_err(|e| self.kerr("cannot add the batch marker to the transaction", e))?;
+            retry_transient(remaining(deadline), || {
+                rt.producer
+                    .send_offsets_to_transaction(&tpl, &cgm, remaining(deadline))
+            })
+            .map_err(|e| self.kerr("cannot add the batch marker to the transaction", e))?;
             // The rows are queued (and possibly sent), the marker added: a
             // crash now leaves an open transaction the restart aborts.
             failpoint("kafka_after_send", batch_id);
-            rt.producer
-                .commit_transaction(remaining(deadline))
-                .map_err(|e| {
-                    self.kerr(
-                        &format!("cannot commit the transaction of batch {batch_id}"),
-                        e,
-                    )
-                })?;
+            retry_transient(remaining(deadline), || {
+                rt.producer.commit_transaction(remaining(deadline))
+            })
+            .map_err(|e| {
+                self.kerr(
+                    &format!("cannot commit the transaction of batch {batch_id}"),
+                    e,
+                )
+            })?;
             self.check_delivery()?;
             // Rows and marker committed; commits/N not yet written: the
             // restart re-runs the batch and the marker skips it.
@@ -894,12 +901,14 @@ impl Sink for KafkaSink {
         let mut marker = None;
         if exactly_once {
             // Fences older producers of this query and aborts their open transaction.
-            producer.init_transactions(self.timeout).map_err(|e| {
-                self.kerr(
-                    &format!("cannot init transactions for transactional.id `{txn_id}`"),
-                    e,
-                )
-            })?;
+            retry_transient(self.timeout, || producer.init_transactions(self.timeout)).map_err(
+                |e| {
+                    self.kerr(
+                        &format!("cannot init transactions for transactional.id `{txn_id}`"),
+                        e,
+                    )
+                },
+            )?;
             // The marker is the query's, whatever the transactional id.
             let group = format!("weir-{query_id}");
             let consumer = marker_consumer(&bootstrap, &group)

@@ -83,6 +83,7 @@ pub mod admin;
 mod fetch;
 pub mod offsets;
 mod reader;
+pub(crate) mod retry;
 mod rows;
 
 use std::collections::{BTreeMap, BTreeSet};

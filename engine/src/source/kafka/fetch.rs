@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use rdkafka::consumer::Consumer;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{Offset as KafkaOffset, TopicPartitionList};
 
 use rayon::prelude::*;
 
 use super::reader::{PartitionReader, ReadEnd};
+use super::retry::is_transient;
 use super::rows::Cursor;
 use super::{KafkaSource, PartitionOffsets, TopicPartition, META_TIMEOUT};
 use crate::error::{Result, WeirError};
@@ -204,25 +204,4 @@ impl KafkaSource {
             }
         }
     }
-}
-
-/// Errors worth retrying: metadata not settled yet, leaders moving, timeouts.
-pub(super) fn is_transient(e: &KafkaError) -> bool {
-    matches!(
-        e.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::NotLeaderForPartition
-                | RDKafkaErrorCode::LeaderNotAvailable
-                | RDKafkaErrorCode::UnknownTopicOrPartition
-                | RDKafkaErrorCode::UnknownLeaderEpoch
-                | RDKafkaErrorCode::FencedLeaderEpoch
-                | RDKafkaErrorCode::OperationTimedOut
-                | RDKafkaErrorCode::RequestTimedOut
-                | RDKafkaErrorCode::BrokerTransportFailure
-                | RDKafkaErrorCode::AllBrokersDown
-                | RDKafkaErrorCode::NotCoordinator
-                | RDKafkaErrorCode::CoordinatorLoadInProgress
-                | RDKafkaErrorCode::OffsetNotAvailable
-        )
-    )
 }
