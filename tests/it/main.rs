@@ -10,10 +10,13 @@ mod joins;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod macros;
+#[cfg(feature = "ui")]
+mod operate;
 mod partitions;
 mod properties;
 mod recovery;
 mod reliability;
+mod s3;
 mod sessions;
 mod sinks;
 mod triggers;
