@@ -152,9 +152,11 @@ impl MemoryStateStore {
 }
 
 /// Keeps `retain` versions restorable: removes files below the newest
-/// snapshot that is at least `retain` versions old.
+/// snapshot that is at least `retain` versions old. That snapshot moves only
+/// every [`SNAPSHOT_INTERVAL`] versions, so the directory is listed only
+/// then (not at every commit); files a crash left are removed the next time.
 pub(crate) fn purge_old(dir: &Path, version: u64, retain: u64) {
-    if version <= retain {
+    if version <= retain || (version - retain) % SNAPSHOT_INTERVAL != 0 {
         return;
     }
     let keep_snap = ((version - retain) / SNAPSHOT_INTERVAL) * SNAPSHOT_INTERVAL;
@@ -324,6 +326,24 @@ mod tests {
         assert_eq!(back.len(), 25);
         assert!(!dir.path().join("1.delta").exists());
         assert!(dir.path().join("20.snapshot").exists());
+        // Everything below the snapshot that keeps 5 versions is gone ...
+        for gone in ["10.snapshot", "19.delta"] {
+            assert!(!dir.path().join(gone).exists(), "{gone} was kept");
+        }
+        // ... and every version still retained restores.
+        for v in 20..=25u64 {
+            let back = MemoryStateStore::open(dir.path(), v, 5, false).unwrap();
+            assert_eq!(back.len() as u64, v);
+        }
+        // Between two snapshot steps nothing is listed or removed: after
+        // 29 versions the files of 20..=29 are all there.
+        for v in 26..=29u64 {
+            s.put(v.to_le_bytes().to_vec(), vec![1]);
+            s.commit(v).unwrap();
+        }
+        assert!(dir.path().join("21.delta").exists());
+        let back = MemoryStateStore::open(dir.path(), 24, 5, false).unwrap();
+        assert_eq!(back.len(), 24);
     }
 
     #[test]
