@@ -40,6 +40,7 @@ pub mod session;
 pub mod sink;
 pub mod source;
 pub mod state;
+pub mod storage;
 pub mod table;
 #[cfg(feature = "ui")]
 pub mod ui;

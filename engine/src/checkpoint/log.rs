@@ -1,12 +1,21 @@
-//! The offsets WAL and the commit log: one file per batch id, Spark's layout
-//! (`v1` then JSON lines).
+//! The offsets WAL and the commit log: one file (object) per batch id,
+//! Spark's layout (`v1` then JSON lines), on the storage layer (a local
+//! directory or an object store prefix).
+//!
+//! Each entry is written once, with a create-once write: a batch's entry is
+//! there whole or not at all, and never replaced. A restart re-runs an
+//! uncommitted batch with its logged `offsets/N` (it does not write it
+//! again), so finding an entry already there when writing means another
+//! run of the query is using the checkpoint: that run is refused (Spark's
+//! concurrent-run check), instead of both writing.
 
-use std::fs;
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, WeirError};
+use crate::storage::{Created, Storage};
 
 /// The batch id a log file's name stands for: only the canonical decimal
 /// form `i64::to_string` writes for a non-negative id (`7`, never `07`, `+7`,
@@ -26,8 +35,11 @@ pub fn parse_batch_id(name: &str) -> Option<i64> {
 /// A directory of per-batch files named by batch id.
 #[derive(Debug, Clone)]
 pub struct BatchLog {
-    dir: PathBuf,
-    sync: bool,
+    store: Storage,
+    /// The query id, once the checkpoint's metadata is read (for the
+    /// concurrent-run error), and the checkpoint's location.
+    owner: Arc<OnceLock<String>>,
+    checkpoint: String,
 }
 
 /// What `offsets/N` holds.
@@ -59,33 +71,39 @@ pub struct CommitEntry {
 }
 
 impl BatchLog {
-    /// A log in `dir`.
+    /// A log in the local directory `dir`.
     pub fn new(dir: PathBuf, sync: bool) -> BatchLog {
-        BatchLog { dir, sync }
+        let checkpoint = dir
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        BatchLog::on(Storage::local(dir, sync), checkpoint, Arc::default())
+    }
+
+    /// A log in `store`'s directory, part of the checkpoint at `checkpoint`
+    /// (for messages), whose query id `owner` holds once known.
+    pub fn on(store: Storage, checkpoint: String, owner: Arc<OnceLock<String>>) -> BatchLog {
+        BatchLog {
+            store,
+            owner,
+            checkpoint,
+        }
     }
 
     fn path(&self, batch: i64) -> PathBuf {
-        self.dir.join(batch.to_string())
+        self.store.display_path(&batch.to_string())
     }
 
     /// The highest batch id present (names that are not canonical batch ids
     /// are ignored, with a warning for those that look like one).
     pub fn latest(&self) -> Result<Option<i64>> {
-        let rd = match fs::read_dir(&self.dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(WeirError::io(&self.dir, e)),
-        };
         let mut best = None;
-        for e in rd {
-            let e = e.map_err(|e| WeirError::io(&self.dir, e))?;
-            let name = e.file_name();
-            let name = name.to_string_lossy();
+        for name in self.store.list("")? {
             match parse_batch_id(&name) {
                 Some(n) => best = best.max(Some(n)),
                 None if name.trim().parse::<i64>().is_ok() => {
                     tracing::warn!(
-                        file = %e.path().display(),
+                        file = %self.store.display_path(&name).display(),
                         "ignoring a stray file whose name is not a canonical batch id (e.g. `7`); remove it"
                     );
                 }
@@ -95,19 +113,45 @@ impl BatchLog {
         Ok(best)
     }
 
-    fn read_lines(&self, batch: i64) -> Result<Option<Vec<String>>> {
-        let p = self.path(batch);
-        match fs::read_to_string(&p) {
-            Ok(t) => {
-                let lines: Vec<String> = t.lines().map(str::to_string).collect();
-                if lines.first().map(String::as_str) != Some("v1") {
-                    return Err(WeirError::checkpoint(&p, "not a weir/Spark v1 log file (damaged or from an unsupported version); delete the checkpoint location to start over"));
-                }
-                Ok(Some(lines))
+    /// Writes batch `batch`'s entry once. An entry already there with other
+    /// content was written by another run of the query: refused. (The same
+    /// content is this write's own, answered "exists" when a lost response
+    /// made the store's client retry it.)
+    fn create(&self, batch: i64, text: &str) -> Result<()> {
+        let name = batch.to_string();
+        match self.store.put_create(&name, text.as_bytes())? {
+            Created::Created => Ok(()),
+            Created::Exists if self.store.get(&name)?.as_deref() == Some(text.as_bytes()) => Ok(()),
+            Created::Exists => {
+                let query = match self.owner.get() {
+                    Some(id) => format!("query {id}"),
+                    None => "this query".to_string(),
+                };
+                Err(WeirError::checkpoint(
+                    self.path(batch),
+                    format!(
+                        "another run of {query} is writing to checkpoint {}; only one run may use a checkpoint (it wrote batch {batch}'s entry first). Stop the other run before starting this one, or give a copy of the query its own checkpoint location",
+                        self.checkpoint
+                    ),
+                ))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(WeirError::io(&p, e)),
         }
+    }
+
+    fn read_lines(&self, batch: i64) -> Result<Option<Vec<String>>> {
+        let Some(bytes) = self.store.get(&batch.to_string())? else {
+            return Ok(None);
+        };
+        let p = self.path(batch);
+        let damaged = || {
+            WeirError::checkpoint(&p, "not a weir/Spark v1 log file (damaged or from an unsupported version); delete the checkpoint location to start over")
+        };
+        let t = String::from_utf8(bytes).map_err(|_| damaged())?;
+        let lines: Vec<String> = t.lines().map(str::to_string).collect();
+        if lines.first().map(String::as_str) != Some("v1") {
+            return Err(damaged());
+        }
+        Ok(Some(lines))
     }
 
     /// Writes `offsets/N`.
@@ -121,7 +165,7 @@ impl BatchLog {
                 None => "-".to_string(),
             });
         }
-        super::write_atomic(&self.path(batch), text.as_bytes(), self.sync)
+        self.create(batch, &text)
     }
 
     /// Reads `offsets/N`.
@@ -154,7 +198,7 @@ impl BatchLog {
     /// Writes `commits/N`.
     pub fn write_commit(&self, batch: i64, e: &CommitEntry) -> Result<()> {
         let text = format!("v1\n{}", serde_json::to_string(e)?);
-        super::write_atomic(&self.path(batch), text.as_bytes(), self.sync)
+        self.create(batch, &text)
     }
 
     /// Reads `commits/N`.
@@ -169,13 +213,20 @@ impl BatchLog {
     }
 
     /// Removes entries below `keep_from` (old batches past the retention).
+    /// Best effort: what cannot be removed now is warned about and removed
+    /// by a later purge.
     pub fn purge_before(&self, keep_from: i64) -> Result<()> {
-        if let Ok(rd) = fs::read_dir(&self.dir) {
-            for e in rd.flatten() {
-                if let Some(n) = e.file_name().to_str().and_then(parse_batch_id) {
-                    if n < keep_from {
-                        let _ = fs::remove_file(e.path());
-                    }
+        let names = match self.store.list("") {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!("cannot list old log entries to remove: {e}");
+                return Ok(());
+            }
+        };
+        for name in names {
+            if parse_batch_id(&name).is_some_and(|n| n < keep_from) {
+                if let Err(e) = self.store.delete(&name) {
+                    tracing::warn!("cannot remove an old log entry: {e}");
                 }
             }
         }
@@ -221,5 +272,50 @@ mod tests {
             dir.path().join("07").exists(),
             "purge leaves stray names alone"
         );
+    }
+
+    #[test]
+    fn an_entry_is_written_once_and_another_runs_entry_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let owner: Arc<OnceLock<String>> = Arc::default();
+        owner.set("q-1".into()).unwrap();
+        let store = Storage::local(dir.path().join("offsets"), false);
+        let mine = BatchLog::on(store.clone(), "chk".into(), owner.clone());
+        let theirs = BatchLog::on(store, "chk".into(), owner);
+        let entry = |ts| OffsetEntry {
+            batch_watermark_ms: 0,
+            batch_timestamp_ms: ts,
+            operator_watermarks_ms: vec![],
+            sources: vec![Some(serde_json::json!(5))],
+        };
+        mine.write_offsets(3, &entry(100)).unwrap();
+        let err = theirs
+            .write_offsets(3, &entry(200))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("another run of query q-1 is writing to checkpoint chk; only one run may use a checkpoint"),
+            "{err}"
+        );
+        assert_eq!(
+            mine.read_offsets(3).unwrap(),
+            Some(entry(100)),
+            "the first entry is kept"
+        );
+        // The same entry again (a retried write that had succeeded) is fine.
+        theirs.write_offsets(3, &entry(100)).unwrap();
+        let c = CommitEntry {
+            next_batch_watermark_ms: 1,
+            operator_watermarks_ms: vec![],
+        };
+        let commits = BatchLog::new(dir.path().join("commits"), true);
+        commits.write_commit(3, &c).unwrap();
+        let other = CommitEntry {
+            next_batch_watermark_ms: 2,
+            ..c.clone()
+        };
+        let err = commits.write_commit(3, &other).unwrap_err().to_string();
+        assert!(err.contains("another run of this query"), "{err}");
+        assert_eq!(commits.read_commit(3).unwrap(), Some(c));
     }
 }

@@ -11,16 +11,28 @@
 //! Every file is written atomically: a temp file, fsync, rename, fsync of the
 //! directory. `offsets/N` is written before batch N does any work and
 //! `commits/N` after its sink and state have committed.
+//!
+//! `metadata`, `offsets/N` and `commits/N` are written once each, with the
+//! storage layer's create-once write (a hard link of the fsynced temp file
+//! locally, a conditional PUT on S3), so the logs also live on object
+//! storage (`s3://bucket/prefix`), which has no rename, and a second run of
+//! the query on the same checkpoint is refused when it tries to write an
+//! entry the first wrote. State and source metadata still need a local
+//! checkpoint ([`Checkpoint::check_supported`]).
 
 pub mod log;
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, WeirError};
+use crate::sink::BoxSink;
+use crate::source::BoxSource;
+use crate::storage::{Created, Location, S3Settings, Storage};
 
 pub use log::{parse_batch_id, BatchLog, CommitEntry, OffsetEntry};
 
@@ -32,11 +44,7 @@ pub use log::{parse_batch_id, BatchLog, CommitEntry, OffsetEntry};
 pub fn write_atomic(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     create_dir_all_synced(dir, sync)?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        uuid::Uuid::new_v4().simple()
-    ));
+    let tmp = temp_path(path);
     {
         let mut f = fs::File::create(&tmp).map_err(|e| WeirError::io(&tmp, e))?;
         f.write_all(bytes).map_err(|e| WeirError::io(&tmp, e))?;
@@ -50,6 +58,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
         sync_dir(dir)?;
     }
     Ok(())
+}
+
+/// A fresh temp file name beside `path`: `.<name>.<uuid>.tmp` (what
+/// [`is_temp_name`] recognises and [`remove_temp_files`] removes).
+pub fn temp_path(path: &Path) -> PathBuf {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        uuid::Uuid::new_v4().simple()
+    ))
 }
 
 /// Fsyncs a directory, so the names created, renamed or removed in it are
@@ -194,10 +213,16 @@ fn one() -> usize {
     1
 }
 
-/// An open checkpoint directory.
+/// An open checkpoint: a local directory or an object store prefix
+/// (`s3://bucket/prefix`). Its logs and `metadata` live on the storage
+/// layer; state and source metadata still need a local directory.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
+    /// The local directory, or (object storage) the URL, for messages.
     root: PathBuf,
+    storage: Storage,
+    /// The query id, once `metadata` is read or written.
+    query_id: Arc<OnceLock<String>>,
     /// Whether files are fsync'd.
     pub sync: bool,
     /// The offsets log.
@@ -218,17 +243,114 @@ impl Checkpoint {
         for sub in ["offsets", "commits", "sources", "state"] {
             remove_temp_files(&root.join(sub))?;
         }
+        Checkpoint::on(Storage::local(root.clone(), sync), root, sync)
+    }
+
+    /// Opens the checkpoint at `location`: a local path, a `file:///` URL
+    /// or an `s3://bucket/prefix` URL (S3 settings from `s3` and the
+    /// environment). Nothing needs creating on S3; a missing bucket is an
+    /// error here.
+    pub fn open_location(location: &str, s3: &S3Settings, sync: bool) -> Result<Checkpoint> {
+        match Location::parse(location)? {
+            Location::Local(root) => Checkpoint::open(root, sync),
+            Location::S3 { .. } => {
+                let storage = Storage::open(location, s3, sync)?;
+                let root = PathBuf::from(storage.location().to_string());
+                Checkpoint::on(storage, root, sync)
+            }
+        }
+    }
+
+    fn on(storage: Storage, root: PathBuf, sync: bool) -> Result<Checkpoint> {
+        let query_id: Arc<OnceLock<String>> = Arc::default();
+        let at = storage.location().to_string();
+        let log = |dir: &str| -> Result<BatchLog> {
+            Ok(BatchLog::on(
+                storage.child(dir)?,
+                at.clone(),
+                query_id.clone(),
+            ))
+        };
         Ok(Checkpoint {
-            offsets: BatchLog::new(root.join("offsets"), sync),
-            commits: BatchLog::new(root.join("commits"), sync),
+            offsets: log("offsets")?,
+            commits: log("commits")?,
             root,
+            storage,
+            query_id,
             sync,
         })
     }
 
-    /// The checkpoint's root directory.
+    /// The checkpoint's root directory (for a checkpoint on object storage,
+    /// its URL, only for messages: use [`Checkpoint::local_root`] for files).
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The checkpoint's storage (its root directory).
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// The local root directory, when the checkpoint is local.
+    pub fn local_root(&self) -> Option<&Path> {
+        self.storage.local_root()
+    }
+
+    /// The local root directory for `what`, or a clear error for a
+    /// checkpoint on object storage, where `what` is not supported yet
+    /// (rather than writing it somewhere local).
+    pub fn require_local(&self, what: &str) -> Result<&Path> {
+        self.local_root().ok_or_else(|| {
+            WeirError::checkpoint(
+                &self.root,
+                format!("not yet supported on object storage: {what}. Use a local checkpoint location for this query"),
+            )
+        })
+    }
+
+    /// For a checkpoint on object storage, refuses a query whose sources,
+    /// sinks or state keep files under the checkpoint directory, which only
+    /// a local checkpoint has so far: only memory sources and the console,
+    /// memory, foreach, foreach-batch and file sinks (the file sink writes
+    /// to its own path) run with such a checkpoint, statelessly. A local
+    /// checkpoint supports everything.
+    pub fn check_supported<'a>(
+        &self,
+        sources: impl IntoIterator<Item = (&'a str, &'a BoxSource)>,
+        stateful_operators: usize,
+        sinks: impl IntoIterator<Item = &'a BoxSink>,
+    ) -> Result<()> {
+        if self.local_root().is_some() {
+            return Ok(());
+        }
+        if stateful_operators > 0 {
+            self.require_local(&format!(
+                "the state of stateful operators (this query has {stateful_operators}: aggregations, deduplication, joins or sessions)"
+            ))?;
+        }
+        for (name, s) in sources {
+            if s.description() != "MemoryStream" {
+                self.require_local(&format!(
+                    "source `{name}` ({}), which keeps its own log under the checkpoint",
+                    s.description()
+                ))?;
+            }
+        }
+        for s in sinks {
+            use weir_plan::SinkKind;
+            let ok = matches!(
+                s.kind(),
+                SinkKind::Console | SinkKind::Memory | SinkKind::ForeachBatch | SinkKind::File
+            ) || s.description() == "ForeachSink";
+            if !ok {
+                self.require_local(&format!(
+                    "the sink {}, which reads or writes files under the checkpoint",
+                    s.description()
+                ))?;
+            }
+        }
+        Ok(())
     }
 
     /// Directory for one state operator partition.
@@ -253,41 +375,9 @@ impl Checkpoint {
         plan: &weir_plan::StreamPlan,
         state_partitions: Option<usize>,
     ) -> Result<CheckpointMetadata> {
-        let path = self.root.join("metadata");
-        if path.exists() {
-            let text = fs::read_to_string(&path).map_err(|e| WeirError::io(&path, e))?;
-            let meta: CheckpointMetadata = serde_json::from_str(&text).map_err(|e| {
-                WeirError::checkpoint(&path, format!("the metadata file is damaged ({e}); restore it from a backup or start with a new checkpoint location"))
-            })?;
-            // The stored plan is the reference: the same query shape is
-            // accepted even if the fingerprint's encoding changed between
-            // weir versions; a different shape is refused with what changed.
-            let same = match &meta.plan {
-                Some(old) => same_shape(old, plan),
-                None => meta.fingerprint.is_empty() || meta.fingerprint == plan.fingerprint(),
-            };
-            if !same {
-                let what = meta
-                    .plan
-                    .as_ref()
-                    .map(|old| describe_change(old, plan))
-                    .unwrap_or_else(|| "the query's shape".into());
-                return Err(WeirError::checkpoint(
-                    &self.root,
-                    format!("this checkpoint was written by a different query: {what}. Use a new checkpoint location for the changed query, or restore the original query"),
-                ));
-            }
-            if state_partitions.is_some_and(|n| n != meta.state_partitions) {
-                let state_partitions = state_partitions.unwrap_or_default();
-                return Err(WeirError::checkpoint(
-                    &self.root,
-                    format!(
-                        "the checkpoint's state has {} partitions but the session asks for {state_partitions} (shuffle_partitions); state partitioning cannot change on restart: set shuffle_partitions back to {}",
-                        meta.state_partitions, meta.state_partitions
-                    ),
-                ));
-            }
-            return Ok(meta);
+        let path = self.storage.display_path("metadata");
+        if let Some(bytes) = self.storage.get("metadata")? {
+            return self.check_metadata(&path, &bytes, plan, state_partitions);
         }
         // Batches were logged but the query id is gone: a new id would not
         // match the markers the idempotent sinks keep, and the pending batch
@@ -311,11 +401,63 @@ impl Checkpoint {
             plan: Some(plan.clone()),
             state_partitions: state_partitions.unwrap_or_else(crate::session::available_cores),
         };
-        write_atomic(
-            &path,
-            serde_json::to_string_pretty(&meta)?.as_bytes(),
-            self.sync,
-        )?;
+        let text = serde_json::to_string_pretty(&meta)?;
+        match self.storage.put_create("metadata", text.as_bytes())? {
+            Created::Created => {
+                let _ = self.query_id.set(meta.id.clone());
+                Ok(meta)
+            }
+            // Another run created it meanwhile: its id is the query's.
+            Created::Exists => match self.storage.get("metadata")? {
+                Some(bytes) => self.check_metadata(&path, &bytes, plan, state_partitions),
+                None => Err(WeirError::checkpoint(
+                    &path,
+                    "the metadata file appeared and vanished while the query started; another process is changing this checkpoint",
+                )),
+            },
+        }
+    }
+
+    /// Checks a checkpoint's `metadata` against the query starting on it.
+    fn check_metadata(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        plan: &weir_plan::StreamPlan,
+        state_partitions: Option<usize>,
+    ) -> Result<CheckpointMetadata> {
+        let meta: CheckpointMetadata = serde_json::from_slice(bytes).map_err(|e| {
+            WeirError::checkpoint(path, format!("the metadata file is damaged ({e}); restore it from a backup or start with a new checkpoint location"))
+        })?;
+        // The stored plan is the reference: the same query shape is
+        // accepted even if the fingerprint's encoding changed between
+        // weir versions; a different shape is refused with what changed.
+        let same = match &meta.plan {
+            Some(old) => same_shape(old, plan),
+            None => meta.fingerprint.is_empty() || meta.fingerprint == plan.fingerprint(),
+        };
+        if !same {
+            let what = meta
+                .plan
+                .as_ref()
+                .map(|old| describe_change(old, plan))
+                .unwrap_or_else(|| "the query's shape".into());
+            return Err(WeirError::checkpoint(
+                &self.root,
+                format!("this checkpoint was written by a different query: {what}. Use a new checkpoint location for the changed query, or restore the original query"),
+            ));
+        }
+        if state_partitions.is_some_and(|n| n != meta.state_partitions) {
+            let state_partitions = state_partitions.unwrap_or_default();
+            return Err(WeirError::checkpoint(
+                &self.root,
+                format!(
+                    "the checkpoint's state has {} partitions but the session asks for {state_partitions} (shuffle_partitions); state partitioning cannot change on restart: set shuffle_partitions back to {}",
+                    meta.state_partitions, meta.state_partitions
+                ),
+            ));
+        }
+        let _ = self.query_id.set(meta.id.clone());
         Ok(meta)
     }
 }

@@ -98,20 +98,35 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         sink.kind(),
         weir_plan::SinkKind::Console | weir_plan::SinkKind::Memory
     );
-    let chk_path = match checkpoint {
-        Some(p) => std::path::PathBuf::from(p),
+    // A local path, file:///... or s3://bucket/prefix. S3 settings: the
+    // environment's AWS_* (session settings to come with SessionConfig).
+    let chk = match checkpoint {
+        Some(location) => Checkpoint::open_location(
+            &location,
+            &crate::storage::S3Settings::default(),
+            conf.fsync_checkpoint,
+        )?,
         None if needs_checkpoint => {
             return Err(WeirError::Config(
                 "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...): call .checkpoint_location(path) (only console and memory sinks may run without one)".into(),
             ))
         }
-        None => std::env::temp_dir().join(format!("weir-temporary-{}", uuid::Uuid::new_v4())),
+        None => Checkpoint::open(
+            std::env::temp_dir().join(format!("weir-temporary-{}", uuid::Uuid::new_v4())),
+            conf.fsync_checkpoint,
+        )?,
     };
-    let chk = Checkpoint::open(&chk_path, conf.fsync_checkpoint)?;
-    let meta = chk.load_or_init_metadata(&plan, conf.shuffle_partitions)?;
     let mut sources: Vec<(String, BoxSource)> = stream.sources.into_iter().collect();
     let schemas: Vec<_> = sources.iter().map(|(_, s)| s.schema()).collect();
     let mut pipeline = Pipeline::compile(&plan, &schemas, &stream.statics)?;
+    // What a checkpoint on object storage cannot keep yet is refused before
+    // anything is written to it.
+    chk.check_supported(
+        sources.iter().map(|(n, s)| (n.as_str(), s)),
+        pipeline.stateful_count(),
+        std::iter::once(&sink).chain(late_sink.as_ref()),
+    )?;
+    let meta = chk.load_or_init_metadata(&plan, conf.shuffle_partitions)?;
 
     // Recover: the last committed batch and any batch logged after it.
     let last_commit = chk.commits.latest()?;

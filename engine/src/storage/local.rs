@@ -1,0 +1,131 @@
+//! The local file system backend: every write is atomic (temp file, fsync,
+//! then rename or hard link, fsync of the directory), and a create-once
+//! write publishes its temp file with `hard_link`, which fails when the
+//! name exists, so two writers of one name cannot both succeed.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::{Created, Entry};
+use crate::checkpoint::{create_dir_all_synced, is_temp_name, sync_dir, temp_path, write_atomic};
+use crate::error::{Result, WeirError};
+
+/// A directory on the local file system.
+#[derive(Debug, Clone)]
+pub(crate) struct LocalDir {
+    pub(crate) root: PathBuf,
+    pub(crate) sync: bool,
+}
+
+impl LocalDir {
+    pub(crate) fn path(&self, rel: &str) -> PathBuf {
+        rel.split('/')
+            .filter(|s| !s.is_empty())
+            .fold(self.root.clone(), |p, s| p.join(s))
+    }
+
+    pub(crate) fn put_create(&self, rel: &str, bytes: &[u8]) -> Result<Created> {
+        let path = self.path(rel);
+        let dir = path.parent().unwrap_or(Path::new("."));
+        create_dir_all_synced(dir, self.sync)?;
+        let tmp = temp_path(&path);
+        let written = (|| {
+            let mut f = fs::File::create(&tmp)?;
+            f.write_all(bytes)?;
+            if self.sync {
+                f.sync_all()?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(WeirError::io(&tmp, e));
+        }
+        crate::failpoint::failpoint_here("before_rename");
+        let linked = fs::hard_link(&tmp, &path);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {
+                if self.sync {
+                    sync_dir(dir)?;
+                }
+                Ok(Created::Created)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(Created::Exists),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Unsupported | std::io::ErrorKind::PermissionDenied
+                ) || e.raw_os_error() == Some(libc::EPERM) =>
+            {
+                Err(WeirError::io(
+                    &path,
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("{e}: this file system does not support hard links, which weir's create-once checkpoint writes need; put the checkpoint on a local file system such as ext4, xfs or apfs, or on s3://"),
+                    ),
+                ))
+            }
+            Err(e) => Err(WeirError::io(&path, e)),
+        }
+    }
+
+    pub(crate) fn put(&self, rel: &str, bytes: &[u8]) -> Result<()> {
+        write_atomic(&self.path(rel), bytes, self.sync)
+    }
+
+    pub(crate) fn get(&self, rel: &str) -> Result<Option<Vec<u8>>> {
+        let path = self.path(rel);
+        match fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(WeirError::io(&path, e)),
+        }
+    }
+
+    pub(crate) fn list_entries(&self, rel_dir: &str) -> Result<Vec<Entry>> {
+        let dir = self.path(rel_dir);
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(WeirError::io(&dir, e)),
+        };
+        let mut out = Vec::new();
+        for e in rd {
+            let e = e.map_err(|e| WeirError::io(&dir, e))?;
+            let name = e.file_name().to_string_lossy().to_string();
+            let md = match e.metadata() {
+                Ok(m) => m,
+                // Removed meanwhile.
+                Err(er) if er.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(er) => return Err(WeirError::io(e.path(), er)),
+            };
+            if !md.is_file() || is_temp_name(&name) {
+                continue;
+            }
+            let modified_ms = md
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
+            out.push(Entry {
+                name,
+                size: md.len(),
+                modified_ms,
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    pub(crate) fn delete(&self, rel: &str) -> Result<()> {
+        let path = self.path(rel);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(WeirError::io(&path, e)),
+        }
+    }
+}

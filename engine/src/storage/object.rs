@@ -1,0 +1,262 @@
+//! The object store backend (S3): each write is one whole-object PUT, which
+//! S3 makes atomic; a create-once write is a conditional PUT
+//! (`If-None-Match: *`, object_store's `PutMode::Create`), refused with 412
+//! when the key exists, so no rename is ever needed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use object_store::aws::AmazonS3;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+use super::config::{redact, S3Settings};
+use super::{runtime, Created, Entry};
+use crate::error::{Result, WeirError};
+
+/// A prefix in an S3 bucket.
+#[derive(Clone)]
+pub(crate) struct ObjectDir {
+    store: Arc<AmazonS3>,
+    bucket: String,
+    /// Without leading or trailing `/`; empty: the bucket's root.
+    pub(crate) prefix: String,
+    endpoint: Option<String>,
+    /// Credentials in effect, removed from every message.
+    secrets: Arc<Vec<String>>,
+}
+
+impl std::fmt::Debug for ObjectDir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectDir")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("endpoint", &self.endpoint)
+            .finish()
+    }
+}
+
+impl ObjectDir {
+    /// A client for `s3://bucket/prefix`; checks, with one listing request,
+    /// that the bucket exists and answers.
+    pub(crate) fn open(bucket: &str, prefix: &str, s3: &S3Settings) -> Result<ObjectDir> {
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        let (builder, endpoint) = s3.builder(bucket, env.clone())?;
+        let secrets = Arc::new(s3.secrets(env));
+        let root = format!("s3://{bucket}/{prefix}");
+        let store = runtime::entered(|| builder.build())
+            .map_err(|e| WeirError::io(&root, std::io::Error::other(e)))?
+            .map_err(|e| {
+                WeirError::Config(format!(
+                    "cannot set up the S3 client for {root}: {}",
+                    redact(&e.to_string(), &secrets)
+                ))
+            })?;
+        let dir = ObjectDir {
+            store: Arc::new(store),
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+            endpoint,
+            secrets,
+        };
+        let store = dir.store.clone();
+        let at = dir.key("")?;
+        dir.call("", "listing", async move {
+            store.list_with_delimiter(at.as_ref()).await.map(|_| ())
+        })?;
+        Ok(dir)
+    }
+
+    /// The endpoint in effect (None: AWS's, by region).
+    pub(crate) fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
+    }
+
+    /// A directory below this one.
+    pub(crate) fn child(&self, rel: &str) -> ObjectDir {
+        let mut c = self.clone();
+        c.prefix = join(&self.prefix, rel);
+        c
+    }
+
+    /// `s3://bucket/prefix/rel`, for messages.
+    pub(crate) fn display_path(&self, rel: &str) -> PathBuf {
+        PathBuf::from(
+            format!("s3://{}/{}", self.bucket, join(&self.prefix, rel)).trim_end_matches('/'),
+        )
+    }
+
+    /// The object key of `rel`; None for the bucket's root.
+    fn key(&self, rel: &str) -> Result<Option<ObjectPath>> {
+        let k = join(&self.prefix, rel);
+        if k.is_empty() {
+            return Ok(None);
+        }
+        ObjectPath::parse(&k).map(Some).map_err(|e| {
+            WeirError::Config(format!(
+                "invalid object key `{k}` in s3://{}: {e}",
+                self.bucket
+            ))
+        })
+    }
+
+    fn object_key(&self, rel: &str) -> Result<ObjectPath> {
+        self.key(rel)?.ok_or_else(|| {
+            WeirError::Config(format!("an object needs a name below s3://{}", self.bucket))
+        })
+    }
+
+    /// Runs one request on the storage runtime, mapping its error to a
+    /// clear, credential-free one.
+    fn call<T: Send + 'static>(
+        &self,
+        rel: &str,
+        what: &str,
+        f: impl std::future::Future<Output = object_store::Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        match runtime::run(f) {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(self.error(rel, what, e)),
+            Err(e) => Err(WeirError::io(
+                self.display_path(rel),
+                std::io::Error::other(e),
+            )),
+        }
+    }
+
+    fn error(&self, rel: &str, what: &str, e: object_store::Error) -> WeirError {
+        use std::io::ErrorKind;
+        let text = redact(&e.to_string(), &self.secrets);
+        let at = self
+            .endpoint
+            .as_ref()
+            .map(|e| format!(" at {e}"))
+            .unwrap_or_default();
+        let (kind, msg) = match &e {
+            object_store::Error::NotFound { .. } | object_store::Error::Generic { .. }
+                if text.contains("NoSuchBucket") =>
+            {
+                (
+                    ErrorKind::NotFound,
+                    format!(
+                        "the bucket `{}` does not exist{at}: create it (e.g. `aws s3 mb s3://{}`) or fix the location",
+                        self.bucket, self.bucket
+                    ),
+                )
+            }
+            object_store::Error::Unauthenticated { .. }
+            | object_store::Error::PermissionDenied { .. } => (
+                ErrorKind::PermissionDenied,
+                format!(
+                    "{what} was refused{at} ({text}): check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or spark.hadoop.fs.s3a.access.key / secret.key) and the bucket's policy"
+                ),
+            ),
+            _ => (ErrorKind::Other, format!("{what} failed{at}: {text}")),
+        };
+        WeirError::io(self.display_path(rel), std::io::Error::new(kind, msg))
+    }
+
+    pub(crate) fn put_create(&self, rel: &str, bytes: &[u8]) -> Result<Created> {
+        let key = self.object_key(rel)?;
+        let store = self.store.clone();
+        let payload = PutPayload::from(bytes.to_vec());
+        let r = runtime::run(async move {
+            store
+                .put_opts(&key, payload, PutOptions::from(PutMode::Create))
+                .await
+        });
+        match r {
+            Ok(Ok(_)) => Ok(Created::Created),
+            Ok(Err(object_store::Error::AlreadyExists { .. })) => Ok(Created::Exists),
+            Ok(Err(e)) => Err(self.error(rel, "a conditional create", e)),
+            Err(e) => Err(WeirError::io(
+                self.display_path(rel),
+                std::io::Error::other(e),
+            )),
+        }
+    }
+
+    pub(crate) fn put(&self, rel: &str, bytes: &[u8]) -> Result<()> {
+        let key = self.object_key(rel)?;
+        let store = self.store.clone();
+        let payload = PutPayload::from(bytes.to_vec());
+        self.call(rel, "a write", async move {
+            store.put(&key, payload).await.map(|_| ())
+        })
+    }
+
+    pub(crate) fn get(&self, rel: &str) -> Result<Option<Vec<u8>>> {
+        let key = self.object_key(rel)?;
+        let store = self.store.clone();
+        let r = runtime::run(async move {
+            match store.get(&key).await {
+                Ok(g) => g.bytes().await.map(|b| Some(b.to_vec())),
+                Err(e) => Err(e),
+            }
+        });
+        match r {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e @ object_store::Error::NotFound { .. })) => {
+                // A missing bucket is an error, not an empty directory.
+                if e.to_string().contains("NoSuchBucket") {
+                    Err(self.error(rel, "a read", e))
+                } else {
+                    Ok(None)
+                }
+            }
+            Ok(Err(e)) => Err(self.error(rel, "a read", e)),
+            Err(e) => Err(WeirError::io(
+                self.display_path(rel),
+                std::io::Error::other(e),
+            )),
+        }
+    }
+
+    pub(crate) fn list_entries(&self, rel_dir: &str) -> Result<Vec<Entry>> {
+        let at = self.key(rel_dir)?;
+        let store = self.store.clone();
+        let listed = self.call(rel_dir, "a listing", async move {
+            store.list_with_delimiter(at.as_ref()).await
+        })?;
+        let mut out: Vec<Entry> = listed
+            .objects
+            .into_iter()
+            .filter_map(|m| {
+                Some(Entry {
+                    name: m.location.filename()?.to_string(),
+                    size: m.size,
+                    modified_ms: m.last_modified.timestamp_millis(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    pub(crate) fn delete(&self, rel: &str) -> Result<()> {
+        let key = self.object_key(rel)?;
+        let store = self.store.clone();
+        match runtime::run(async move { store.delete(&key).await }) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e @ object_store::Error::NotFound { .. }))
+                if !e.to_string().contains("NoSuchBucket") =>
+            {
+                Ok(())
+            }
+            Ok(Err(e)) => Err(self.error(rel, "a delete", e)),
+            Err(e) => Err(WeirError::io(
+                self.display_path(rel),
+                std::io::Error::other(e),
+            )),
+        }
+    }
+}
+
+/// `a/b` from `a` and `b`, either possibly empty.
+fn join(prefix: &str, rel: &str) -> String {
+    match (prefix.is_empty(), rel.is_empty()) {
+        (true, _) => rel.to_string(),
+        (_, true) => prefix.to_string(),
+        _ => format!("{prefix}/{rel}"),
+    }
+}

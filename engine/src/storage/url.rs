@@ -1,0 +1,212 @@
+//! Where a checkpoint, a file source or sink, or a table lives: a plain
+//! local path, a `file:///` URL, or an `s3://bucket/prefix` URL (`s3a://` is
+//! accepted too, as Spark users write it).
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::error::{Result, WeirError};
+
+/// A parsed storage location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A directory on the local file system (a plain path or `file:///...`).
+    Local(PathBuf),
+    /// A prefix in an S3 bucket.
+    S3 {
+        /// The bucket name.
+        bucket: String,
+        /// The key prefix, without leading or trailing `/` (empty: the
+        /// bucket's root).
+        prefix: String,
+    },
+}
+
+impl Location {
+    /// Parses a location. A string without a `scheme://` is a local path;
+    /// `file://` must name an absolute local path; `s3://` (or `s3a://`)
+    /// must name a valid bucket. Anything else is refused with what is
+    /// accepted.
+    pub fn parse(location: &str) -> Result<Location> {
+        let bad = |what: String| {
+            WeirError::Config(format!(
+                "invalid storage location `{location}`: {what}. weir accepts a local path, file:///absolute/path or s3://bucket/prefix"
+            ))
+        };
+        if location.trim().is_empty() {
+            return Err(bad("it is empty".into()));
+        }
+        let Some((scheme, rest)) = split_scheme(location) else {
+            return Ok(Location::Local(PathBuf::from(location)));
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            "file" => {
+                let path = match rest.strip_prefix("localhost") {
+                    Some(p) if p.starts_with('/') => p,
+                    _ => rest,
+                };
+                if !path.starts_with('/') {
+                    return Err(bad(
+                        "a file:// URL names an absolute local path, as in file:///tmp/chk (three slashes)".into(),
+                    ));
+                }
+                if path.contains(['?', '#']) {
+                    return Err(bad("a file:// URL has no query or fragment".into()));
+                }
+                Ok(Location::Local(PathBuf::from(
+                    percent_decode(path).map_err(bad)?,
+                )))
+            }
+            "s3" | "s3a" => {
+                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                if bucket.is_empty() {
+                    return Err(bad("no bucket: write s3://bucket/prefix".into()));
+                }
+                check_bucket(bucket).map_err(bad)?;
+                if prefix.contains(['?', '#']) {
+                    return Err(bad("an S3 location has no query or fragment".into()));
+                }
+                let prefix = prefix.trim_end_matches('/');
+                if !prefix.is_empty() {
+                    for seg in prefix.split('/') {
+                        if seg.is_empty() || seg == "." || seg == ".." {
+                            return Err(bad(format!(
+                                "the key prefix `{prefix}` has an empty, `.` or `..` segment"
+                            )));
+                        }
+                    }
+                }
+                Ok(Location::S3 {
+                    bucket: bucket.to_string(),
+                    prefix: prefix.to_string(),
+                })
+            }
+            other => Err(bad(format!("the scheme `{other}://` is not supported"))),
+        }
+    }
+
+    /// True for a location on the local file system.
+    pub fn is_local(&self) -> bool {
+        matches!(self, Location::Local(_))
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Local(p) => write!(f, "{}", p.display()),
+            Location::S3 { bucket, prefix } if prefix.is_empty() => write!(f, "s3://{bucket}"),
+            Location::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+        }
+    }
+}
+
+/// `scheme` and the rest after `scheme://`, when the string starts with a
+/// URL scheme (a letter, then letters, digits, `+`, `-` or `.`).
+fn split_scheme(s: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = s.split_once("://")?;
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+    .then_some((scheme, rest))
+}
+
+/// S3's bucket naming rules: 3 to 63 characters, lowercase letters, digits,
+/// dots and hyphens, starting and ending with a letter or digit.
+fn check_bucket(b: &str) -> std::result::Result<(), String> {
+    let ok = (3..=63).contains(&b.len())
+        && b.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'.' || c == b'-')
+        && b.as_bytes()[0].is_ascii_alphanumeric()
+        && b.as_bytes()[b.len() - 1].is_ascii_alphanumeric()
+        && !b.contains("..");
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{b}` is not a valid S3 bucket name (3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit)"
+        ))
+    }
+}
+
+/// Decodes `%XX` escapes of a `file://` URL's path.
+fn percent_decode(s: &str) -> std::result::Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("a bad %-escape at `{}`", &s[i..]))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "the %-escapes do not decode to UTF-8".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s3(bucket: &str, prefix: &str) -> Location {
+        Location::S3 {
+            bucket: bucket.into(),
+            prefix: prefix.into(),
+        }
+    }
+
+    #[test]
+    fn local_paths_file_urls_and_s3_urls_parse() {
+        for (text, want) in [
+            ("/tmp/chk", Location::Local("/tmp/chk".into())),
+            ("chk/a", Location::Local("chk/a".into())),
+            ("C:\\chk", Location::Local("C:\\chk".into())),
+            ("file:///tmp/chk", Location::Local("/tmp/chk".into())),
+            ("file://localhost/tmp/c", Location::Local("/tmp/c".into())),
+            ("FILE:///tmp/a%20b", Location::Local("/tmp/a b".into())),
+            ("s3://chk/page_views/", s3("chk", "page_views")),
+            ("s3://chk", s3("chk", "")),
+            ("s3://chk/", s3("chk", "")),
+            ("s3a://my.bucket-1/a/b/c", s3("my.bucket-1", "a/b/c")),
+        ] {
+            assert_eq!(Location::parse(text).unwrap(), want, "{text}");
+        }
+        assert_eq!(s3("chk", "a/b").to_string(), "s3://chk/a/b");
+        assert_eq!(s3("chk", "").to_string(), "s3://chk");
+    }
+
+    #[test]
+    fn malformed_locations_are_clear_errors() {
+        for (text, says) in [
+            ("", "empty"),
+            ("s3://", "no bucket"),
+            ("s3:///prefix", "no bucket"),
+            ("s3://My_Bucket/x", "not a valid S3 bucket name"),
+            ("s3://ab/x", "not a valid S3 bucket name"),
+            ("s3://-ab/x", "not a valid S3 bucket name"),
+            ("s3://a..b/x", "not a valid S3 bucket name"),
+            ("s3://bucket/a//b", "empty, `.` or `..` segment"),
+            ("s3://bucket/a/../b", "empty, `.` or `..` segment"),
+            ("s3://bucket/a?versionId=1", "no query"),
+            ("gs://bucket/x", "the scheme `gs://` is not supported"),
+            ("hdfs://nn/x", "the scheme `hdfs://` is not supported"),
+            ("file://host/tmp", "absolute local path"),
+            ("file://tmp", "absolute local path"),
+            ("file:///tmp/%zz", "bad %-escape"),
+        ] {
+            let err = Location::parse(text).unwrap_err().to_string();
+            assert!(err.contains(says), "{text}: {err}");
+            assert!(
+                err.contains("s3://bucket/prefix"),
+                "says what is accepted: {err}"
+            );
+        }
+    }
+}
