@@ -7,6 +7,7 @@
 //! cargo run --release -p weir-bench -- lab
 //! cargo run --release -p weir-bench -- page_views [--mode update|append] [--state memory|rocksdb]
 //! cargo run --release -p weir-bench -- sliding
+//! cargo run --release -p weir-bench -- join
 //! cargo run --release -p weir-bench -- tiny [--fsync true|false]
 //! cargo run --release -p weir-bench -- startup
 //! cargo run --release -p weir-bench -- baseline
@@ -21,7 +22,7 @@ use std::time::Instant;
 fn main() {
     let started = Instant::now();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    const USAGE: &str = "usage: weir-bench <lab|page_views|sliding|tiny|startup|baseline> [--batches N] [--rows-per-batch N] [--mode update|append] [--state memory|rocksdb] [--fsync true|false] [--partitions N] [--workers N]";
+    const USAGE: &str = "usage: weir-bench <lab|page_views|sliding|join|tiny|startup|baseline> [--batches N] [--rows-per-batch N] [--mode update|append] [--state memory|rocksdb] [--fsync true|false] [--partitions N] [--workers N]";
     let Some(scenario) = args.first().cloned() else {
         eprintln!("{USAGE}");
         std::process::exit(2);

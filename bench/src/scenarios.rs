@@ -10,8 +10,9 @@ use serde_json::{json, Value};
 use weir::arrow::array::{Int64Array, StringArray, TimestampMicrosecondArray};
 use weir::arrow::datatypes::SchemaRef;
 use weir::arrow::record_batch::RecordBatch;
+use weir::dataset::JoinOn;
 use weir::functions::{col, count_star, sliding_window, window};
-use weir::plan::{DataType, Field, OutputMode};
+use weir::plan::{DataType, Field, JoinType, OutputMode};
 use weir::sink::Sink;
 use weir::source::{Offset, RateMicroBatchSource, Source};
 use weir::{QueryListener, Session, SessionConfig, StreamingQueryProgress, WeirError};
@@ -252,6 +253,72 @@ impl Source for KeyedSource {
     }
 }
 
+/// One side of the ad join: impressions (`imp_id`, `imp_ts`), `rows` per
+/// batch with ids counting up and event time advancing 10 s per batch; or
+/// their clicks (`click_id`, `click_ts`): every second impression of the
+/// same batch, clicked 30 s after it.
+struct AdSource {
+    clicks: bool,
+    rows: u64,
+    batches: i64,
+}
+
+impl AdSource {
+    fn names(&self) -> (&'static str, &'static str) {
+        if self.clicks {
+            ("click_id", "click_ts")
+        } else {
+            ("imp_id", "imp_ts")
+        }
+    }
+}
+
+impl Source for AdSource {
+    fn schema(&self) -> SchemaRef {
+        let (id, ts) = self.names();
+        weir::row::arrow_schema(&[
+            Field::new(id, DataType::Int64),
+            Field::new(ts, DataType::Timestamp),
+        ])
+    }
+    fn description(&self) -> String {
+        format!("AdGenerator[{}]", self.names().0)
+    }
+    fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
+        let next = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
+        Ok(Some(Offset::from(next.min(self.batches - 1))))
+    }
+    fn get_batch(
+        &mut self,
+        start: Option<&Offset>,
+        end: &Offset,
+    ) -> weir::Result<Vec<RecordBatch>> {
+        let from = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
+        let mut out = Vec::new();
+        let (step, delay) = if self.clicks { (2, 30_000_000) } else { (1, 0) };
+        for b in from..=end.as_i64().unwrap_or(-1) {
+            let first = b * self.rows as i64;
+            let base = 1_700_000_000_000_000i64 + b * 10_000_000;
+            let ids: Vec<i64> = (0..self.rows as i64)
+                .step_by(step)
+                .map(|i| first + i)
+                .collect();
+            let ts: Vec<i64> = (0..self.rows as i64)
+                .step_by(step)
+                .map(|i| base + (i % 10_000) * 1_000 + delay)
+                .collect();
+            out.push(RecordBatch::try_new(
+                self.schema(),
+                vec![
+                    Arc::new(Int64Array::from(ids)),
+                    Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
+                ],
+            )?);
+        }
+        Ok(out)
+    }
+}
+
 fn rusage() -> (f64, f64) {
     // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF is valid.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
@@ -424,6 +491,39 @@ pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Valu
                 process_start,
             )
         }
+        "join" => {
+            // A stream-stream inner join: impressions with their clicks
+            // within 2 minutes, 30-second watermarks on both sides.
+            let (batches, rows) = opts.or(40, 50_000);
+            let side = |clicks| AdSource {
+                clicks,
+                rows,
+                batches,
+            };
+            let w = s
+                .read_stream(side(false))
+                .with_watermark("imp_ts", "30 seconds")
+                .join(
+                    s.read_stream(side(true))
+                        .with_watermark("click_ts", "30 seconds"),
+                    JoinOn::Expr("click_id = imp_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '2 minutes'".into()),
+                    JoinType::Inner,
+                )
+                .write_stream()
+                .output_mode(OutputMode::Append)
+                .sink(NoopSink(sink_rows.clone()))
+                .checkpoint_location(&chk_path);
+            let mut v = measure(
+                "join",
+                &s,
+                w,
+                batches,
+                json!({"rows_per_batch_per_side": rows}),
+                process_start,
+            )?;
+            v["output_rows"] = json!(*sink_rows.lock().unwrap());
+            Ok(v)
+        }
         "tiny" => {
             let (batches, rows) = opts.or(2000, 5);
             let w = rate_window_count(
@@ -488,7 +588,7 @@ pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Valu
             )
         }
         other => Err(WeirError::Config(format!(
-            "unknown scenario `{other}` (lab, page_views, sliding, tiny, startup, baseline)"
+            "unknown scenario `{other}` (lab, page_views, sliding, join, tiny, startup, baseline)"
         ))),
     }
 }
