@@ -370,31 +370,38 @@ fn a_stateless_query_checkpointed_on_s3_restarts_exactly() {
     assert_eq!(s.list("commits").unwrap(), vec!["0", "1", "2", "3"]);
 }
 
+/// Two runs of one query on checkpoint `chk`, the second started while the
+/// first is active: the second writes batch 1 first, so the first, planning
+/// its batch 1, is refused with Spark's concurrent-run error. Returns what
+/// the first run's sink received.
+fn a_second_run_is_refused(chk: &str) -> Vec<(i64, Vec<i64>)> {
+    let got: Collected = Arc::default();
+    let first = stream(&[&[1]]);
+    let a = start(first.clone(), chk, got.clone()).unwrap();
+    a.process_all_available().unwrap();
+    let other: Collected = Arc::default();
+    let b = start(stream(&[&[1], &[2]]), chk, other.clone()).unwrap();
+    b.process_all_available().unwrap();
+    b.stop().unwrap();
+    assert_eq!(other.lock().unwrap().clone(), vec![(1, vec![20])]);
+    first.add_json(&[serde_json::json!({"value": 3})]).unwrap();
+    let err = a.process_all_available().unwrap_err().to_string();
+    assert!(
+        err.contains(&format!(
+            "another run of query {} is writing to checkpoint {chk}; only one run may use a checkpoint",
+            a.id()
+        )),
+        "{err}"
+    );
+    assert!(!a.is_active());
+    let got = got.lock().unwrap().clone();
+    got
+}
+
 #[test]
 fn a_second_run_on_the_same_s3_checkpoint_is_refused() {
     if let Some((_, chk)) = child_phase() {
-        let got: Collected = Arc::default();
-        let first = stream(&[&[1]]);
-        let a = start(first.clone(), &chk, got.clone()).unwrap();
-        a.process_all_available().unwrap();
-        // A second run of the same query (same checkpoint) starts meanwhile
-        // and writes batch 1 first.
-        let other: Collected = Arc::default();
-        let b = start(stream(&[&[1], &[2]]), &chk, other.clone()).unwrap();
-        b.process_all_available().unwrap();
-        b.stop().unwrap();
-        assert_eq!(other.lock().unwrap().clone(), vec![(1, vec![20])]);
-        // The first run's next batch finds batch 1's entry written: refused.
-        first.add_json(&[serde_json::json!({"value": 3})]).unwrap();
-        let err = a.process_all_available().unwrap_err().to_string();
-        assert!(
-            err.contains(&format!(
-                "another run of query {} is writing to checkpoint {chk}; only one run may use a checkpoint",
-                a.id()
-            )),
-            "{err}"
-        );
-        assert!(!a.is_active());
+        let got: Collected = Arc::new(Mutex::new(a_second_run_is_refused(&chk)));
         child_done(&got);
         return;
     }
@@ -415,6 +422,18 @@ fn a_second_run_on_the_same_s3_checkpoint_is_refused() {
         offsets_1.ends_with("\n1"),
         "batch 1 as the second run logged it: {offsets_1}"
     );
+}
+
+#[test]
+fn a_second_run_on_the_same_local_checkpoint_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    assert_eq!(
+        a_second_run_is_refused(chk.to_str().unwrap()),
+        vec![(0, vec![10])]
+    );
+    let offsets_1 = std::fs::read_to_string(chk.join("offsets/1")).unwrap();
+    assert!(offsets_1.ends_with("\n1"), "{offsets_1}");
 }
 
 #[test]
