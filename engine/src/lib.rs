@@ -37,6 +37,7 @@ pub mod progress;
 pub mod query;
 pub mod row;
 pub mod session;
+pub mod signals;
 pub mod sink;
 pub mod source;
 pub mod state;

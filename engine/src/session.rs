@@ -53,6 +53,17 @@ pub struct SessionConfig {
     /// the Streaming UI answers besides `localhost`, `127.0.0.1`, `[::1]` and its
     /// bound address (`name` for its port, `name:port`, or `*` for any).
     pub ui_allowed_hosts: Vec<String>,
+    /// `spark.sql.streaming.weir.adminToken` (default none): the secret the
+    /// Streaming UI's admin endpoints (`POST .../queries/{id}/stop`) want as
+    /// `Authorization: Bearer <token>`; unset or empty, they are off.
+    pub admin_token: Option<String>,
+    /// `spark.sql.streaming.weir.stopOnSignal` (default true): SIGTERM and
+    /// SIGINT stop the session's queries gracefully (see [`crate::signals`]).
+    pub stop_on_signal: bool,
+    /// `spark.sql.streaming.stopTimeout` (default 0: wait as long as it
+    /// takes, as Spark): how long a signal waits for the queries to stop
+    /// before the process is ended anyway.
+    pub stop_timeout: Duration,
 }
 
 impl Default for SessionConfig {
@@ -70,6 +81,9 @@ impl Default for SessionConfig {
             ui_enabled: true,
             ui_port: 4040,
             ui_allowed_hosts: Vec::new(),
+            admin_token: None,
+            stop_on_signal: true,
+            stop_timeout: Duration::ZERO,
         }
     }
 }
@@ -87,6 +101,9 @@ impl std::fmt::Debug for SessionConfig {
             .field("ui_enabled", &self.ui_enabled)
             .field("ui_port", &self.ui_port)
             .field("ui_allowed_hosts", &self.ui_allowed_hosts)
+            .field("admin_token", &self.admin_token.as_ref().map(|_| "(set)"))
+            .field("stop_on_signal", &self.stop_on_signal)
+            .field("stop_timeout", &self.stop_timeout)
             .finish()
     }
 }
@@ -144,6 +161,19 @@ impl SessionConfig {
                     .filter(|h| !h.is_empty())
                     .map(str::to_string)
                     .collect()
+            }
+            "spark.sql.streaming.weir.adminToken" => {
+                self.admin_token = Some(value.trim().to_string()).filter(|t| !t.is_empty())
+            }
+            "spark.sql.streaming.weir.stopOnSignal" => self.stop_on_signal = flag()?,
+            "spark.sql.streaming.stopTimeout" => {
+                // Spark's value is milliseconds; a unit (`30s`) is taken too.
+                // Zero or negative: wait as long as it takes.
+                let ms = match value.trim().parse::<i64>() {
+                    Ok(ms) => ms,
+                    Err(_) => weir_plan::parse_duration_ms(value).map_err(|_| bad())?,
+                };
+                self.stop_timeout = Duration::from_millis(ms.max(0) as u64)
             }
             "spark.sql.streaming.stateStore.providerClass" => match value {
                 "memory"
@@ -248,7 +278,7 @@ impl Session {
 
     /// A session with these settings.
     pub fn with_config(conf: SessionConfig) -> Session {
-        Session {
+        let session = Session {
             inner: Arc::new(SessionInner {
                 conf,
                 workers: std::sync::OnceLock::new(),
@@ -257,7 +287,11 @@ impl Session {
                 listeners: Mutex::new(Vec::new()),
                 terminated: (Mutex::new(0), Condvar::new()),
             }),
+        };
+        if session.inner.conf.stop_on_signal {
+            crate::signals::watch(&session);
         }
+        session
     }
 
     /// The pool a micro-batch's tasks run on (`weir.workerThreads` threads),

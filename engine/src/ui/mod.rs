@@ -5,7 +5,12 @@
 //!
 //! - `GET /api/v1/streaming/queries`: every query of the session, with its
 //!   status and last progress;
-//! - `GET /api/v1/streaming/queries/<runId>/progress`: its recent progress.
+//! - `GET /api/v1/streaming/queries/<runId>/progress`: its recent progress;
+//! - `GET /metrics`: every query's last progress in Prometheus' text format
+//!   (see [`metrics`] for the series; `examples/grafana/weir.json` is a
+//!   Grafana dashboard over them);
+//! - `POST /api/v1/streaming/queries/<id>/stop`: stops a query gracefully,
+//!   off unless `spark.sql.streaming.weir.adminToken` is set (see [`admin`]).
 //!
 //! Enabled with the `ui` feature; started by [`UiServer::start`] on an
 //! address, or by [`UiServer::start_if_enabled`] as the session settings
@@ -19,13 +24,17 @@
 //! else gets 403: a web page whose DNS name was rebound to 127.0.0.1 cannot
 //! read the JSON API, whose `exception` texts may quote records.
 
+pub mod admin;
+pub mod metrics;
+
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
@@ -178,11 +187,7 @@ impl HostCheck {
     }
 }
 
-async fn check_host(
-    State(check): State<std::sync::Arc<HostCheck>>,
-    req: Request,
-    next: Next,
-) -> Response {
+async fn check_host(State(check): State<Arc<HostCheck>>, req: Request, next: Next) -> Response {
     let host = req
         .headers()
         .get(header::HOST)
@@ -201,6 +206,23 @@ async fn check_host(
         .into_response()
 }
 
+async fn prometheus(State((s, m)): State<(Session, Arc<metrics::Metrics>)>) -> Response {
+    let qs: Vec<crate::StreamingQuery> = s
+        .inner
+        .queries
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    (
+        [
+            (header::CONTENT_TYPE, prometheus::TEXT_FORMAT),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        m.render(&qs),
+    )
+        .into_response()
+}
+
 async fn page() -> impl IntoResponse {
     ([(header::CACHE_CONTROL, "no-store")], Html(PAGE))
 }
@@ -215,7 +237,11 @@ impl UiServer {
             .set_nonblocking(true)
             .map_err(|e| WeirError::io(addr, e))?;
         let local = listener.local_addr().map_err(|e| WeirError::io(addr, e))?;
-        let hosts = std::sync::Arc::new(HostCheck::new(local, &session.conf().ui_allowed_hosts));
+        let hosts = Arc::new(HostCheck::new(local, &session.conf().ui_allowed_hosts));
+        let metrics = Arc::new(metrics::Metrics::new()?);
+        let scrape = Router::new()
+            .route("/metrics", get(prometheus))
+            .with_state((session.clone(), metrics));
         let app = Router::new()
             .route(
                 "/",
@@ -224,7 +250,9 @@ impl UiServer {
             .route("/StreamingQuery/", get(page))
             .route("/api/v1/streaming/queries", get(queries))
             .route("/api/v1/streaming/queries/{run_id}/progress", get(progress))
+            .route("/api/v1/streaming/queries/{id}/stop", post(admin::stop))
             .with_state(session.clone())
+            .merge(scrape)
             .layer(axum::middleware::from_fn_with_state(hosts, check_host));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let rt = tokio::runtime::Builder::new_current_thread()
