@@ -675,3 +675,182 @@ fn metrics_show_the_kafka_sources_lag() {
         )
     );
 }
+
+/// A child (this binary, test `test`) whose query's first batch takes 20 s;
+/// the parent sends `signals` once the batch started, `gap` apart, and
+/// gets the child's exit status and how long it took to end after the first.
+fn slow_batch_child(
+    test: &str,
+    stop_timeout: Option<&str>,
+    signals: &[&str],
+    gap: Duration,
+) -> Option<(std::process::ExitStatus, Duration)> {
+    if let Ok(dir) = std::env::var("WEIR_OPERATE_SLOW_CHILD") {
+        let dir = Path::new(&dir).to_path_buf();
+        let mut b = Session::builder().config("weir.checkpoint.fsync", "false");
+        if let Ok(t) = std::env::var("WEIR_OPERATE_STOP_TIMEOUT") {
+            b = b.config("spark.sql.streaming.stopTimeout", &t);
+        }
+        let started = dir.join("batch-started");
+        let q = b
+            .build()
+            .unwrap()
+            .read_stream(RateMicroBatchSource::new(1))
+            .write_stream()
+            .foreach_batch(move |_, _| {
+                std::fs::write(&started, "").unwrap();
+                std::thread::sleep(Duration::from_secs(20));
+                Ok(())
+            })
+            .checkpoint_location(dir.join("chk").to_str().unwrap())
+            .start()
+            .unwrap();
+        q.await_termination(None).unwrap();
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env("WEIR_OPERATE_SLOW_CHILD", dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if let Some(t) = stop_timeout {
+        cmd.env("WEIR_OPERATE_STOP_TIMEOUT", t);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !dir.path().join("batch-started").exists() {
+        assert!(Instant::now() < deadline, "the child's batch did not start");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let signalled = Instant::now();
+    for (i, sig) in signals.iter().enumerate() {
+        if i > 0 {
+            std::thread::sleep(gap);
+        }
+        let kill = std::process::Command::new("kill")
+            .args(["-s", sig, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+    }
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some((s, signalled.elapsed()));
+        }
+        if signalled.elapsed() > Duration::from_secs(15) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Some((child.try_wait().unwrap().unwrap(), signalled.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_query_still_running_after_the_stop_timeout_ends_the_process_as_the_signal_would() {
+    let Some((status, took)) = slow_batch_child(
+        "operate::a_query_still_running_after_the_stop_timeout_ends_the_process_as_the_signal_would",
+        Some("300"),
+        &["TERM"],
+        Duration::ZERO,
+    ) else {
+        return;
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(15), "{status}");
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn a_second_signal_while_stopping_ends_the_process_at_once() {
+    let Some((status, took)) = slow_batch_child(
+        "operate::a_second_signal_while_stopping_ends_the_process_at_once",
+        None,
+        &["TERM", "INT"],
+        Duration::from_millis(300),
+    ) else {
+        return;
+    };
+    use std::os::unix::process::ExitStatusExt;
+    // The first waits for the 20 s batch (no timeout); the second ends it.
+    assert_eq!(status.signal(), Some(2), "{status}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+/// A child whose session has `conf` and runs a query when `with_query`,
+/// then sleeps; SIGTERM once it is ready: its exit status.
+fn term_child(
+    test: &str,
+    conf: &[(&str, &str)],
+    with_query: bool,
+) -> Option<std::process::ExitStatus> {
+    if let Ok(dir) = std::env::var("WEIR_OPERATE_TERM_CHILD") {
+        let dir = Path::new(&dir);
+        let mut b = Session::builder().config("weir.checkpoint.fsync", "false");
+        for (k, v) in conf {
+            b = b.config(k, v);
+        }
+        let session = b.build().unwrap();
+        let _q = with_query.then(|| endless(&session, &dir.join("chk")));
+        std::fs::write(dir.join("ready"), "").unwrap();
+        std::thread::sleep(Duration::from_secs(20));
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env("WEIR_OPERATE_TERM_CHILD", dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !dir.path().join("ready").exists() {
+        assert!(Instant::now() < deadline, "the child did not start");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-s", "TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let signalled = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if signalled.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("the child did not end on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sigterm_with_no_active_query_ends_the_process_as_usual() {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(status) = term_child(
+        "operate::sigterm_with_no_active_query_ends_the_process_as_usual",
+        &[],
+        false,
+    ) {
+        assert_eq!(status.signal(), Some(15), "{status}");
+    }
+}
+
+#[test]
+fn stop_on_signal_false_leaves_sigterm_alone() {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(status) = term_child(
+        "operate::stop_on_signal_false_leaves_sigterm_alone",
+        &[("spark.sql.streaming.weir.stopOnSignal", "false")],
+        true,
+    ) {
+        assert_eq!(status.signal(), Some(15), "{status}");
+    }
+}
