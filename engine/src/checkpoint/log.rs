@@ -114,9 +114,11 @@ impl BatchLog {
     }
 
     /// Writes batch `batch`'s entry once. An entry already there with other
-    /// content was written by another run of the query: refused. (The same
-    /// content is this write's own, answered "exists" when a lost response
-    /// made the store's client retry it.)
+    /// content was written by another run of the query: refused. The same
+    /// content is accepted: it is this write's own when a lost answer made
+    /// the store's client retry it (S3 then answers 412), and otherwise
+    /// another run logged the very same batch (same offsets, planned in the
+    /// same millisecond), which this run then runs identically.
     fn create(&self, batch: i64, text: &str) -> Result<()> {
         let name = batch.to_string();
         match self.store.put_create(&name, text.as_bytes())? {

@@ -640,4 +640,62 @@ mod tests {
         assert!(mine.exists(), "a file weir did not write is kept");
         assert_eq!(chk.commits.latest().unwrap(), Some(0));
     }
+
+    fn plan() -> weir_plan::StreamPlan {
+        let stream = crate::source::MemoryStream::new(&[weir_plan::Field::new(
+            "k",
+            weir_plan::DataType::String,
+        )]);
+        crate::Session::new().read_stream(stream).plan().clone()
+    }
+
+    #[test]
+    fn runs_starting_at_once_on_a_new_checkpoint_agree_on_the_query_id() {
+        let plan = plan();
+        for _ in 0..10 {
+            let root = tempfile::tempdir().unwrap();
+            let url = format!("file://{}", root.path().display());
+            let ids: Vec<String> = std::thread::scope(|sc| {
+                let hs: Vec<_> = (0..4)
+                    .map(|_| {
+                        let (url, plan) = (url.clone(), plan.clone());
+                        sc.spawn(move || {
+                            let chk =
+                                Checkpoint::open_location(&url, &S3Settings::default(), false)
+                                    .unwrap();
+                            chk.load_or_init_metadata(&plan, Some(1)).unwrap().id
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+            let text = fs::read_to_string(root.path().join("metadata")).unwrap();
+            assert!(text.contains(&ids[0]), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_file_url_checkpoint_is_the_local_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/chk", root.path().display());
+        let chk = Checkpoint::open_location(&url, &S3Settings::default(), false).unwrap();
+        assert_eq!(chk.local_root(), Some(root.path().join("chk").as_path()));
+        assert_eq!(chk.root(), root.path().join("chk"));
+        chk.commits
+            .write_commit(
+                4,
+                &CommitEntry {
+                    next_batch_watermark_ms: 0,
+                    operator_watermarks_ms: vec![],
+                },
+            )
+            .unwrap();
+        assert!(root.path().join("chk/commits/4").is_file());
+        assert!(chk.require_local("state").is_ok());
+        let err = Checkpoint::open_location("gs://b/chk", &S3Settings::default(), false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not supported"), "{err}");
+    }
 }

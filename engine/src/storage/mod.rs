@@ -50,6 +50,38 @@ pub struct Entry {
     pub modified_ms: i64,
 }
 
+/// Requests made to object stores (S3) by this process, by kind; see
+/// [`object_requests`]. Local file system operations are not counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Requests {
+    /// Objects written (PUT, conditional or not).
+    pub puts: u64,
+    /// Objects read (GET).
+    pub gets: u64,
+    /// Listings (LIST, one per call; the client pages through large ones).
+    pub lists: u64,
+    /// Objects removed (DELETE).
+    pub deletes: u64,
+}
+
+impl Requests {
+    /// The requests made since `earlier` (an earlier [`object_requests`]).
+    pub fn since(&self, earlier: &Requests) -> Requests {
+        Requests {
+            puts: self.puts - earlier.puts,
+            gets: self.gets - earlier.gets,
+            lists: self.lists - earlier.lists,
+            deletes: self.deletes - earlier.deletes,
+        }
+    }
+}
+
+/// The requests this process has made to object stores so far: what a
+/// checkpoint or a file source costs per batch on S3.
+pub fn object_requests() -> Requests {
+    object::requests()
+}
+
 #[derive(Debug, Clone)]
 enum Backend {
     Local(local::LocalDir),

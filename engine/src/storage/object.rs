@@ -4,6 +4,7 @@
 //! when the key exists, so no rename is ever needed.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use object_store::aws::AmazonS3;
@@ -13,6 +14,29 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload}
 use super::config::{redact, S3Settings};
 use super::{runtime, Created, Entry};
 use crate::error::{Result, WeirError};
+
+/// Requests this process made to object stores, by kind: PUT, GET, LIST, DELETE.
+static REQUESTS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+const PUT: usize = 0;
+const GET: usize = 1;
+const LIST: usize = 2;
+const DELETE: usize = 3;
+
+fn count(kind: usize) {
+    REQUESTS[kind].fetch_add(1, Ordering::Relaxed);
+}
+
+/// The requests this process has made to object stores so far (each
+/// counted once, whatever the client's retries).
+pub(crate) fn requests() -> super::Requests {
+    let n = |k: usize| REQUESTS[k].load(Ordering::Relaxed);
+    super::Requests {
+        puts: n(PUT),
+        gets: n(GET),
+        lists: n(LIST),
+        deletes: n(DELETE),
+    }
+}
 
 /// A prefix in an S3 bucket.
 #[derive(Clone)]
@@ -61,6 +85,7 @@ impl ObjectDir {
         };
         let store = dir.store.clone();
         let at = dir.key("")?;
+        count(LIST);
         dir.call("", "listing", async move {
             store.list_with_delimiter(at.as_ref()).await.map(|_| ())
         })?;
@@ -160,6 +185,7 @@ impl ObjectDir {
         let key = self.object_key(rel)?;
         let store = self.store.clone();
         let payload = PutPayload::from(bytes.to_vec());
+        count(PUT);
         let r = runtime::run(async move {
             store
                 .put_opts(&key, payload, PutOptions::from(PutMode::Create))
@@ -180,6 +206,7 @@ impl ObjectDir {
         let key = self.object_key(rel)?;
         let store = self.store.clone();
         let payload = PutPayload::from(bytes.to_vec());
+        count(PUT);
         self.call(rel, "a write", async move {
             store.put(&key, payload).await.map(|_| ())
         })
@@ -188,6 +215,7 @@ impl ObjectDir {
     pub(crate) fn get(&self, rel: &str) -> Result<Option<Vec<u8>>> {
         let key = self.object_key(rel)?;
         let store = self.store.clone();
+        count(GET);
         let r = runtime::run(async move {
             match store.get(&key).await {
                 Ok(g) => g.bytes().await.map(|b| Some(b.to_vec())),
@@ -215,6 +243,7 @@ impl ObjectDir {
     pub(crate) fn list_entries(&self, rel_dir: &str) -> Result<Vec<Entry>> {
         let at = self.key(rel_dir)?;
         let store = self.store.clone();
+        count(LIST);
         let listed = self.call(rel_dir, "a listing", async move {
             store.list_with_delimiter(at.as_ref()).await
         })?;
@@ -236,6 +265,7 @@ impl ObjectDir {
     pub(crate) fn delete(&self, rel: &str) -> Result<()> {
         let key = self.object_key(rel)?;
         let store = self.store.clone();
+        count(DELETE);
         match runtime::run(async move { store.delete(&key).await }) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e @ object_store::Error::NotFound { .. }))
