@@ -2,28 +2,34 @@
 //! inputs (keys, event times out of order, rows behind the watermark), a
 //! query whose state is split over several partitions and run by several
 //! workers emits, batch for batch, exactly what one partition on one worker
-//! emits (issue 11).
+//! emits (issue 11). Aggregations, dedup, session windows and
+//! stream-stream joins (inner, left outer, and a join on a time range
+//! only, which keeps its state in one partition).
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use weir::functions::{col, count_star, max, sum, window};
-use weir::plan::OutputMode;
+use weir::dataset::JoinOn;
+use weir::functions::{col, count_star, max, session_window, sum, window};
+use weir::plan::{JoinType, OutputMode};
 use weir::sink::MemorySink;
 use weir::source::MemoryStream;
 use weir::{DataStream, Session, SessionConfig};
 
 use crate::common::{fields, iso, rows_json};
 
-/// A session with `partitions` state partitions and `workers` threads; batches
-/// run only when asked.
-fn session(partitions: usize, workers: usize) -> Session {
+/// A session with `partitions` state partitions (unset: a new checkpoint
+/// takes the available cores, an existing one keeps its count) and
+/// `workers` threads; batches run only when asked.
+fn session_with(partitions: Option<usize>, workers: usize) -> Session {
     let mut conf = SessionConfig {
         fsync_checkpoint: false,
         polling_delay: std::time::Duration::from_secs(3600),
         ..SessionConfig::default()
     };
-    conf.set("spark.sql.shuffle.partitions", &partitions.to_string())
-        .unwrap();
+    if let Some(partitions) = partitions {
+        conf.set("spark.sql.shuffle.partitions", &partitions.to_string())
+            .unwrap();
+    }
     conf.set("weir.workerThreads", &workers.to_string())
         .unwrap();
     Session::with_config(conf)
@@ -40,9 +46,65 @@ enum Shape {
     Global,
     /// dropDuplicates(key, value) with a watermark.
     Dedup,
+    /// 5-minute-gap session windows per key: count, sum.
+    Sessions(OutputMode),
+    /// A stream-stream join of even-valued events (left) with odd-valued
+    /// ones (right) on the key, the right's time within 10 minutes after the
+    /// left's.
+    Join(JoinType),
+    /// The same join on the time range only (no equi-join key).
+    TimeRangeJoin,
 }
 
-fn build(s: &Session, stream: &MemoryStream, shape: Shape) -> (DataStream, OutputMode) {
+impl Shape {
+    /// A stream-stream join: the input is split over two streams.
+    fn is_join(self) -> bool {
+        matches!(self, Shape::Join(_) | Shape::TimeRangeJoin)
+    }
+}
+
+/// A stream-stream join of `left` and `right` (even and odd values).
+fn join(
+    s: &Session,
+    left: &MemoryStream,
+    right: &MemoryStream,
+    how: JoinType,
+    on_key: bool,
+) -> DataStream {
+    let side = |stream: &MemoryStream, p: &str| {
+        s.read_stream(stream.clone())
+            .with_watermark("ts", "10 minutes")
+            .select(vec![
+                ("key", &format!("{p}key")),
+                ("ts", &format!("{p}ts")),
+                ("value", &format!("{p}value")),
+            ])
+    };
+    let range = "r_ts >= l_ts AND r_ts <= l_ts + INTERVAL '10 minutes'";
+    let on = if on_key {
+        format!("l_key = r_key AND {range}")
+    } else {
+        range.to_string()
+    };
+    side(left, "l_").join(side(right, "r_"), JoinOn::Expr(on), how)
+}
+
+fn build(
+    s: &Session,
+    stream: &MemoryStream,
+    right: &MemoryStream,
+    shape: Shape,
+) -> (DataStream, OutputMode) {
+    match shape {
+        Shape::Join(how) => return (join(s, stream, right, how, true), OutputMode::Append),
+        Shape::TimeRangeJoin => {
+            return (
+                join(s, stream, right, JoinType::Inner, false),
+                OutputMode::Append,
+            )
+        }
+        _ => {}
+    }
     let d = s
         .read_stream(stream.clone())
         .with_watermark("ts", "10 minutes");
@@ -70,6 +132,12 @@ fn build(s: &Session, stream: &MemoryStream, shape: Shape) -> (DataStream, Outpu
             OutputMode::Update,
         ),
         Shape::Dedup => (d.drop_duplicates(&["key", "value"]), OutputMode::Append),
+        Shape::Sessions(mode) => (
+            d.group_by(vec![session_window("ts", "5 minutes"), col("key")])
+                .agg(vec![count_star("n"), sum("value", "total")]),
+            mode,
+        ),
+        Shape::Join(_) | Shape::TimeRangeJoin => unreachable!("built above"),
     }
 }
 
@@ -81,32 +149,82 @@ fn run(
     partitions: usize,
     workers: usize,
 ) -> Vec<(i64, Vec<Value>)> {
-    let s = session(partitions, workers);
+    let chk = tempfile::tempdir().unwrap();
+    run_on(shape, inputs, Some(partitions), workers, chk.path())
+}
+
+/// Runs `inputs` through the query on checkpoint `chk` (a new one, or one a
+/// run before left), one micro-batch per input, and returns the batches
+/// this run emits (batch id, rows as JSON). A join's left stream gets the
+/// even-valued events, its right stream the odd ones; another query's one
+/// stream gets them all.
+fn run_on(
+    shape: Shape,
+    inputs: &[Vec<Value>],
+    partitions: Option<usize>,
+    workers: usize,
+    chk: &std::path::Path,
+) -> Vec<(i64, Vec<Value>)> {
+    run_from(shape, &[], inputs, partitions, workers, chk)
+}
+
+/// As [`run_on`], with `before` added to the streams first without running
+/// a batch: the inputs a stopped run on `chk` already read, so the offsets
+/// it logged point past them.
+fn run_from(
+    shape: Shape,
+    before: &[Vec<Value>],
+    inputs: &[Vec<Value>],
+    partitions: Option<usize>,
+    workers: usize,
+    chk: &std::path::Path,
+) -> Vec<(i64, Vec<Value>)> {
+    let s = session_with(partitions, workers);
     let stream = MemoryStream::new(&fields());
-    let (d, mode) = build(&s, &stream, shape);
+    let right = MemoryStream::new(&fields());
+    let add = |input: &[Value]| {
+        if shape.is_join() {
+            let (l, r): (Vec<Value>, Vec<Value>) = input
+                .iter()
+                .cloned()
+                .partition(|e| e["value"].as_i64().unwrap() % 2 == 0);
+            stream.add_json(&l).unwrap();
+            right.add_json(&r).unwrap();
+        } else {
+            stream.add_json(input).unwrap();
+        }
+    };
+    for input in before {
+        add(input);
+    }
+    let (d, mode) = build(&s, &stream, &right, shape);
     let sink = MemorySink::new("");
     let table = sink.table();
-    let chk = tempfile::tempdir().unwrap();
     let q = d
         .write_stream()
         .output_mode(mode)
         .sink(sink)
-        .checkpoint_location(chk.path().to_str().unwrap())
+        .checkpoint_location(chk.to_str().unwrap())
         .start()
         .unwrap();
+    // The query's first look for data is done before a join's two streams
+    // get their rows: no batch sees one stream's rows without the other's.
+    q.process_all_available().unwrap();
     for input in inputs {
-        stream.add_json(input).unwrap();
+        add(input);
         q.process_all_available().unwrap();
     }
     q.stop().unwrap();
+    assert!(q.exception().is_none(), "{:?}", q.exception());
     let mut out: Vec<(i64, Vec<Value>)> = table
         .batches()
         .into_iter()
         .map(|(id, b)| {
             let mut rows = rows_json(&b);
-            // Dedup keeps input rows, whose order across partitions Spark
-            // does not promise; aggregations emit in key order.
-            if matches!(shape, Shape::Dedup) {
+            // Dedup keeps input rows and a join pairs them, in an order
+            // across partitions Spark does not promise; aggregations and
+            // sessions emit in key order.
+            if matches!(shape, Shape::Dedup) || shape.is_join() {
                 rows.sort_by_key(|r| r.to_string());
             }
             (id, rows)
@@ -166,6 +284,88 @@ proptest! {
             let many = run(shape, &inputs, partitions, workers);
             prop_assert_eq!(&many, &one, "{:?} on {} partitions, {} workers", shape, partitions, workers);
         }
+    }
+}
+
+fn stateful_shapes() -> impl Strategy<Value = Shape> {
+    prop_oneof![
+        Just(Shape::Sessions(OutputMode::Append)),
+        Just(Shape::Sessions(OutputMode::Complete)),
+        Just(Shape::Join(JoinType::Inner)),
+        Just(Shape::Join(JoinType::LeftOuter)),
+        Just(Shape::TimeRangeJoin),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Session windows and stream-stream joins: each state partition merges
+    /// and closes its keys' sessions, or joins and evicts its keys' rows of
+    /// both sides, and the union is the single partition's output.
+    #[test]
+    fn partitioned_sessions_and_joins_equal_single_partition_output(shape in stateful_shapes(), inputs in inputs()) {
+        let one = run(shape, &inputs, 1, 1);
+        for (partitions, workers) in [(3, 4), (8, 2)] {
+            let many = run(shape, &inputs, partitions, workers);
+            prop_assert_eq!(&many, &one, "{:?} on {} partitions, {} workers", shape, partitions, workers);
+        }
+    }
+}
+
+/// Fixed inputs: 8 batches of events around each batch's own time, some
+/// far behind it, over 5 keys.
+fn fixed_inputs() -> Vec<Vec<Value>> {
+    (0..8i64)
+        .map(|b| {
+            (0..12i64)
+                .map(|i| {
+                    let dt = (i * 7 + b * 3) % 40 - 28;
+                    event(b * 12 + dt, ((i + b) % 5) as u8, (i * 5 + b) % 4)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A session-window query and a stream-stream left outer join stopped after
+/// some batches keep their state in `state/<op>/<partition>/` (a join's
+/// sides in `left/` and `right/`) and, restarted on a session that does not
+/// set the partition count, take the checkpoint's (3, not this machine's
+/// default) and emit what an uninterrupted run emits, batch for batch.
+#[test]
+fn sessions_and_joins_restart_on_the_recorded_partition_count() {
+    let inputs = fixed_inputs();
+    for shape in [
+        Shape::Sessions(OutputMode::Append),
+        Shape::Join(JoinType::LeftOuter),
+    ] {
+        let whole = tempfile::tempdir().unwrap();
+        let want = run_on(shape, &inputs, Some(3), 2, whole.path());
+        assert!(
+            want.iter().map(|(_, rows)| rows.len()).sum::<usize>() > 5,
+            "{shape:?}: the inputs exercise the operator: {want:?}"
+        );
+        let chk = tempfile::tempdir().unwrap();
+        let (first, rest) = inputs.split_at(4);
+        let mut got = run_on(shape, first, Some(3), 2, chk.path());
+        let state = chk.path().join("state").join("0");
+        for p in 0..3 {
+            let dir = state.join(p.to_string());
+            if shape.is_join() {
+                assert!(
+                    dir.join("left").is_dir() && dir.join("right").is_dir(),
+                    "{}",
+                    dir.display()
+                );
+            } else {
+                assert!(dir.is_dir(), "{}", dir.display());
+            }
+        }
+        assert!(!state.join("3").exists());
+        got.extend(run_from(shape, first, rest, None, 2, chk.path()));
+        assert!(!state.join("3").exists());
+        assert_eq!(got, want, "{shape:?} stopped after 4 batches and restarted");
     }
 }
 

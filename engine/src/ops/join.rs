@@ -14,7 +14,13 @@
 //!    matched is emitted with nulls for the other side.
 //!
 //! State: per side, key = join key (Arrow row format) + sequence number,
-//! value = event time, matched flag, the row (Arrow row format).
+//! value = event time, matched flag, the row (Arrow row format). Both sides'
+//! rows are in the state partition of their join key's hash (one numbering
+//! for both sides), so steps 2 to 4 run per partition, each partition as a
+//! task of the batch; late rows (step 1) are judged against the global
+//! watermark before routing. A join without an equi-join key (a time-range
+//! condition only) gives every row the same, empty key: it runs, and keeps
+//! its state, in one partition.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,12 +36,12 @@ use weir_plan::{JoinType, OutputMode};
 
 use crate::error::{Result, WeirError};
 use crate::ops::aggregate::Watermarks;
-use crate::ops::operator::StatefulOperator;
+use crate::ops::operator::{length_prefixed_key, rehome, OperatorState, StatefulOperator};
 use crate::ops::stateless::{eval, ExprPlanner};
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::timestamp_type;
-use crate::state::{PartitionedStore, StateStore};
+use crate::state::{partition_of, PartitionedStore, StateStore};
 
 /// One stored row.
 #[derive(Clone, Debug)]
@@ -46,7 +52,8 @@ struct Stored {
     row: Vec<u8>,
 }
 
-/// One side of a join.
+/// One side of a join: its shape (its rows live in [`SideState`]s, one
+/// per state partition).
 pub struct JoinSide {
     schema: SchemaRef,
     keys: Vec<usize>,
@@ -55,10 +62,6 @@ pub struct JoinSide {
     /// Rows with event time <= watermark + this (ms) can never match again.
     state_bound_ms: Option<i64>,
     rows_conv: RowConverter,
-    index: HashMap<Vec<u8>, Vec<Stored>>,
-    count: usize,
-    next_seq: u64,
-    store: Option<Box<dyn StateStore>>,
 }
 
 impl JoinSide {
@@ -75,39 +78,44 @@ impl JoinSide {
             keys,
             time,
             state_bound_ms: None,
-            index: HashMap::new(),
-            count: 0,
-            next_seq: 0,
-            store: None,
         })
     }
+}
 
-    fn store_key(key: &[u8], seq: u64) -> Vec<u8> {
-        let mut k = (key.len() as u32).to_le_bytes().to_vec();
-        k.extend_from_slice(key);
-        k.extend_from_slice(&seq.to_be_bytes());
-        k
-    }
+fn store_key(key: &[u8], seq: u64) -> Vec<u8> {
+    let mut k = (key.len() as u32).to_le_bytes().to_vec();
+    k.extend_from_slice(key);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
 
-    fn store_value(s: &Stored) -> Vec<u8> {
-        let mut v = s.ts.unwrap_or(i64::MIN).to_le_bytes().to_vec();
-        v.push(s.matched as u8);
-        v.extend_from_slice(&s.row);
-        v
-    }
+fn store_value(s: &Stored) -> Vec<u8> {
+    let mut v = s.ts.unwrap_or(i64::MIN).to_le_bytes().to_vec();
+    v.push(s.matched as u8);
+    v.extend_from_slice(&s.row);
+    v
+}
 
-    /// Loads the in-memory index from the store.
-    fn set_store(&mut self, store: Box<dyn StateStore>) -> Result<()> {
-        self.index.clear();
-        self.count = 0;
+/// One side's rows in one state partition: an index of the partition's
+/// store for that side, by join key. Sequence numbers are per partition
+/// (a stored key is the join key and its sequence number, unique per key).
+#[derive(Default)]
+struct SideState {
+    index: HashMap<Vec<u8>, Vec<Stored>>,
+    count: usize,
+    next_seq: u64,
+}
+
+impl SideState {
+    /// The index of one partition's store.
+    fn load(store: &dyn StateStore) -> Result<SideState> {
+        let mut st = SideState::default();
         let bad =
             || WeirError::Config("damaged join state entry (written by a different query?)".into());
         for (k, v) in store.iter() {
-            let kl = u32::from_le_bytes(k.get(..4).ok_or_else(bad)?.try_into().map_err(|_| bad())?)
-                as usize;
-            let key = k.get(4..4 + kl).ok_or_else(bad)?.to_vec();
+            let key = length_prefixed_key(&k).ok_or_else(bad)?.to_vec();
             let seq = u64::from_be_bytes(
-                k.get(4 + kl..)
+                k.get(4 + key.len()..)
                     .ok_or_else(bad)?
                     .try_into()
                     .map_err(|_| bad())?,
@@ -115,25 +123,31 @@ impl JoinSide {
             let ts = i64::from_le_bytes(v.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
             let matched = *v.get(8).ok_or_else(bad)? == 1;
             let row = v[9..].to_vec();
-            self.next_seq = self.next_seq.max(seq + 1);
-            self.index.entry(key).or_default().push(Stored {
+            st.next_seq = st.next_seq.max(seq.saturating_add(1));
+            st.index.entry(key).or_default().push(Stored {
                 seq,
                 ts: (ts != i64::MIN).then_some(ts),
                 matched,
                 row,
             });
-            self.count += 1;
+            st.count += 1;
         }
         // A failed read while loading must not pass for missing state.
         store.check()?;
-        for v in self.index.values_mut() {
+        for v in st.index.values_mut() {
             v.sort_by_key(|s| s.seq);
         }
-        self.store = Some(store);
-        Ok(())
+        Ok(st)
     }
 
-    fn add(&mut self, key: Vec<u8>, ts: Option<i64>, matched: bool, row: Vec<u8>) {
+    fn add(
+        &mut self,
+        store: &mut dyn StateStore,
+        key: Vec<u8>,
+        ts: Option<i64>,
+        matched: bool,
+        row: Vec<u8>,
+    ) {
         let s = Stored {
             seq: self.next_seq,
             ts,
@@ -141,37 +155,30 @@ impl JoinSide {
             row,
         };
         self.next_seq += 1;
-        if let Some(st) = self.store.as_mut() {
-            st.put(Self::store_key(&key, s.seq), Self::store_value(&s));
-        }
+        store.put(store_key(&key, s.seq), store_value(&s));
         self.index.entry(key).or_default().push(s);
         self.count += 1;
     }
 
-    fn mark_matched(&mut self, key: &[u8], seq: u64) {
+    fn mark_matched(&mut self, store: &mut dyn StateStore, key: &[u8], seq: u64) {
         if let Some(v) = self.index.get_mut(key) {
             if let Some(s) = v.iter_mut().find(|s| s.seq == seq) {
                 if !s.matched {
                     s.matched = true;
-                    if let Some(st) = self.store.as_mut() {
-                        st.put(Self::store_key(key, seq), Self::store_value(s));
-                    }
+                    store.put(store_key(key, seq), store_value(s));
                 }
             }
         }
     }
 
     /// Removes rows with event time <= `bound_us`; returns the removed rows.
-    fn evict(&mut self, bound_us: i64) -> Vec<Stored> {
+    fn evict(&mut self, store: &mut dyn StateStore, bound_us: i64) -> Vec<Stored> {
         let mut out = Vec::new();
-        let store = &mut self.store;
         self.index.retain(|key, rows| {
             rows.retain(|s| {
                 let expired = s.ts.is_some_and(|t| t <= bound_us);
                 if expired {
-                    if let Some(st) = store.as_mut() {
-                        st.remove(&JoinSide::store_key(key, s.seq));
-                    }
+                    store.remove(&store_key(key, s.seq));
                     out.push(s.clone());
                 }
                 !expired
@@ -183,11 +190,49 @@ impl JoinSide {
     }
 }
 
+/// Both sides' rows in one state partition.
+#[derive(Default)]
+struct PartState {
+    left: SideState,
+    right: SideState,
+}
+
+/// One state partition's share of a micro-batch: what it emits and counts.
+#[derive(Default)]
+struct PartitionOutput {
+    out: Vec<RecordBatch>,
+    updated: i64,
+    removed: i64,
+    removals_ms: i64,
+}
+
 /// New rows of one side in this batch.
+#[derive(Default)]
 struct NewRows {
     keys: Vec<Option<Vec<u8>>>,
     rows: Vec<Vec<u8>>,
     ts: Vec<Option<i64>>,
+}
+
+impl NewRows {
+    /// The rows of each of `n` state partitions, routed by the hash of
+    /// their join key, in input order. A row without a key (a null in a key
+    /// column) matches nothing and touches no state: it goes to partition 0.
+    /// A join without an equi-join key has the same (empty) key for every
+    /// row, so all its rows, and all its state, are in one partition.
+    fn split(self, n: usize) -> Vec<NewRows> {
+        if n <= 1 {
+            return vec![self];
+        }
+        let mut parts: Vec<NewRows> = (0..n).map(|_| NewRows::default()).collect();
+        for ((k, r), t) in self.keys.into_iter().zip(self.rows).zip(self.ts) {
+            let p = k.as_deref().map_or(0, |k| partition_of(k, n));
+            parts[p].keys.push(k);
+            parts[p].rows.push(r);
+            parts[p].ts.push(t);
+        }
+        parts
+    }
 }
 
 /// One side's late rows in the join's late schema: `side` = `name`, the
@@ -223,6 +268,12 @@ pub struct JoinOp {
     schema: SchemaRef,
     /// Static right side (stream-static join): the table, its rows, when read.
     static_right: Option<(crate::table::StaticTable, RecordBatch, Instant)>,
+    /// Per state partition, both sides' rows (stream-stream only).
+    parts: Vec<PartState>,
+    /// Each side's state, split over the state partitions by the hash of
+    /// the join key (the same numbering on both sides).
+    left_store: OperatorState,
+    right_store: OperatorState,
     metrics: StateOperatorProgress,
 }
 
@@ -471,6 +522,9 @@ impl JoinOp {
             coalesce,
             schema,
             static_right: static_right.map(|(t, b)| (t, b, Instant::now())),
+            parts: Vec::new(),
+            left_store: OperatorState::default(),
+            right_store: OperatorState::default(),
             metrics: StateOperatorProgress::new("symmetricHashJoin"),
         })
     }
@@ -485,14 +539,44 @@ impl JoinOp {
         self.static_right.is_none()
     }
 
-    /// Gives both sides their state stores.
+    /// Gives both sides their state, split over the same state partitions,
+    /// and loads each partition's index. Rows stored where another routing
+    /// put them (before joins ran per partition) move to their join key's
+    /// partition first.
     pub fn set_stores(
         &mut self,
-        left: Box<dyn StateStore>,
-        right: Box<dyn StateStore>,
+        mut left: PartitionedStore,
+        mut right: PartitionedStore,
     ) -> Result<()> {
-        self.left.set_store(left)?;
-        self.right.set_store(right)
+        self.parts.clear();
+        let loaded = if left.partitions() != right.partitions() {
+            Err(WeirError::Config(format!(
+                "the join's two sides have {} and {} state partitions; restore the checkpoint's state directory",
+                left.partitions(),
+                right.partitions()
+            )))
+        } else {
+            Self::load(&mut left, &mut right)
+        };
+        self.left_store.set(left);
+        self.right_store.set(right);
+        self.parts = loaded?;
+        Ok(())
+    }
+
+    fn load(left: &mut PartitionedStore, right: &mut PartitionedStore) -> Result<Vec<PartState>> {
+        rehome(left, length_prefixed_key)?;
+        rehome(right, length_prefixed_key)?;
+        left.parts()
+            .iter()
+            .zip(right.parts())
+            .map(|(l, r)| {
+                Ok(PartState {
+                    left: SideState::load(l.as_ref())?,
+                    right: SideState::load(r.as_ref())?,
+                })
+            })
+            .collect()
     }
 
     /// This batch's metrics.
@@ -544,6 +628,18 @@ impl JoinOp {
             .zip(&self.key_types)
             .map(|(i, t)| Ok(cast(batch.column(*i), t)?))
             .collect::<Result<Vec<ArrayRef>>>()?;
+        // No equi-join key (a time-range condition only): every row has
+        // the same, empty key (Arrow's row format has no rows without columns).
+        if key_cols.is_empty() {
+            let all = side.rows_conv.convert_columns(batch.columns())?;
+            return Ok(NewRows {
+                keys: vec![Some(Vec::new()); batch.num_rows()],
+                rows: (0..batch.num_rows())
+                    .map(|r| all.row(r).data().to_vec())
+                    .collect(),
+                ts,
+            });
+        }
         let key_rows = self.key_conv.convert_columns(&key_cols)?;
         let keys = (0..batch.num_rows())
             .map(|r| {
@@ -793,6 +889,80 @@ impl JoinOp {
         let ln = self.new_rows(&self.left, &lb, late_us, &mut dropped)?;
         let rn = self.new_rows(&self.right, &rb, late_us, &mut dropped)?;
         m.num_rows_dropped_by_watermark = dropped;
+        let mut lstore = self.left_store.take()?;
+        let mut rstore = match self.right_store.take() {
+            Ok(s) => s,
+            Err(e) => {
+                self.left_store.put(lstore);
+                return Err(e);
+            }
+        };
+        let mut parts = std::mem::take(&mut self.parts);
+        let result = self.process_partitions(&mut lstore, &mut rstore, &mut parts, ln, rn, wm);
+        m.memory_used_bytes = (lstore.memory_used_bytes() + rstore.memory_used_bytes()) as i64;
+        self.left_store.put(lstore);
+        self.right_store.put(rstore);
+        self.parts = parts;
+        for p in result? {
+            m.num_rows_updated += p.updated;
+            m.num_rows_removed += p.removed;
+            m.all_removals_time_ms = m.all_removals_time_ms.max(p.removals_ms);
+            out.extend(p.out);
+        }
+        m.all_updates_time_ms = started.elapsed().as_millis() as i64 - m.all_removals_time_ms;
+        m.num_rows_total = self
+            .parts
+            .iter()
+            .map(|p| (p.left.count + p.right.count) as i64)
+            .sum();
+        self.metrics = m;
+        Ok(out)
+    }
+
+    /// Routes both sides' new rows by the hash of their join key to the
+    /// state partitions (one numbering for both sides), then joins and
+    /// evicts each partition as a task on the worker pool the batch runs in.
+    fn process_partitions(
+        &self,
+        lstore: &mut PartitionedStore,
+        rstore: &mut PartitionedStore,
+        parts: &mut [PartState],
+        ln: NewRows,
+        rn: NewRows,
+        wm: Watermarks,
+    ) -> Result<Vec<PartitionOutput>> {
+        let n = lstore.partitions();
+        if parts.len() != n || rstore.partitions() != n {
+            return Err(WeirError::Config(
+                "join state not loaded for every partition".into(),
+            ));
+        }
+        let inputs: Vec<_> = parts
+            .iter_mut()
+            .zip(rstore.parts_mut().iter_mut())
+            .zip(ln.split(n).into_iter().zip(rn.split(n)))
+            .collect();
+        lstore.map_parts(inputs, |_, lst, ((st, rst), (ln, rn))| {
+            self.join_partition(st, lst, rst.as_mut(), ln, rn, wm)
+        })
+    }
+
+    /// One state partition's part of a batch (steps 2 to 4 of the module
+    /// doc): its new left rows join its right state, its new right rows its
+    /// left state and new left rows; new rows are stored; rows behind each
+    /// side's state watermark are evicted, an outer side's unmatched ones
+    /// emitted with nulls.
+    fn join_partition(
+        &self,
+        st: &mut PartState,
+        lstore: &mut dyn StateStore,
+        rstore: &mut dyn StateStore,
+        ln: NewRows,
+        rn: NewRows,
+        wm: Watermarks,
+    ) -> Result<PartitionOutput> {
+        let mut po = PartitionOutput::default();
+        let out = &mut po.out;
         // Candidate pairs: (left ref, right ref) where a ref is New(i) or State(key, seq).
         #[derive(Clone, Copy)]
         enum Ref<'a> {
@@ -802,7 +972,7 @@ impl JoinOp {
         let mut pairs: Vec<(Ref, Ref)> = Vec::new();
         for (i, k) in ln.keys.iter().enumerate() {
             let Some(k) = k else { continue };
-            for s in self.right.index.get(k).into_iter().flatten() {
+            for s in st.right.index.get(k).into_iter().flatten() {
                 pairs.push((Ref::New(i), Ref::State(k, s.seq, &s.row)));
             }
         }
@@ -814,7 +984,7 @@ impl JoinOp {
         }
         for (j, k) in rn.keys.iter().enumerate() {
             let Some(k) = k else { continue };
-            for s in self.left.index.get(k).into_iter().flatten() {
+            for s in st.left.index.get(k).into_iter().flatten() {
                 pairs.push((Ref::State(k, s.seq, &s.row), Ref::New(j)));
             }
             for i in left_new_by_key.get(k.as_slice()).into_iter().flatten() {
@@ -849,7 +1019,7 @@ impl JoinOp {
                 Ref::New(i) => l_new_matched[*i] = true,
                 Ref::State(k, s, row) => {
                     if self.how == JoinType::LeftSemi
-                        && !self.left.index[*k].iter().any(|x| x.seq == *s && x.matched)
+                        && !st.left.index[*k].iter().any(|x| x.seq == *s && x.matched)
                         && !l_state_matched.iter().any(|(kk, ss)| kk == k && ss == s)
                     {
                         semi_emit.push(row.to_vec());
@@ -876,50 +1046,43 @@ impl JoinOp {
             out.extend(self.matched_output(&mask, joined)?);
         }
         for (k, s) in l_state_matched {
-            self.left.mark_matched(&k, s);
+            st.left.mark_matched(lstore, &k, s);
         }
         for (k, s) in r_state_matched {
-            self.right.mark_matched(&k, s);
+            st.right.mark_matched(rstore, &k, s);
         }
         // Store new rows unless they are already below their side's state watermark.
         let ev_us = wm.evict_ms.map(|w| w.saturating_mul(1000));
         let left_outer = matches!(self.how, JoinType::LeftOuter | JoinType::FullOuter);
         let right_outer = matches!(self.how, JoinType::RightOuter | JoinType::FullOuter);
         let mut unstored_unmatched: (Vec<Vec<u8>>, Vec<Vec<u8>>) = (vec![], vec![]);
-        for (is_left, nr, matched) in [(true, &ln, &l_new_matched), (false, &rn, &r_new_matched)] {
-            #[allow(clippy::needless_range_loop)]
-            for i in 0..nr.rows.len() {
-                let side = if is_left {
-                    &mut self.left
-                } else {
-                    &mut self.right
-                };
-                let below = match (side.state_bound_ms, nr.ts[i], ev_us) {
-                    (Some(c), Some(t), Some(ev)) => t <= ev + c * 1000,
+        for (is_left, nr, matched) in [(true, ln, l_new_matched), (false, rn, r_new_matched)] {
+            let (side, state, store): (&JoinSide, &mut SideState, &mut dyn StateStore) = if is_left
+            {
+                (&self.left, &mut st.left, &mut *lstore)
+            } else {
+                (&self.right, &mut st.right, &mut *rstore)
+            };
+            let unstored = if is_left {
+                &mut unstored_unmatched.0
+            } else {
+                &mut unstored_unmatched.1
+            };
+            for (((k, row), ts), matched) in
+                nr.keys.into_iter().zip(nr.rows).zip(nr.ts).zip(matched)
+            {
+                let below = match (side.state_bound_ms, ts, ev_us) {
+                    (Some(c), Some(t), Some(ev)) => t <= ev.saturating_add(c.saturating_mul(1000)),
                     _ => false,
                 };
-                let Some(k) = nr.keys[i].clone() else {
-                    if !matched[i] {
-                        if is_left {
-                            unstored_unmatched.0.push(nr.rows[i].clone())
-                        } else {
-                            unstored_unmatched.1.push(nr.rows[i].clone())
-                        }
+                match k {
+                    Some(k) if !below => {
+                        state.add(store, k, ts, matched, row);
+                        po.updated += 1;
                     }
-                    continue;
-                };
-                if below {
-                    if !matched[i] {
-                        if is_left {
-                            unstored_unmatched.0.push(nr.rows[i].clone())
-                        } else {
-                            unstored_unmatched.1.push(nr.rows[i].clone())
-                        }
-                    }
-                    continue;
+                    _ if !matched => unstored.push(row),
+                    _ => {}
                 }
-                side.add(k, nr.ts[i], matched[i], nr.rows[i].clone());
-                m.num_rows_updated += 1;
             }
         }
         if left_outer && !unstored_unmatched.0.is_empty() {
@@ -930,24 +1093,24 @@ impl JoinOp {
             let r: Vec<&[u8]> = unstored_unmatched.1.iter().map(Vec::as_slice).collect();
             out.push(self.null_padded(false, &r)?);
         }
-        m.all_updates_time_ms = started.elapsed().as_millis() as i64;
         // Evict what can never match again; outer sides emit their unmatched rows.
         let t = Instant::now();
         if let Some(ev) = ev_us {
             for is_left in [true, false] {
-                let side = if is_left {
-                    &mut self.left
-                } else {
-                    &mut self.right
-                };
+                let (side, state, store): (&JoinSide, &mut SideState, &mut dyn StateStore) =
+                    if is_left {
+                        (&self.left, &mut st.left, &mut *lstore)
+                    } else {
+                        (&self.right, &mut st.right, &mut *rstore)
+                    };
                 let (Some(c), Some(_)) = (side.state_bound_ms, side.time) else {
                     continue;
                 };
-                let removed = side.evict(ev + c * 1000);
+                let removed = state.evict(store, ev.saturating_add(c.saturating_mul(1000)));
                 let outer = if is_left { left_outer } else { right_outer };
                 if !outer {
                     // Spark counts removals of the outer side's state elsewhere (not in numRowsRemoved).
-                    m.num_rows_removed += removed.len() as i64;
+                    po.removed += removed.len() as i64;
                 }
                 if outer {
                     let rows: Vec<&[u8]> = removed
@@ -961,38 +1124,39 @@ impl JoinOp {
                 }
             }
         }
-        m.all_removals_time_ms = t.elapsed().as_millis() as i64;
-        m.num_rows_total = (self.left.count + self.right.count) as i64;
-        m.memory_used_bytes = [&self.left, &self.right]
-            .iter()
-            .filter_map(|s| s.store.as_ref())
-            .map(|s| s.memory_used_bytes() as i64)
-            .sum();
-        self.metrics = m;
-        Ok(out)
+        po.removals_ms = t.elapsed().as_millis() as i64;
+        // A failed state read must not reach the output.
+        lstore.check()?;
+        rstore.check()?;
+        Ok(po)
     }
 
-    /// Commits both sides' state as `version`.
+    /// Commits both sides' state as `version`, in every partition.
     pub fn commit(&mut self, version: u64) -> Result<()> {
         let t = Instant::now();
-        for s in [&mut self.left, &mut self.right] {
-            if let Some(st) = s.store.as_mut() {
-                st.commit(version)?;
-            }
-        }
+        self.left_store.commit(version)?;
+        self.right_store.commit(version)?;
         self.metrics.commit_time_ms = t.elapsed().as_millis() as i64;
         Ok(())
     }
 
     /// Undoes this batch's state changes (and reloads the index).
     pub fn abort(&mut self) -> Result<()> {
-        for s in [&mut self.left, &mut self.right] {
-            if let Some(mut st) = s.store.take() {
-                st.abort();
-                s.set_store(st)?;
+        self.left_store.abort();
+        self.right_store.abort();
+        match (self.left_store.take(), self.right_store.take()) {
+            (Ok(l), Ok(r)) => self.set_stores(l, r),
+            (Ok(s), Err(_)) => {
+                self.left_store.put(s);
+                Ok(())
             }
+            (Err(_), Ok(s)) => {
+                self.right_store.put(s);
+                Ok(())
+            }
+            // Never opened (a stream-static join): nothing to undo.
+            (Err(_), Err(_)) => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -1009,7 +1173,7 @@ impl StatefulOperator for JoinOp {
         let [left, right]: [PartitionedStore; 2] = stores.try_into().map_err(|_| {
             WeirError::Config("a stream-stream join keeps two state stores per partition".into())
         })?;
-        self.set_stores(left.into_store(), right.into_store())
+        self.set_stores(left, right)
     }
     fn process(
         &mut self,
@@ -1041,6 +1205,183 @@ impl StatefulOperator for JoinOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::MemoryStateStore;
+    use arrow::array::{Int64Array, TimestampMicrosecondArray};
+    use std::path::Path;
+
+    fn stores(dir: &Path, n: usize) -> PartitionedStore {
+        PartitionedStore::new(
+            (0..n)
+                .map(|p| {
+                    let s = MemoryStateStore::open(&dir.join(p.to_string()), 0, 10, false);
+                    Box::new(s.unwrap()) as Box<dyn StateStore>
+                })
+                .collect(),
+        )
+    }
+
+    fn side_schema(p: &str) -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new(format!("{p}_key"), arrow::datatypes::DataType::Int64, true),
+            Field::new(format!("{p}_ts"), timestamp_type(), true),
+        ]))
+    }
+
+    /// A left outer join, the right's time within 10 minutes after the
+    /// left's, on the key (`on_key`) or on the time range only; its state
+    /// over `n` partitions in `dir`.
+    fn op(dir: &Path, n: usize, on_key: bool) -> JoinOp {
+        let range = "r_ts >= l_ts AND r_ts <= l_ts + INTERVAL '10 minutes'";
+        let on = if on_key {
+            format!("l_key = r_key AND {range}")
+        } else {
+            range.to_string()
+        };
+        let mut j = JoinOp::new(
+            0,
+            &ExprPlanner::new(),
+            JoinType::LeftOuter,
+            side_schema("l"),
+            side_schema("r"),
+            Some(&on),
+            None,
+            Some("l_ts"),
+            Some("r_ts"),
+            None,
+        )
+        .unwrap();
+        j.set_stores(stores(&dir.join("left"), n), stores(&dir.join("right"), n))
+            .unwrap();
+        j
+    }
+
+    /// Rows (key, minute) of side `p`.
+    fn rows(p: &str, rows: &[(i64, i64)]) -> RecordBatch {
+        let keys: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        let ts: Vec<i64> = rows.iter().map(|r| r.1 * 60_000_000).collect();
+        RecordBatch::try_new(
+            side_schema(p),
+            vec![
+                Arc::new(Int64Array::from(keys)),
+                Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Each side's stored entries: (partition, stored key, value).
+    type Entries = Vec<(usize, Vec<u8>, Vec<u8>)>;
+
+    fn entries(j: &mut JoinOp) -> [Entries; 2] {
+        [&mut j.left_store, &mut j.right_store].map(|s| {
+            let store = s.take().unwrap();
+            let out = store
+                .parts()
+                .iter()
+                .enumerate()
+                .flat_map(|(p, s)| s.iter().map(move |(k, v)| (p, k.to_vec(), v.to_vec())))
+                .collect();
+            s.put(store);
+            out
+        })
+    }
+
+    /// A batch's output rows, printed and sorted.
+    fn printed(out: &[RecordBatch]) -> Vec<String> {
+        let text = arrow::util::pretty::pretty_format_batches(out)
+            .unwrap()
+            .to_string();
+        let mut rows: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.contains("l_key"))
+            .map(String::from)
+            .collect();
+        rows.sort();
+        rows
+    }
+
+    /// Rows stored by the whole stored key (as before joins ran per
+    /// partition) move to their join key's partition when opened, and then
+    /// match, are evicted and emitted with nulls as if they had always been
+    /// there.
+    #[test]
+    fn join_rows_stored_by_an_earlier_routing_move_to_their_keys_partition() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut now = op(&dir.path().join("now"), 3, true);
+        let left: Vec<(i64, i64)> = (0..8).flat_map(|k| [(k, 0), (k, 1)]).collect();
+        now.process(&[rows("l", &left)], &[], Watermarks::default())
+            .unwrap();
+        let [stored_left, stored_right] = entries(&mut now);
+        assert_eq!((stored_left.len(), stored_right.len()), (16, 0));
+        // The same rows spread by the whole stored key.
+        let old_dir = dir.path().join("old");
+        let mut old = stores(&old_dir.join("left"), 3);
+        let mut off = 0;
+        for (_, k, v) in stored_left {
+            let p = partition_of(&k, 3);
+            off += usize::from(p != partition_of(length_prefixed_key(&k).unwrap(), 3));
+            StateStore::put(&mut old, k, v);
+        }
+        assert!(off > 0, "some rows start off their key's partition");
+        let mut moved = JoinOp::new(
+            0,
+            &ExprPlanner::new(),
+            JoinType::LeftOuter,
+            side_schema("l"),
+            side_schema("r"),
+            Some("l_key = r_key AND r_ts >= l_ts AND r_ts <= l_ts + INTERVAL '10 minutes'"),
+            None,
+            Some("l_ts"),
+            Some("r_ts"),
+            None,
+        )
+        .unwrap();
+        moved
+            .set_stores(old, stores(&old_dir.join("right"), 3))
+            .unwrap();
+        for (p, k, _) in &entries(&mut moved)[0] {
+            assert_eq!(partition_of(length_prefixed_key(k).unwrap(), 3), *p);
+        }
+        // Keys 0..4 are clicked; then the watermark passes every row.
+        let right = rows("r", &[(0, 5), (1, 5), (2, 5), (3, 5)]);
+        let late = Watermarks {
+            late_ms: None,
+            evict_ms: Some(60 * 60_000),
+        };
+        let mut outputs = Vec::new();
+        for j in [&mut now, &mut moved] {
+            let matched = j
+                .process(&[], std::slice::from_ref(&right), Watermarks::default())
+                .unwrap();
+            let closed = j.process(&[], &[], late).unwrap();
+            outputs.push((printed(&matched), printed(&closed)));
+        }
+        assert_eq!(outputs[1], outputs[0]);
+        let (matched, closed) = &outputs[0];
+        assert_eq!(matched.len(), 8, "keys 0..4, two rows each: {matched:?}");
+        assert_eq!(closed.len(), 8, "keys 4..8 with nulls: {closed:?}");
+        assert!(entries(&mut moved).iter().all(Vec::is_empty));
+    }
+
+    /// A join on a time range only (no equi-join key) keeps its state in one
+    /// partition and pairs every row within the range.
+    #[test]
+    fn a_join_without_an_equi_key_keeps_its_state_in_one_partition() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = op(dir.path(), 4, false);
+        let out = j
+            .process(
+                &[rows("l", &[(1, 0), (2, 3)])],
+                &[rows("r", &[(7, 4), (8, 30)])],
+                Watermarks::default(),
+            )
+            .unwrap();
+        assert_eq!(printed(&out).len(), 2, "(1, 7) and (2, 7)");
+        let [l, r] = entries(&mut j);
+        let home = partition_of(&[], 4);
+        assert_eq!((l.len(), r.len()), (2, 2));
+        assert!(l.iter().chain(&r).all(|(p, ..)| *p == home));
+    }
 
     #[test]
     fn time_range_conditions_bound_each_side() {

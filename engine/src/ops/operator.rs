@@ -113,3 +113,47 @@ impl OperatorState {
         }
     }
 }
+
+/// Moves each entry of `store` to the partition its routing key hashes to
+/// (`partition_of(route(key), n)`), for operators that route by a prefix
+/// of the stored key (a session's or a join row's key without its start or
+/// sequence number). State written before those operators ran their
+/// partitions as tasks was spread by the whole stored key; this puts it
+/// where the partition tasks look. The moves are writes of the current
+/// batch, durable at its commit (an abort undoes them and the next open
+/// moves again). Entries `route` does not recognise stay for the operator's
+/// loader to report. Returns how many entries moved.
+pub(crate) fn rehome(
+    store: &mut PartitionedStore,
+    route: fn(&[u8]) -> Option<&[u8]>,
+) -> Result<usize> {
+    let n = store.partitions();
+    if n <= 1 {
+        return Ok(0);
+    }
+    let mut moves = Vec::new();
+    for (p, part) in store.parts().iter().enumerate() {
+        for (k, v) in part.iter() {
+            match route(&k).map(|r| crate::state::partition_of(r, n)) {
+                Some(q) if q != p => moves.push((p, q, k.into_owned(), v.into_owned())),
+                _ => {}
+            }
+        }
+        // A failed read must not pass for an entry in its place.
+        part.check()?;
+    }
+    let moved = moves.len();
+    let parts = store.parts_mut();
+    for (p, q, k, v) in moves {
+        parts[p].remove(&k);
+        parts[q].put(k, v);
+    }
+    Ok(moved)
+}
+
+/// The key inside a stored key laid out as `key length (u32 LE), key,
+/// suffix` (sessions and join rows), or `None` if it is not laid out so.
+pub(crate) fn length_prefixed_key(stored: &[u8]) -> Option<&[u8]> {
+    let len = u32::from_le_bytes(stored.get(..4)?.try_into().ok()?) as usize;
+    stored.get(4..4usize.checked_add(len)?)
+}

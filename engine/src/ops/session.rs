@@ -4,8 +4,11 @@
 //! once the watermark passes its end; complete mode emits all of them (update
 //! mode is refused, as by Spark).
 //!
-//! State: per key and session start, the session's end and accumulators
-//! (an in-memory index by key is rebuilt from the store on start).
+//! State: per key and session start, the session's end and accumulators,
+//! in the state partition of the key's hash (the grouping keys without the
+//! session window), so each partition merges, closes and evicts its keys'
+//! sessions on its own, as a task of the batch. An in-memory index by key
+//! per partition is rebuilt from the store on start.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,11 +23,14 @@ use weir_plan::OutputMode;
 
 use crate::error::{Result, WeirError};
 use crate::ops::aggregate::{agg_arrays, kind_of, Acc, AggExec, Kind, Reader, Watermarks};
-use crate::ops::operator::{single_store, StatefulOperator};
+use crate::ops::operator::{
+    length_prefixed_key, rehome, single_store, OperatorState, StatefulOperator,
+};
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::{timestamp_type, ArrowValue, Timestamp, Window};
-use crate::state::{PartitionedStore, StateStore};
+use crate::state::{partition_of, PartitionedStore, StateStore};
+use rayon::prelude::*;
 
 #[derive(Clone, Debug)]
 struct Session {
@@ -48,9 +54,27 @@ pub struct SessionAggregateOp {
     kinds: Vec<Kind>,
     schema: SchemaRef,
     watermarked: bool,
-    index: HashMap<Vec<u8>, Vec<Session>>,
-    store: Option<Box<dyn StateStore>>,
+    /// Per state partition, its sessions by key (an index of the
+    /// partition's store, rebuilt from it on open).
+    index: Vec<Index>,
+    /// The state, split over the state partitions by the hash of the key.
+    store: OperatorState,
     metrics: StateOperatorProgress,
+}
+
+/// One state partition's sessions by key, each key's in start order.
+type Index = HashMap<Vec<u8>, Vec<Session>>;
+
+/// One-event sessions routed to a partition, with their keys, in input order.
+type Routed = Vec<(Vec<u8>, Session)>;
+
+/// One state partition's share of a micro-batch: what it emits and counts.
+#[derive(Default)]
+struct PartitionOutput {
+    out: Vec<(Vec<u8>, Session)>,
+    updated: i64,
+    removed: i64,
+    removals_ms: i64,
 }
 
 fn store_key(key: &[u8], start: i64) -> Vec<u8> {
@@ -118,8 +142,8 @@ impl SessionAggregateOp {
             kinds,
             schema: Arc::new(Schema::new(fields)),
             watermarked,
-            index: HashMap::new(),
-            store: None,
+            index: Vec::new(),
+            store: OperatorState::default(),
             metrics: StateOperatorProgress::new("sessionWindowStateStoreSaveExec"),
         })
     }
@@ -137,43 +161,56 @@ impl SessionAggregateOp {
             .collect()
     }
 
-    /// Gives the operator its store and loads the index from it.
-    pub fn set_store(&mut self, store: Box<dyn StateStore>) -> Result<()> {
+    /// Gives the operator its state, split over the state partitions, and
+    /// loads each partition's index from it. Sessions stored where another
+    /// routing put them (before sessions ran per partition) move to their
+    /// key's partition first.
+    pub fn set_store(&mut self, mut store: PartitionedStore) -> Result<()> {
+        self.index.clear();
+        let loaded = rehome(&mut store, length_prefixed_key).and_then(|_| self.load(&store));
+        self.store.set(store);
+        self.index = loaded?;
+        Ok(())
+    }
+
+    /// Each partition's sessions by key, read from its store.
+    fn load(&self, store: &PartitionedStore) -> Result<Vec<Index>> {
         let bad = || {
             WeirError::Config("damaged session state entry (written by a different query?)".into())
         };
-        self.index.clear();
-        for (k, v) in store.iter() {
-            let kl = u32::from_le_bytes(k.get(..4).ok_or_else(bad)?.try_into().map_err(|_| bad())?)
-                as usize;
-            let key = k.get(4..4 + kl).ok_or_else(bad)?.to_vec();
-            let start = i64::from_be_bytes(
-                k.get(4 + kl..)
-                    .ok_or_else(bad)?
-                    .try_into()
-                    .map_err(|_| bad())?,
-            );
-            let end =
-                i64::from_le_bytes(v.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
-            let mut accs = self.new_accs();
-            let mut pos = 8;
-            for a in &mut accs {
-                a.decode(&v, &mut pos).ok_or_else(bad)?;
+        let mut out = Vec::with_capacity(store.partitions());
+        for part in store.parts() {
+            let mut index = Index::new();
+            for (k, v) in part.iter() {
+                let key = length_prefixed_key(&k).ok_or_else(bad)?.to_vec();
+                let start = i64::from_be_bytes(
+                    k.get(4 + key.len()..)
+                        .ok_or_else(bad)?
+                        .try_into()
+                        .map_err(|_| bad())?,
+                );
+                let end =
+                    i64::from_le_bytes(v.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+                let mut accs = self.new_accs();
+                let mut pos = 8;
+                for a in &mut accs {
+                    a.decode(&v, &mut pos).ok_or_else(bad)?;
+                }
+                index.entry(key).or_default().push(Session {
+                    start,
+                    end,
+                    accs,
+                    changed: false,
+                });
             }
-            self.index.entry(key).or_default().push(Session {
-                start,
-                end,
-                accs,
-                changed: false,
-            });
+            // A failed read while loading must not pass for missing state.
+            part.check()?;
+            for v in index.values_mut() {
+                v.sort_by_key(|s| s.start);
+            }
+            out.push(index);
         }
-        // A failed read while loading must not pass for missing state.
-        store.check()?;
-        for v in self.index.values_mut() {
-            v.sort_by_key(|s| s.start);
-        }
-        self.store = Some(store);
-        Ok(())
+        Ok(out)
     }
 
     /// This batch's metrics.
@@ -187,6 +224,15 @@ impl SessionAggregateOp {
     }
 
     /// Runs one micro-batch.
+    ///
+    /// The batch runs as tasks on the worker pool it is called in (rayon):
+    /// each slice of [`crate::ops::tasks::ROWS_PER_TASK`] input rows turns
+    /// its events into one-event sessions, dropping those behind the
+    /// (global) watermark, and routes them by the hash of their key (the
+    /// grouping keys without the session window) to the state partitions;
+    /// then each partition merges its keys' sessions, closes and evicts
+    /// them behind the watermark and produces its output, in parallel. The
+    /// output is the union of the partitions', sorted by key and start.
     pub fn process(
         &mut self,
         input: &[RecordBatch],
@@ -194,131 +240,33 @@ impl SessionAggregateOp {
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
         let started = Instant::now();
+        let mut store = self.store.take()?;
+        let mut index = std::mem::take(&mut self.index);
+        let result = self.process_partitions(&mut store, &mut index, input, wm, mode);
+        let memory = store.memory_used_bytes() as i64;
+        self.store.put(store);
+        self.index = index;
+        let (parts, dropped) = result?;
         let mut m = StateOperatorProgress::new("sessionWindowStateStoreSaveExec");
-        let late_us = if self.watermarked {
-            wm.late_ms.map(|w| w.saturating_mul(1000))
-        } else {
-            None
-        };
-        // One session per event, grouped by key.
-        let mut new: HashMap<Vec<u8>, Vec<Session>> = HashMap::new();
-        for b in input {
-            if b.num_rows() == 0 {
-                continue;
-            }
-            let ts: Vec<Option<i64>> = cast(b.column(self.time_col), &timestamp_type())?
-                .as_primitive::<TimestampMicrosecondType>()
-                .iter()
-                .collect();
-            let cols: Vec<ArrayRef> = self.keys.iter().map(|i| b.column(*i).clone()).collect();
-            let rows = if cols.is_empty() {
-                None
-            } else {
-                Some(self.key_conv.convert_columns(&cols)?)
-            };
-            let readers = self
-                .aggs
-                .iter()
-                .map(|a| Reader::new(a.input.map(|i| b.column(i))))
-                .collect::<Result<Vec<_>>>()?;
-            for (r, t) in ts.iter().enumerate() {
-                let Some(t) = *t else { continue };
-                if late_us.is_some_and(|l| t + self.gap_us <= l) {
-                    m.num_rows_dropped_by_watermark += 1;
-                    continue;
-                }
-                let mut accs = self.new_accs();
-                for (a, rd) in accs.iter_mut().zip(&readers) {
-                    a.update(rd, r);
-                }
-                let key = rows
-                    .as_ref()
-                    .map(|rs| rs.row(r).data().to_vec())
-                    .unwrap_or_default();
-                new.entry(key).or_default().push(Session {
-                    start: t,
-                    end: t + self.gap_us,
-                    accs,
-                    changed: true,
-                });
-            }
-        }
-        // Merge each key's new sessions into its stored ones.
-        let store = self
-            .store
-            .as_mut()
-            .ok_or_else(|| WeirError::Config("state store not opened".into()))?;
-        for (key, mut sessions) in new {
-            let old = self.index.remove(&key).unwrap_or_default();
-            for s in &old {
-                store.remove(&store_key(&key, s.start));
-            }
-            sessions.extend(old);
-            sessions.sort_by_key(|s| s.start);
-            let mut merged: Vec<Session> = Vec::new();
-            for s in sessions {
-                match merged.last_mut() {
-                    Some(cur) if s.start < cur.end => {
-                        cur.end = cur.end.max(s.end);
-                        for (a, o) in cur.accs.iter_mut().zip(&s.accs) {
-                            a.merge(o);
-                        }
-                        cur.changed |= s.changed;
-                    }
-                    _ => merged.push(s),
-                }
-            }
-            for s in &merged {
-                let mut v = s.end.to_le_bytes().to_vec();
-                for a in &s.accs {
-                    a.encode(&mut v);
-                }
-                store.put(store_key(&key, s.start), v);
-                if s.changed {
-                    m.num_rows_updated += 1;
-                }
-            }
-            self.index.insert(key, merged);
-        }
-        m.all_updates_time_ms = started.elapsed().as_millis() as i64;
-        // Emit closed sessions (append) or all (complete).
-        let t = Instant::now();
+        m.num_rows_dropped_by_watermark = dropped;
         let mut out: Vec<(Vec<u8>, Session)> = Vec::new();
-        match mode {
-            OutputMode::Complete => {
-                for (k, v) in &self.index {
-                    out.extend(v.iter().map(|s| (k.clone(), s.clone())));
-                }
-            }
-            _ => {
-                if let (true, Some(ev)) = (self.watermarked, wm.evict_ms) {
-                    let ev_us = ev.saturating_mul(1000);
-                    for (k, v) in self.index.iter_mut() {
-                        v.retain(|s| {
-                            if s.end <= ev_us {
-                                store.remove(&store_key(k, s.start));
-                                m.num_rows_removed += 1;
-                                out.push((k.clone(), s.clone()));
-                                false
-                            } else {
-                                true
-                            }
-                        });
-                    }
-                    self.index.retain(|_, v| !v.is_empty());
-                }
-            }
+        for p in parts {
+            m.num_rows_updated += p.updated;
+            m.num_rows_removed += p.removed;
+            m.all_removals_time_ms = m.all_removals_time_ms.max(p.removals_ms);
+            out.extend(p.out);
         }
-        for v in self.index.values_mut() {
-            for s in v.iter_mut() {
-                s.changed = false;
-            }
-        }
-        m.all_removals_time_ms = t.elapsed().as_millis() as i64;
-        m.num_rows_total = self.index.values().map(|v| v.len() as i64).sum();
-        m.memory_used_bytes = store.memory_used_bytes() as i64;
+        m.all_updates_time_ms = started.elapsed().as_millis() as i64 - m.all_removals_time_ms;
+        m.num_rows_total = self
+            .index
+            .iter()
+            .flat_map(|i| i.values())
+            .map(|v| v.len() as i64)
+            .sum();
+        m.memory_used_bytes = memory;
         self.metrics = m;
-        out.sort_by(|a, b| (&a.0, a.1.start).cmp(&(&b.0, b.1.start)));
+        // (key, start) is unique: an unstable sort gives the same order.
+        out.sort_unstable_by(|a, b| (&a.0, a.1.start).cmp(&(&b.0, b.1.start)));
         if out.is_empty() {
             return Ok(vec![]);
         }
@@ -349,23 +297,205 @@ impl SessionAggregateOp {
         Ok(vec![RecordBatch::try_new(self.schema.clone(), cols)?])
     }
 
-    /// Commits this batch's state as `version`.
+    /// One task's events as one-event sessions, per state partition in
+    /// input order, and how many it dropped as late.
+    fn route_slice(
+        &self,
+        b: &RecordBatch,
+        late_us: Option<i64>,
+        n: usize,
+    ) -> Result<(Vec<Routed>, i64)> {
+        let mut parts: Vec<Routed> = (0..n).map(|_| Vec::new()).collect();
+        let mut dropped = 0;
+        if b.num_rows() == 0 {
+            return Ok((parts, 0));
+        }
+        let ts: Vec<Option<i64>> = cast(b.column(self.time_col), &timestamp_type())?
+            .as_primitive::<TimestampMicrosecondType>()
+            .iter()
+            .collect();
+        let cols: Vec<ArrayRef> = self.keys.iter().map(|i| b.column(*i).clone()).collect();
+        let rows = if cols.is_empty() {
+            None
+        } else {
+            Some(self.key_conv.convert_columns(&cols)?)
+        };
+        let readers = self
+            .aggs
+            .iter()
+            .map(|a| Reader::new(a.input.map(|i| b.column(i))))
+            .collect::<Result<Vec<_>>>()?;
+        for (r, t) in ts.iter().enumerate() {
+            let Some(t) = *t else { continue };
+            if late_us.is_some_and(|l| t.saturating_add(self.gap_us) <= l) {
+                dropped += 1;
+                continue;
+            }
+            let mut accs = self.new_accs();
+            for (a, rd) in accs.iter_mut().zip(&readers) {
+                a.update(rd, r);
+            }
+            let key = rows
+                .as_ref()
+                .map(|rs| rs.row(r).data().to_vec())
+                .unwrap_or_default();
+            let p = if n == 1 { 0 } else { partition_of(&key, n) };
+            parts[p].push((
+                key,
+                Session {
+                    start: t,
+                    end: t.saturating_add(self.gap_us),
+                    accs,
+                    changed: true,
+                },
+            ));
+        }
+        Ok((parts, dropped))
+    }
+
+    fn process_partitions(
+        &self,
+        store: &mut PartitionedStore,
+        index: &mut [Index],
+        input: &[RecordBatch],
+        wm: Watermarks,
+        mode: OutputMode,
+    ) -> Result<(Vec<PartitionOutput>, i64)> {
+        let n = store.partitions();
+        if index.len() != n {
+            return Err(WeirError::Config(
+                "session window state not loaded for every partition".into(),
+            ));
+        }
+        let late_us = if self.watermarked {
+            wm.late_ms.map(|w| w.saturating_mul(1000))
+        } else {
+            None
+        };
+        let tasks = crate::ops::tasks::slices(input);
+        let task = |b: &RecordBatch| self.route_slice(b, late_us, n);
+        let per_task: Vec<(Vec<Routed>, i64)> = if tasks.len() > 1 {
+            tasks.par_iter().map(task).collect::<Result<_>>()?
+        } else {
+            tasks.iter().map(task).collect::<Result<_>>()?
+        };
+        // Per partition, the tasks' sessions in input order.
+        let mut per_part: Vec<Routed> = (0..n).map(|_| Vec::new()).collect();
+        let mut dropped = 0;
+        for (parts, d) in per_task {
+            dropped += d;
+            for (p, sessions) in parts.into_iter().enumerate() {
+                per_part[p].extend(sessions);
+            }
+        }
+        let inputs: Vec<_> = index.iter_mut().zip(per_part).collect();
+        let outputs = store.map_parts(inputs, |_, store, (index, new)| {
+            self.apply_partition(store, index, new, wm, mode)
+        })?;
+        Ok((outputs, dropped))
+    }
+
+    /// One state partition's part of a batch: merges its keys' new sessions
+    /// into their stored ones, then emits closed sessions (append, evicting
+    /// them) or all of them (complete).
+    fn apply_partition(
+        &self,
+        store: &mut dyn StateStore,
+        index: &mut Index,
+        new: Routed,
+        wm: Watermarks,
+        mode: OutputMode,
+    ) -> Result<PartitionOutput> {
+        let mut po = PartitionOutput::default();
+        // One session per event, grouped by key (each key's in input order).
+        let mut by_key: HashMap<Vec<u8>, Vec<Session>> = HashMap::new();
+        for (k, s) in new {
+            by_key.entry(k).or_default().push(s);
+        }
+        for (key, mut sessions) in by_key {
+            let old = index.remove(&key).unwrap_or_default();
+            for s in &old {
+                store.remove(&store_key(&key, s.start));
+            }
+            sessions.extend(old);
+            sessions.sort_by_key(|s| s.start);
+            let mut merged: Vec<Session> = Vec::new();
+            for s in sessions {
+                match merged.last_mut() {
+                    Some(cur) if s.start < cur.end => {
+                        cur.end = cur.end.max(s.end);
+                        for (a, o) in cur.accs.iter_mut().zip(&s.accs) {
+                            a.merge(o);
+                        }
+                        cur.changed |= s.changed;
+                    }
+                    _ => merged.push(s),
+                }
+            }
+            for s in &merged {
+                let mut v = s.end.to_le_bytes().to_vec();
+                for a in &s.accs {
+                    a.encode(&mut v);
+                }
+                store.put(store_key(&key, s.start), v);
+                if s.changed {
+                    po.updated += 1;
+                }
+            }
+            index.insert(key, merged);
+        }
+        // Emit closed sessions (append) or all (complete).
+        let t = Instant::now();
+        match mode {
+            OutputMode::Complete => {
+                for (k, v) in index.iter() {
+                    po.out.extend(v.iter().map(|s| (k.clone(), s.clone())));
+                }
+            }
+            _ => {
+                if let (true, Some(ev)) = (self.watermarked, wm.evict_ms) {
+                    let ev_us = ev.saturating_mul(1000);
+                    for (k, v) in index.iter_mut() {
+                        v.retain(|s| {
+                            if s.end <= ev_us {
+                                store.remove(&store_key(k, s.start));
+                                po.removed += 1;
+                                po.out.push((k.clone(), s.clone()));
+                                false
+                            } else {
+                                true
+                            }
+                        });
+                    }
+                    index.retain(|_, v| !v.is_empty());
+                }
+            }
+        }
+        for v in index.values_mut() {
+            for s in v.iter_mut() {
+                s.changed = false;
+            }
+        }
+        po.removals_ms = t.elapsed().as_millis() as i64;
+        Ok(po)
+    }
+
+    /// Commits this batch's state as `version`, in every partition.
     pub fn commit(&mut self, version: u64) -> Result<()> {
         let t = Instant::now();
-        if let Some(s) = self.store.as_mut() {
-            s.commit(version)?;
-        }
+        self.store.commit(version)?;
         self.metrics.commit_time_ms = t.elapsed().as_millis() as i64;
         Ok(())
     }
 
     /// Undoes this batch's state changes and reloads the index.
     pub fn abort(&mut self) -> Result<()> {
-        if let Some(mut s) = self.store.take() {
-            s.abort();
-            self.set_store(s)?;
+        self.store.abort();
+        match self.store.take() {
+            Ok(store) => self.set_store(store),
+            // Never opened: nothing to undo.
+            Err(_) => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -377,7 +507,7 @@ impl StatefulOperator for SessionAggregateOp {
         &[""]
     }
     fn open_state(&mut self, stores: Vec<PartitionedStore>) -> Result<()> {
-        self.set_store(single_store("session window", stores)?.into_store())
+        self.set_store(single_store("session window", stores)?)
     }
     fn process(
         &mut self,
@@ -399,5 +529,141 @@ impl StatefulOperator for SessionAggregateOp {
     }
     fn needs_no_data_batch(&self, mode: OutputMode) -> bool {
         SessionAggregateOp::needs_no_data_batch(self, mode)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::MemoryStateStore;
+    use arrow::array::{StringArray, TimestampMicrosecondArray};
+    use std::path::Path;
+
+    fn stores(dir: &Path, n: usize) -> PartitionedStore {
+        PartitionedStore::new(
+            (0..n)
+                .map(|p| {
+                    let s = MemoryStateStore::open(&dir.join(p.to_string()), 0, 10, false);
+                    Box::new(s.unwrap()) as Box<dyn StateStore>
+                })
+                .collect(),
+        )
+    }
+
+    fn schema() -> Schema {
+        Schema::new(vec![
+            ArrowField::new("ts", timestamp_type(), true),
+            ArrowField::new("user", arrow::datatypes::DataType::Utf8, true),
+        ])
+    }
+
+    /// 5-minute sessions per user, counted.
+    fn op() -> SessionAggregateOp {
+        let count = AggExec {
+            func: weir_plan::AggFn::Count,
+            input: None,
+            input_type: None,
+            name: "n".into(),
+        };
+        let keys = vec![(1, "user".to_string())];
+        SessionAggregateOp::new(0, 0, 300_000, 0, "s", keys, vec![count], true, &schema()).unwrap()
+    }
+
+    /// Events at these minutes, of these users.
+    fn input(events: &[(i64, &str)]) -> RecordBatch {
+        let ts: Vec<i64> = events.iter().map(|e| e.0 * 60_000_000).collect();
+        let users: Vec<&str> = events.iter().map(|e| e.1).collect();
+        RecordBatch::try_new(
+            Arc::new(schema()),
+            vec![
+                Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
+                Arc::new(StringArray::from(users)),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn entries(op: &mut SessionAggregateOp) -> Vec<(usize, Vec<u8>, Vec<u8>)> {
+        let store = op.store.take().unwrap();
+        let out = store
+            .parts()
+            .iter()
+            .enumerate()
+            .flat_map(|(p, s)| s.iter().map(move |(k, v)| (p, k.to_vec(), v.to_vec())))
+            .collect();
+        op.store.put(store);
+        out
+    }
+
+    /// Closes every session: the rows it emits, printed.
+    fn close_all(op: &mut SessionAggregateOp) -> String {
+        let wm = Watermarks {
+            late_ms: None,
+            evict_ms: Some(i64::MAX / 1000),
+        };
+        let out = op.process(&[], wm, OutputMode::Append).unwrap();
+        arrow::util::pretty::pretty_format_batches(&out)
+            .unwrap()
+            .to_string()
+    }
+
+    /// Sessions stored by the whole stored key (as before sessions ran per
+    /// partition) move to their key's partition when opened, and then merge
+    /// and close as if they had always been there.
+    #[test]
+    fn sessions_stored_by_an_earlier_routing_move_to_their_keys_partition() {
+        let dir = tempfile::tempdir().unwrap();
+        let users = ["a", "b", "c", "d", "e", "f", "g", "h"];
+        let events: Vec<(i64, &str)> = users
+            .iter()
+            .enumerate()
+            .flat_map(|(i, u)| [(i as i64, *u), (i as i64 + 20, *u)])
+            .collect();
+        let mut now = op();
+        now.set_store(stores(&dir.path().join("now"), 3)).unwrap();
+        now.process(&[input(&events)], Watermarks::default(), OutputMode::Append)
+            .unwrap();
+        let stored = entries(&mut now);
+        assert_eq!(stored.len(), 16, "two sessions per user");
+        for (p, k, _) in &stored {
+            assert_eq!(partition_of(length_prefixed_key(k).unwrap(), 3), *p);
+        }
+        // The same sessions spread by the whole stored key.
+        let mut old = stores(&dir.path().join("old"), 3);
+        for (_, k, v) in stored {
+            StateStore::put(&mut old, k, v);
+        }
+        let off = old
+            .parts()
+            .iter()
+            .enumerate()
+            .flat_map(|(p, s)| s.iter().map(move |(k, _)| (p, k.to_vec())))
+            .filter(|(p, k)| partition_of(length_prefixed_key(k).unwrap(), 3) != *p)
+            .count();
+        assert!(off > 0, "some sessions start off their key's partition");
+        let mut moved = op();
+        moved.set_store(old).unwrap();
+        let after = entries(&mut moved);
+        assert_eq!(after.len(), 16);
+        for (p, k, _) in &after {
+            assert_eq!(partition_of(length_prefixed_key(k).unwrap(), 3), *p);
+        }
+        // Events every 4 minutes bridge each user's two sessions, in both.
+        let bridge: Vec<(i64, &str)> = users
+            .iter()
+            .enumerate()
+            .flat_map(|(i, u)| [4, 8, 12, 16].map(|m| (i as i64 + m, *u)))
+            .collect();
+        for o in [&mut now, &mut moved] {
+            o.process(&[input(&bridge)], Watermarks::default(), OutputMode::Append)
+                .unwrap();
+        }
+        let (want, got) = (close_all(&mut now), close_all(&mut moved));
+        assert_eq!(got, want);
+        assert_eq!(
+            want.matches("| 6 ").count(),
+            8,
+            "one session of 6 events per user: {want}"
+        );
     }
 }
