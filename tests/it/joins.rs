@@ -116,7 +116,16 @@ fn clicks_within_5_minutes(
     clicks: &MemoryStream,
     how: JoinType,
 ) -> weir::DataStream {
-    let s = session();
+    clicks_within_5_minutes_on(&session(), imps, clicks, how)
+}
+
+/// The same join on session `s`.
+fn clicks_within_5_minutes_on(
+    s: &weir::Session,
+    imps: &MemoryStream,
+    clicks: &MemoryStream,
+    how: JoinType,
+) -> weir::DataStream {
     s.read_stream(imps.clone())
         .with_watermark("imp_ts", "10 minutes")
         .join(
@@ -128,11 +137,38 @@ fn clicks_within_5_minutes(
 
 #[test]
 fn stream_stream_left_outer_join_emits_unmatched_rows_when_the_watermark_passes() {
+    left_outer_join_on(session(), None);
+}
+
+/// The same left outer join with both sides' state split over 2, 3 and 8
+/// partitions by the join key (each partition joins, evicts and emits its
+/// unmatched impressions as a task on 1 or 4 workers): the same rows.
+#[test]
+fn stream_stream_left_outer_join_alike_on_every_partition_count() {
+    for partitions in [2, 3, 8] {
+        for workers in [1, 4] {
+            let mut conf = weir::SessionConfig {
+                fsync_checkpoint: false,
+                ..weir::SessionConfig::default()
+            };
+            conf.set("spark.sql.shuffle.partitions", &partitions.to_string())
+                .unwrap();
+            conf.set("weir.workerThreads", &workers.to_string())
+                .unwrap();
+            left_outer_join_on(weir::Session::with_config(conf), Some(partitions));
+        }
+    }
+}
+
+/// Runs the left outer join on `s`; `partitions`: the state partitions it
+/// is set to, checked against the progress' `numShufflePartitions` (and
+/// two stores, left and right, per partition).
+fn left_outer_join_on(s: weir::Session, partitions: Option<usize>) {
     let chk = tempfile::tempdir().unwrap();
     let (imps, clicks) = (imps(), clicks());
     let sink = MemorySink::new("");
     let table = sink.table();
-    let q = clicks_within_5_minutes(&imps, &clicks, JoinType::LeftOuter)
+    let q = clicks_within_5_minutes_on(&s, &imps, &clicks, JoinType::LeftOuter)
         .write_stream()
         .sink(sink)
         .checkpoint_location(chk.path().to_str().unwrap())
@@ -179,6 +215,13 @@ fn stream_stream_left_outer_join_emits_unmatched_rows_when_the_watermark_passes(
         "state was evicted: {:?}",
         p.state_operators[0]
     );
+    if let Some(n) = partitions {
+        let op = &p.state_operators[0];
+        assert_eq!(
+            (op.num_shuffle_partitions, op.num_state_store_instances),
+            (n as i64, 2 * n as i64)
+        );
+    }
 }
 
 /// Late rows of an aggregation after a stream-static join go to the late

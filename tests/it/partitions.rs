@@ -141,21 +141,22 @@ fn build(
     }
 }
 
+/// One micro-batch a run emitted: its id, its output rows (as JSON, in
+/// output order) and its stateful operator's metrics, summed over the
+/// partitions: `[numRowsTotal, numRowsUpdated, numRowsRemoved,
+/// numRowsDroppedByWatermark]`.
+type Batch = (i64, Vec<Value>, Vec<i64>);
+
 /// Runs `inputs` through the query, one micro-batch per input, and returns
-/// every batch's output rows (batch id, rows as JSON in output order).
-fn run(
-    shape: Shape,
-    inputs: &[Vec<Value>],
-    partitions: usize,
-    workers: usize,
-) -> Vec<(i64, Vec<Value>)> {
+/// every batch it emitted.
+fn run(shape: Shape, inputs: &[Vec<Value>], partitions: usize, workers: usize) -> Vec<Batch> {
     let chk = tempfile::tempdir().unwrap();
     run_on(shape, inputs, Some(partitions), workers, chk.path())
 }
 
 /// Runs `inputs` through the query on checkpoint `chk` (a new one, or one a
 /// run before left), one micro-batch per input, and returns the batches
-/// this run emits (batch id, rows as JSON). A join's left stream gets the
+/// this run emits. A join's left stream gets the
 /// even-valued events, its right stream the odd ones; another query's one
 /// stream gets them all.
 fn run_on(
@@ -164,7 +165,7 @@ fn run_on(
     partitions: Option<usize>,
     workers: usize,
     chk: &std::path::Path,
-) -> Vec<(i64, Vec<Value>)> {
+) -> Vec<Batch> {
     run_from(shape, &[], inputs, partitions, workers, chk)
 }
 
@@ -178,7 +179,7 @@ fn run_from(
     partitions: Option<usize>,
     workers: usize,
     chk: &std::path::Path,
-) -> Vec<(i64, Vec<Value>)> {
+) -> Vec<Batch> {
     let s = session_with(partitions, workers);
     let stream = MemoryStream::new(&fields());
     let right = MemoryStream::new(&fields());
@@ -216,7 +217,21 @@ fn run_from(
     }
     q.stop().unwrap();
     assert!(q.exception().is_none(), "{:?}", q.exception());
-    let mut out: Vec<(i64, Vec<Value>)> = table
+    let metrics: std::collections::BTreeMap<i64, Vec<i64>> = q
+        .recent_progress()
+        .iter()
+        .map(|p| {
+            let op = &p.state_operators[0];
+            let m = [
+                op.num_rows_total,
+                op.num_rows_updated,
+                op.num_rows_removed,
+                op.num_rows_dropped_by_watermark,
+            ];
+            (p.batch_id, m.to_vec())
+        })
+        .collect();
+    let mut out: Vec<Batch> = table
         .batches()
         .into_iter()
         .map(|(id, b)| {
@@ -227,10 +242,10 @@ fn run_from(
             if matches!(shape, Shape::Dedup) || shape.is_join() {
                 rows.sort_by_key(|r| r.to_string());
             }
-            (id, rows)
+            (id, rows, metrics.get(&id).cloned().unwrap_or_default())
         })
         .collect();
-    out.sort_by_key(|(id, _)| *id);
+    out.sort_by_key(|(id, ..)| *id);
     out
 }
 
@@ -343,7 +358,7 @@ fn sessions_and_joins_restart_on_the_recorded_partition_count() {
         let whole = tempfile::tempdir().unwrap();
         let want = run_on(shape, &inputs, Some(3), 2, whole.path());
         assert!(
-            want.iter().map(|(_, rows)| rows.len()).sum::<usize>() > 5,
+            want.iter().map(|(_, rows, _)| rows.len()).sum::<usize>() > 5,
             "{shape:?}: the inputs exercise the operator: {want:?}"
         );
         let chk = tempfile::tempdir().unwrap();

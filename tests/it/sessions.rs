@@ -24,19 +24,35 @@ fn start(
     sink: MemorySink,
     mode: OutputMode,
 ) -> Result<weir::StreamingQuery, WeirError> {
-    Session::with_config(SessionConfig {
+    start_on(stream, chk, sink, mode, 1, 1)
+}
+
+/// The sessions query with its state over `partitions` state partitions,
+/// run by `workers` threads.
+fn start_on(
+    stream: &MemoryStream,
+    chk: &std::path::Path,
+    sink: MemorySink,
+    mode: OutputMode,
+    partitions: usize,
+    workers: usize,
+) -> Result<weir::StreamingQuery, WeirError> {
+    let mut conf = SessionConfig {
         fsync_checkpoint: false,
         ..SessionConfig::default()
-    })
-    .read_stream(stream.clone())
-    .with_watermark("ts", "1 minute")
-    .group_by(vec![session_window("ts", "5 minutes"), col("user")])
-    .agg(vec![count_star("events"), sum("n", "total")])
-    .write_stream()
-    .output_mode(mode)
-    .sink(sink)
-    .checkpoint_location(chk.to_str().unwrap())
-    .start()
+    };
+    conf.set("spark.sql.shuffle.partitions", &partitions.to_string())?;
+    conf.set("weir.workerThreads", &workers.to_string())?;
+    Session::with_config(conf)
+        .read_stream(stream.clone())
+        .with_watermark("ts", "1 minute")
+        .group_by(vec![session_window("ts", "5 minutes"), col("user")])
+        .agg(vec![count_star("events"), sum("n", "total")])
+        .write_stream()
+        .output_mode(mode)
+        .sink(sink)
+        .checkpoint_location(chk.to_str().unwrap())
+        .start()
 }
 
 fn ev(ts: &str, user: &str, n: i64) -> serde_json::Value {
@@ -45,6 +61,25 @@ fn ev(ts: &str, user: &str, n: i64) -> serde_json::Value {
 
 #[test]
 fn sessions_merge_close_on_the_watermark_and_survive_a_restart() {
+    sessions_merge_and_close_on(1, 1);
+}
+
+/// The same sessions with their state split over 2, 3 and 8 partitions
+/// (each user's sessions merge and close in their key's partition, as tasks
+/// on 1 or 4 workers): the same rows, in the same order.
+#[test]
+fn sessions_merge_and_close_alike_on_every_partition_count() {
+    for partitions in [2, 3, 8] {
+        for workers in [1, 4] {
+            sessions_merge_and_close_on(partitions, workers);
+        }
+    }
+}
+
+fn sessions_merge_and_close_on(partitions: usize, workers: usize) {
+    let start = |stream: &MemoryStream, chk: &std::path::Path, sink, mode| {
+        start_on(stream, chk, sink, mode, partitions, workers)
+    };
     let dir = tempfile::tempdir().unwrap();
     let stream = MemoryStream::new(&fields());
     let all = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -73,7 +108,7 @@ fn sessions_merge_close_on_the_watermark_and_survive_a_restart() {
         .extend(t1.batches().iter().flat_map(|(_, b)| rows_json(b)));
     assert!(
         all.lock().unwrap().is_empty(),
-        "nothing closed yet: {:?}",
+        "nothing closed yet ({partitions} partitions, {workers} workers): {:?}",
         all.lock().unwrap()
     );
     // Restart: the open sessions come back from the checkpoint.
@@ -94,7 +129,8 @@ fn sessions_merge_close_on_the_watermark_and_survive_a_restart() {
         vec![
             json!({"session_window": {"start": "2024-01-01T12:00:00Z", "end": "2024-01-01T12:11:00Z"}, "user": "a", "events": 3, "total": 6}),
             json!({"session_window": {"start": "2024-01-01T12:01:00Z", "end": "2024-01-01T12:06:00Z"}, "user": "b", "events": 1, "total": 5}),
-        ]
+        ],
+        "{partitions} partitions, {workers} workers"
     );
 }
 
