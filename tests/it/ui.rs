@@ -173,3 +173,175 @@ fn spark_ui_enabled_false_starts_no_server_and_spark_ui_port_is_used() {
     assert!(port >= free && port <= free.saturating_add(16), "{port}");
     assert_eq!(get(ui.addr(), "/api/v1/streaming/queries").0, 200);
 }
+
+/// Chromium (`WEIR_CHROMIUM`, else `chromium` on the PATH), headless: the
+/// page's DOM once its scripts ran against the server.
+fn rendered_dom(url: &str) -> String {
+    let bin = std::env::var("WEIR_CHROMIUM").unwrap_or_else(|_| "chromium".into());
+    let profile = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(&bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--virtual-time-budget=5000",
+            &format!("--user-data-dir={}", profile.path().display()),
+            "--dump-dom",
+            url,
+        ])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run `{bin}` ({e}): the Streaming page's browser test needs Chromium. \
+                 Install Debian's package (`apt-get install -y chromium`; `bash scripts/setup.sh` \
+                 does it) or point WEIR_CHROMIUM at a Chromium binary"
+            )
+        });
+    assert!(
+        out.status.success(),
+        "{bin}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The part of `dom` from `start` up to the next `end` (or the end).
+fn section<'a>(dom: &'a str, start: &str, end: &str) -> &'a str {
+    let from = dom
+        .find(start)
+        .unwrap_or_else(|| panic!("no `{start}` in the page:\n{dom}"));
+    let rest = &dom[from + start.len()..];
+    &rest[..rest.find(end).unwrap_or(rest.len())]
+}
+
+#[test]
+fn the_streaming_page_draws_charts_the_batch_table_and_a_batch_in_chromium() {
+    use weir::functions::{col, count_star, window};
+    let session = Session::new();
+    let ui = UiServer::start(&session, "127.0.0.1:0").unwrap();
+    let fields = crate::common::fields();
+    let stream = MemoryStream::new(&fields);
+    let q = session
+        .read_stream(stream.clone())
+        .with_watermark("ts", "10 seconds")
+        .group_by(vec![window("ts", "10 seconds"), col("key")])
+        .agg(vec![count_star("n")])
+        .write_stream()
+        .output_mode(weir::plan::OutputMode::Update)
+        .query_name("charted")
+        .sink(MemorySink::new(""))
+        .start()
+        .unwrap();
+    for (i, ts) in ["12:00:01", "12:00:15", "12:00:40", "12:01:10"]
+        .iter()
+        .enumerate()
+    {
+        stream
+            .add_json(&[
+                json!({"ts": format!("2024-01-01T{ts}Z"), "key": format!("k{i}"), "value": i}),
+            ])
+            .unwrap();
+        q.process_all_available().unwrap();
+    }
+    q.stop().unwrap();
+    let ps = q.recent_progress();
+    assert!(ps.len() >= 4, "{}", ps.len());
+    // A failed query shows with its error.
+    let bad = MemoryStream::new(&fields);
+    let chk = tempfile::tempdir().unwrap();
+    let failing = session
+        .read_stream(bad.clone())
+        .write_stream()
+        .query_name("broken")
+        .foreach_batch(|_, _| Err(weir::WeirError::Config("the sink said no".into())))
+        .checkpoint_location(chk.path().to_str().unwrap())
+        .start()
+        .unwrap();
+    bad.add_json(&[json!({"ts": "2024-01-01T12:00:00Z", "key": "a", "value": 1})])
+        .unwrap();
+    assert!(failing
+        .await_termination(Some(std::time::Duration::from_secs(30)))
+        .is_err());
+
+    let shown = &ps[1];
+    let dom = rendered_dom(&format!(
+        "http://localhost:{}/StreamingQuery/#q={}&batch={}",
+        ui.addr().port(),
+        q.run_id(),
+        shown.batch_id
+    ));
+    let n = ps.len();
+    let charts = section(&dom, "id=\"charts\"", "Completed batches");
+    // A timeline per chart: a point per batch, time and value axes labelled.
+    let input = section(charts, "data-chart=\"Input Rate\"", "data-chart=");
+    assert_eq!(input.matches("<circle class=\"pt\"").count(), n, "{input}");
+    let first = ps[0].timestamp[11..19].to_string();
+    assert!(
+        input.contains(&format!("text-anchor=\"start\">{first}")),
+        "time axis: {input}"
+    );
+    assert!(input.matches("class=\"ytick\"").count() >= 3, "{input}");
+    assert!(
+        input.contains("<svg class=\"hist\""),
+        "a histogram: {input}"
+    );
+    assert!(
+        input.contains(&format!("batch {} · ", ps[n - 1].batch_id)),
+        "hover label: {input}"
+    );
+    // Operation durations: stacked, six phases a batch.
+    let ops = section(charts, "data-chart=\"Operation Duration\"", "data-chart=");
+    assert_eq!(ops.matches("<rect class=\"pt\"").count(), n * 6, "{ops}");
+    assert!(
+        ops.contains("addBatch") && ops.contains("walCommit"),
+        "{ops}"
+    );
+    // The watermark gap once there is a watermark (batch 0's is the epoch: none).
+    let with_wm = ps
+        .iter()
+        .filter(|p| {
+            p.event_time
+                .get("watermark")
+                .is_some_and(|w| crate::common::iso_ms(w) > 0)
+        })
+        .count();
+    assert!(with_wm >= 3 && with_wm < n, "{with_wm} of {n}");
+    let gap = section(charts, "data-chart=\"Global Watermark Gap\"", "data-chart=");
+    assert_eq!(gap.matches("class=\"pt\"").count(), with_wm, "{gap}");
+    for c in [
+        "Process Rate",
+        "Input Rows",
+        "Batch Duration",
+        "Aggregated Number Of Total State Rows",
+        "Aggregated State Memory Used In Bytes",
+        "Aggregated Number Of Rows Dropped By Watermark",
+    ] {
+        let part = section(charts, &format!("data-chart=\"{c}\""), "data-chart=");
+        assert_eq!(part.matches("class=\"pt\"").count(), n, "{c}: {part}");
+    }
+    // The batch table, newest first, and the batch opened by the URL.
+    let table = section(&dom, "id=\"batches\"", "</table>");
+    assert_eq!(table.matches("class=\"pick batch").count(), n, "{table}");
+    assert!(
+        table.find(&format!("data-batch=\"{}\"", ps[n - 1].batch_id))
+            < table.find(&format!("data-batch=\"{}\"", ps[0].batch_id))
+    );
+    let detail = section(&dom, "id=\"detail-json\"", "</pre>");
+    assert!(
+        detail.contains(&format!("\"batchId\": {}", shown.batch_id)),
+        "{detail}"
+    );
+    assert!(detail.contains(&shown.run_id), "{detail}");
+    // Completed and failed queries.
+    let completed = section(&dom, "id=\"completed\"", "</table>");
+    assert!(
+        completed.contains("charted") && completed.contains("FINISHED"),
+        "{completed}"
+    );
+    let failed = section(&dom, "id=\"failed\"", "</table>");
+    assert!(
+        failed.contains("broken") && failed.contains("the sink said no"),
+        "{failed}"
+    );
+}

@@ -1,7 +1,16 @@
 //! The Streaming page: an HTTP server (Spark UI's "Structured Streaming"
-//! tab, on 127.0.0.1:4040 by default) with a page per query charting input
-//! rate, process rate, batch duration, input rows and the watermark, and a
-//! JSON API over the same data:
+//! tab, on 127.0.0.1:4040 by default) and a JSON API over the same data.
+//!
+//! `GET /StreamingQuery/` lists active, completed and failed queries (with
+//! the error) and, for the selected one, Spark's query statistics: timelines
+//! with time and value axes, the value under the pointer, and a histogram
+//! each, for input rate, process rate, input rows, batch duration, the
+//! operation durations (stacked: latestOffset, getBatch, walCommit, addBatch,
+//! commitOffsets, queryPlanning), the global watermark gap and the
+//! aggregated state rows (total, updated), state memory and rows dropped by
+//! the watermark; then the table of recent batches, a row opening that
+//! batch's progress JSON. The selection lives in the URL
+//! (`#q=<runId>&batch=<id>`). One file, hand-drawn SVG, no external assets.
 //!
 //! - `GET /api/v1/streaming/queries`: every query of the session, with its
 //!   status and last progress;
