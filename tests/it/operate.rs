@@ -495,11 +495,13 @@ fn numbered(session: &Session, dir: &Path) -> StreamingQuery {
         .unwrap()
 }
 
-/// `(batch, value)` lines of `out.txt`.
+/// `(batch, value)` lines of `out.txt` (complete lines: the child may be
+/// writing the next).
 fn output(dir: &Path) -> Vec<(i64, i64)> {
     std::fs::read_to_string(dir.join("out.txt"))
         .unwrap_or_default()
-        .lines()
+        .split_inclusive('\n')
+        .filter_map(|l| l.strip_suffix('\n'))
         .map(|l| {
             let (b, v) = l.split_once(' ').unwrap();
             (b.parse().unwrap(), v.parse().unwrap())
