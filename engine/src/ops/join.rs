@@ -811,7 +811,6 @@ impl JoinOp {
     ) -> Result<Vec<RecordBatch>> {
         let started = Instant::now();
         let mut m = StateOperatorProgress::new("symmetricHashJoin");
-        let lb = concat_batches(&self.left.schema, left)?;
         let late_us = wm.late_ms.map(|w| w.saturating_mul(1000));
         let mut out = Vec::new();
         if let Some((table, _, loaded)) = &self.static_right {
@@ -827,6 +826,7 @@ impl JoinOp {
         }
         if let Some(stat) = self.static_right.as_ref().map(|s| s.1.clone()) {
             // Stream-static: hash join against the static table, no state.
+            let lb = concat_batches(&self.left.schema, left)?;
             let ln = self.new_rows(&self.left, &lb, None, &mut 0)?;
             let rn = self.new_rows(&self.right, &stat, None, &mut 0)?;
             let mut by_key: HashMap<&[u8], Vec<usize>> = HashMap::new();
@@ -884,11 +884,10 @@ impl JoinOp {
             }
             return Ok(out);
         }
-        let rb = concat_batches(&self.right.schema, right)?;
-        let mut dropped = 0;
-        let ln = self.new_rows(&self.left, &lb, late_us, &mut dropped)?;
-        let rn = self.new_rows(&self.right, &rb, late_us, &mut dropped)?;
-        m.num_rows_dropped_by_watermark = dropped;
+        let n = self.parts.len().max(1);
+        let (ln, left_dropped) = self.routed_rows(&self.left, left, late_us, n)?;
+        let (rn, right_dropped) = self.routed_rows(&self.right, right, late_us, n)?;
+        m.num_rows_dropped_by_watermark = left_dropped + right_dropped;
         let mut lstore = self.left_store.take()?;
         let mut rstore = match self.right_store.take() {
             Ok(s) => s,
@@ -919,20 +918,57 @@ impl JoinOp {
         Ok(out)
     }
 
-    /// Routes both sides' new rows by the hash of their join key to the
-    /// state partitions (one numbering for both sides), then joins and
-    /// evicts each partition as a task on the worker pool the batch runs in.
+    /// One side's new rows of this batch, routed by the hash of their join
+    /// key to `n` state partitions (each partition's in input order), and
+    /// how many were dropped as late. Each slice of
+    /// [`crate::ops::tasks::ROWS_PER_TASK`] input rows is filtered, encoded
+    /// and routed as a task on the worker pool the batch runs in.
+    fn routed_rows(
+        &self,
+        side: &JoinSide,
+        batches: &[RecordBatch],
+        late_us: Option<i64>,
+        n: usize,
+    ) -> Result<(Vec<NewRows>, i64)> {
+        let tasks = crate::ops::tasks::slices(batches);
+        let task = |b: &RecordBatch| -> Result<(Vec<NewRows>, i64)> {
+            let mut dropped = 0;
+            let rows = self.new_rows(side, b, late_us, &mut dropped)?;
+            Ok((rows.split(n), dropped))
+        };
+        let per_task: Vec<(Vec<NewRows>, i64)> = if tasks.len() > 1 {
+            use rayon::prelude::*;
+            tasks.par_iter().map(task).collect::<Result<_>>()?
+        } else {
+            tasks.iter().map(task).collect::<Result<_>>()?
+        };
+        let mut parts: Vec<NewRows> = (0..n).map(|_| NewRows::default()).collect();
+        let mut dropped = 0;
+        for (task_parts, d) in per_task {
+            dropped += d;
+            for (p, rows) in parts.iter_mut().zip(task_parts) {
+                p.keys.extend(rows.keys);
+                p.rows.extend(rows.rows);
+                p.ts.extend(rows.ts);
+            }
+        }
+        Ok((parts, dropped))
+    }
+
+    /// Joins and evicts each state partition's new rows of both sides
+    /// (routed by the hash of their join key, one numbering for both sides)
+    /// as a task on the worker pool the batch runs in.
     fn process_partitions(
         &self,
         lstore: &mut PartitionedStore,
         rstore: &mut PartitionedStore,
         parts: &mut [PartState],
-        ln: NewRows,
-        rn: NewRows,
+        ln: Vec<NewRows>,
+        rn: Vec<NewRows>,
         wm: Watermarks,
     ) -> Result<Vec<PartitionOutput>> {
         let n = lstore.partitions();
-        if parts.len() != n || rstore.partitions() != n {
+        if parts.len() != n || rstore.partitions() != n || ln.len() != n || rn.len() != n {
             return Err(WeirError::Config(
                 "join state not loaded for every partition".into(),
             ));
@@ -940,7 +976,7 @@ impl JoinOp {
         let inputs: Vec<_> = parts
             .iter_mut()
             .zip(rstore.parts_mut().iter_mut())
-            .zip(ln.split(n).into_iter().zip(rn.split(n)))
+            .zip(ln.into_iter().zip(rn))
             .collect();
         lstore.map_parts(inputs, |_, lst, ((st, rst), (ln, rn))| {
             self.join_partition(st, lst, rst.as_mut(), ln, rn, wm)
@@ -1205,20 +1241,8 @@ impl StatefulOperator for JoinOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::MemoryStateStore;
+    use crate::ops::operator::test_stores::partitioned;
     use arrow::array::{Int64Array, TimestampMicrosecondArray};
-    use std::path::Path;
-
-    fn stores(dir: &Path, n: usize) -> PartitionedStore {
-        PartitionedStore::new(
-            (0..n)
-                .map(|p| {
-                    let s = MemoryStateStore::open(&dir.join(p.to_string()), 0, 10, false);
-                    Box::new(s.unwrap()) as Box<dyn StateStore>
-                })
-                .collect(),
-        )
-    }
 
     fn side_schema(p: &str) -> SchemaRef {
         Arc::new(Schema::new(vec![
@@ -1229,8 +1253,8 @@ mod tests {
 
     /// A left outer join, the right's time within 10 minutes after the
     /// left's, on the key (`on_key`) or on the time range only; its state
-    /// over `n` partitions in `dir`.
-    fn op(dir: &Path, n: usize, on_key: bool) -> JoinOp {
+    /// over `n` partitions.
+    fn op(n: usize, on_key: bool) -> JoinOp {
         let range = "r_ts >= l_ts AND r_ts <= l_ts + INTERVAL '10 minutes'";
         let on = if on_key {
             format!("l_key = r_key AND {range}")
@@ -1250,8 +1274,7 @@ mod tests {
             None,
         )
         .unwrap();
-        j.set_stores(stores(&dir.join("left"), n), stores(&dir.join("right"), n))
-            .unwrap();
+        j.set_stores(partitioned(n), partitioned(n)).unwrap();
         j
     }
 
@@ -1306,16 +1329,14 @@ mod tests {
     /// there.
     #[test]
     fn join_rows_stored_by_an_earlier_routing_move_to_their_keys_partition() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut now = op(&dir.path().join("now"), 3, true);
+        let mut now = op(3, true);
         let left: Vec<(i64, i64)> = (0..8).flat_map(|k| [(k, 0), (k, 1)]).collect();
         now.process(&[rows("l", &left)], &[], Watermarks::default())
             .unwrap();
         let [stored_left, stored_right] = entries(&mut now);
         assert_eq!((stored_left.len(), stored_right.len()), (16, 0));
         // The same rows spread by the whole stored key.
-        let old_dir = dir.path().join("old");
-        let mut old = stores(&old_dir.join("left"), 3);
+        let mut old = partitioned(3);
         let mut off = 0;
         for (_, k, v) in stored_left {
             let p = partition_of(&k, 3);
@@ -1336,9 +1357,7 @@ mod tests {
             None,
         )
         .unwrap();
-        moved
-            .set_stores(old, stores(&old_dir.join("right"), 3))
-            .unwrap();
+        moved.set_stores(old, partitioned(3)).unwrap();
         for (p, k, _) in &entries(&mut moved)[0] {
             assert_eq!(partition_of(length_prefixed_key(k).unwrap(), 3), *p);
         }
@@ -1367,8 +1386,7 @@ mod tests {
     /// partition and pairs every row within the range.
     #[test]
     fn a_join_without_an_equi_key_keeps_its_state_in_one_partition() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut j = op(dir.path(), 4, false);
+        let mut j = op(4, false);
         let out = j
             .process(
                 &[rows("l", &[(1, 0), (2, 3)])],

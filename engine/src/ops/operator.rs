@@ -157,3 +157,55 @@ pub(crate) fn length_prefixed_key(stored: &[u8]) -> Option<&[u8]> {
     let len = u32::from_le_bytes(stored.get(..4)?.try_into().ok()?) as usize;
     stored.get(4..4usize.checked_add(len)?)
 }
+
+/// Stores for operators' unit tests: plain maps, nothing on disk.
+#[cfg(test)]
+pub(crate) mod test_stores {
+    use std::borrow::Cow;
+    use std::collections::BTreeMap;
+
+    use crate::error::Result;
+    use crate::state::{PartitionedStore, StateIter, StateStore};
+
+    /// One partition's pairs in a map; commit and abort do nothing.
+    #[derive(Default)]
+    struct MapStore(BTreeMap<Vec<u8>, Vec<u8>>);
+
+    impl StateStore for MapStore {
+        fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+            self.0.get(key).map(|v| Cow::Borrowed(v.as_slice()))
+        }
+        fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+            self.0.insert(key, value);
+        }
+        fn remove(&mut self, key: &[u8]) {
+            self.0.remove(key);
+        }
+        fn iter(&self) -> StateIter<'_> {
+            Box::new(
+                self.0
+                    .iter()
+                    .map(|(k, v)| (Cow::Borrowed(k.as_slice()), Cow::Borrowed(v.as_slice()))),
+            )
+        }
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn commit(&mut self, _version: u64) -> Result<()> {
+            Ok(())
+        }
+        fn abort(&mut self) {}
+        fn memory_used_bytes(&self) -> usize {
+            0
+        }
+    }
+
+    /// `n` empty partitions.
+    pub(crate) fn partitioned(n: usize) -> PartitionedStore {
+        PartitionedStore::new(
+            (0..n)
+                .map(|_| Box::new(MapStore::default()) as Box<dyn StateStore>)
+                .collect(),
+        )
+    }
+}

@@ -535,20 +535,8 @@ impl StatefulOperator for SessionAggregateOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::MemoryStateStore;
+    use crate::ops::operator::test_stores::partitioned;
     use arrow::array::{StringArray, TimestampMicrosecondArray};
-    use std::path::Path;
-
-    fn stores(dir: &Path, n: usize) -> PartitionedStore {
-        PartitionedStore::new(
-            (0..n)
-                .map(|p| {
-                    let s = MemoryStateStore::open(&dir.join(p.to_string()), 0, 10, false);
-                    Box::new(s.unwrap()) as Box<dyn StateStore>
-                })
-                .collect(),
-        )
-    }
 
     fn schema() -> Schema {
         Schema::new(vec![
@@ -612,7 +600,6 @@ mod tests {
     /// and close as if they had always been there.
     #[test]
     fn sessions_stored_by_an_earlier_routing_move_to_their_keys_partition() {
-        let dir = tempfile::tempdir().unwrap();
         let users = ["a", "b", "c", "d", "e", "f", "g", "h"];
         let events: Vec<(i64, &str)> = users
             .iter()
@@ -620,7 +607,7 @@ mod tests {
             .flat_map(|(i, u)| [(i as i64, *u), (i as i64 + 20, *u)])
             .collect();
         let mut now = op();
-        now.set_store(stores(&dir.path().join("now"), 3)).unwrap();
+        now.set_store(partitioned(3)).unwrap();
         now.process(&[input(&events)], Watermarks::default(), OutputMode::Append)
             .unwrap();
         let stored = entries(&mut now);
@@ -629,7 +616,7 @@ mod tests {
             assert_eq!(partition_of(length_prefixed_key(k).unwrap(), 3), *p);
         }
         // The same sessions spread by the whole stored key.
-        let mut old = stores(&dir.path().join("old"), 3);
+        let mut old = partitioned(3);
         for (_, k, v) in stored {
             StateStore::put(&mut old, k, v);
         }
