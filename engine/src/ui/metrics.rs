@@ -1,7 +1,7 @@
 //! `GET /metrics`: every query's last progress in Prometheus' text format.
 //!
-//! One [`Metrics`] per UI server (its own registry); each scrape sets the
-//! gauges afresh from each query's [`last_progress`](crate::StreamingQuery::last_progress),
+//! Each UI server has its own registry; each scrape sets the gauges
+//! afresh from each query's [`last_progress`](crate::StreamingQuery::last_progress),
 //! so what Prometheus reads is what the JSON API shows. Every series has
 //! the labels `name` (the query name, empty when unnamed), `id` and
 //! `run_id`. Durations and the watermark are in milliseconds, as in
