@@ -360,6 +360,19 @@ fn the_stop_endpoint_refuses_a_wrong_token_and_an_unknown_query() {
         .as_str()
         .unwrap()
         .contains("no-such-query"));
+    // The Host check comes first: the right token under a rebound name is refused.
+    let mut s = std::net::TcpStream::connect(ui.addr()).unwrap();
+    write!(
+        s,
+        "POST {} HTTP/1.1\r\nHost: evil.example:{}\r\nAuthorization: Bearer s3cret-token\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+        stop_path(&q),
+        ui.addr().port()
+    )
+    .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    assert!(buf.starts_with("HTTP/1.1 403"), "{buf}");
+    assert!(buf.contains("weir.ui.allowedHosts"), "{buf}");
     // Without a token an unknown id is refused the same as a known one.
     assert_eq!(
         request(ui.addr(), "POST", "/api/v1/streaming/queries/x/stop", &[]).0,
@@ -445,6 +458,9 @@ fn stop_settings_are_read_and_checked() {
         .build()
         .unwrap();
     assert_eq!(s.conf().stop_timeout, Duration::from_secs(30));
+    // A session with stopOnSignal (the default) has the handling installed.
+    let _on = Session::new();
+    assert!(weir::signals::installed());
     let d = SessionConfig::default();
     assert!(d.stop_on_signal && d.stop_timeout.is_zero() && d.admin_token.is_none());
     assert!(Session::builder()
