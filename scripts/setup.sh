@@ -5,6 +5,7 @@
 #   postgresql, redis-server (the exactly-once sink tests run against real servers)
 #   maven, openjdk-17-jre-headless (scripts/kafka.sh runs Apache Kafka from Maven Central)
 #   python3, python3-venv (scripts/s3.sh installs moto, the S3 API server, from PyPI)
+#   chromium        (the Streaming page is tested in headless Chromium)
 # As root it installs them with apt-get; otherwise it prints the exact command
 # to run and exits 1. Nothing is done when everything is present.
 #
@@ -19,6 +20,7 @@ command -v mvn >/dev/null 2>&1 || need+=(maven)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+command -v chromium >/dev/null 2>&1 || [[ -n "${WEIR_CHROMIUM:-}" ]] || need+=(chromium)
 (( ${#need[@]} )) || exit 0
 
 if [[ $(id -u) != 0 ]]; then
