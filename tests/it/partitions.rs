@@ -166,12 +166,13 @@ fn run_on(
     workers: usize,
     chk: &std::path::Path,
 ) -> Vec<Batch> {
-    run_from(shape, &[], inputs, partitions, workers, chk)
+    run_from(shape, &[], inputs, partitions, workers, chk).0
 }
 
 /// As [`run_on`], with `before` added to the streams first without running
 /// a batch: the inputs a stopped run on `chk` already read, so the offsets
-/// it logged point past them.
+/// it logged point past them. Also returns, per input, the last batch id
+/// run once it was processed.
 fn run_from(
     shape: Shape,
     before: &[Vec<Value>],
@@ -179,7 +180,7 @@ fn run_from(
     partitions: Option<usize>,
     workers: usize,
     chk: &std::path::Path,
-) -> Vec<Batch> {
+) -> (Vec<Batch>, Vec<Option<i64>>) {
     let s = session_with(partitions, workers);
     let stream = MemoryStream::new(&fields());
     let right = MemoryStream::new(&fields());
@@ -211,9 +212,11 @@ fn run_from(
     // The query's first look for data is done before a join's two streams
     // get their rows: no batch sees one stream's rows without the other's.
     q.process_all_available().unwrap();
+    let mut last_batch = Vec::new();
     for input in inputs {
         add(input);
         q.process_all_available().unwrap();
+        last_batch.push(q.last_progress().map(|p| p.batch_id));
     }
     q.stop().unwrap();
     assert!(q.exception().is_none(), "{:?}", q.exception());
@@ -246,7 +249,7 @@ fn run_from(
         })
         .collect();
     out.sort_by_key(|(id, ..)| *id);
-    out
+    (out, last_batch)
 }
 
 /// One event: minutes after 12:00, a key, a value.
@@ -378,9 +381,82 @@ fn sessions_and_joins_restart_on_the_recorded_partition_count() {
             }
         }
         assert!(!state.join("3").exists());
-        got.extend(run_from(shape, first, rest, None, 2, chk.path()));
+        got.extend(run_from(shape, first, rest, None, 2, chk.path()).0);
         assert!(!state.join("3").exists());
         assert_eq!(got, want, "{shape:?} stopped after 4 batches and restarted");
+    }
+}
+
+/// The shapes the kill test runs, by name (for its child process).
+const KILLED: [(&str, Shape, u32); 2] = [
+    // The one store's first partition committed, the others not.
+    ("sessions", Shape::Sessions(OutputMode::Append), 1),
+    // The left side's partitions all committed, the right's first only.
+    ("join", Shape::Join(JoinType::LeftOuter), 2),
+];
+
+/// The input whose batch the kill test kills.
+const KILLED_INPUT: usize = 4;
+
+/// A process killed (SIGKILL) between two state partitions' commits of a
+/// batch, for a session-window query and for a stream-stream left outer
+/// join on 3 partitions: restarted, it re-runs that batch from the logged
+/// offsets and the partitions' last committed versions, and emits from it
+/// on exactly what an uninterrupted run emits.
+#[test]
+fn a_kill_between_partition_commits_of_sessions_and_joins_recovers_exactly() {
+    const NAME: &str =
+        "partitions::a_kill_between_partition_commits_of_sessions_and_joins_recovers_exactly";
+    let inputs = fixed_inputs();
+    if let (Ok(dir), Ok(which)) = (
+        std::env::var("WEIR_CRASH_TEST_DIR"),
+        std::env::var("WEIR_CRASH_SHAPE"),
+    ) {
+        // The child: runs until its failpoint kills it.
+        let (_, shape, _) = KILLED.iter().find(|k| k.0 == which).unwrap();
+        run_on(
+            *shape,
+            &inputs,
+            Some(3),
+            2,
+            &std::path::Path::new(&dir).join("chk"),
+        );
+        return;
+    }
+    for (which, shape, nth) in KILLED {
+        let whole = tempfile::tempdir().unwrap();
+        let (want, last_batch) = run_from(shape, &[], &inputs, Some(3), 2, whole.path());
+        // The batch that reads input KILLED_INPUT.
+        let victim = last_batch[KILLED_INPUT - 1].unwrap() + 1;
+        let dir = tempfile::tempdir().unwrap();
+        crate::common::run_child_killed_at_failpoint(
+            NAME,
+            &[
+                ("WEIR_CRASH_TEST_DIR", dir.path().display().to_string()),
+                ("WEIR_CRASH_SHAPE", which.to_string()),
+                (
+                    "WEIR_FAILPOINT",
+                    format!("between_state_partitions:{victim}:{nth}"),
+                ),
+            ],
+        );
+        let chk = dir.path().join("chk");
+        assert!(chk.join("offsets").join(victim.to_string()).exists());
+        assert!(!chk.join("commits").join(victim.to_string()).exists());
+        let (got, _) = run_from(
+            shape,
+            &inputs[..=KILLED_INPUT],
+            &inputs[KILLED_INPUT + 1..],
+            None,
+            2,
+            &chk,
+        );
+        let tail: Vec<Batch> = want.into_iter().filter(|b| b.0 >= victim).collect();
+        assert!(
+            tail.iter().map(|b| b.1.len()).sum::<usize>() > 0,
+            "{which}: rows after the kill"
+        );
+        assert_eq!(got, tail, "{which} killed in batch {victim}");
     }
 }
 
