@@ -256,7 +256,8 @@ impl SessionAggregateOp {
             m.all_removals_time_ms = m.all_removals_time_ms.max(p.removals_ms);
             out.extend(p.out);
         }
-        m.all_updates_time_ms = started.elapsed().as_millis() as i64 - m.all_removals_time_ms;
+        m.all_updates_time_ms =
+            (started.elapsed().as_millis() as i64 - m.all_removals_time_ms).max(0);
         m.num_rows_total = self
             .index
             .iter()
