@@ -773,10 +773,14 @@ impl AggregateOp {
         })
     }
 
-    /// The batch's groups per state partition (aggregated per task, routed
-    /// by key hash), each partition's in input order.
+    /// The batch's groups per state partition: each task (a slice of the
+    /// input) aggregated on its own, routed by key hash, and merged into its
+    /// partition in input order (so a result never depends on how many
+    /// workers computed it). Tasks run in waves of a few per worker, each
+    /// wave merged before the next starts, so a large batch holds one wave's
+    /// partial groups at a time, not every slice's.
     /// Also returns the rows that lost a window that cannot be represented.
-    fn route(&self, input: &[RecordBatch], n: usize) -> Result<(Vec<Vec<Groups>>, i64)> {
+    fn route(&self, input: &[RecordBatch], n: usize) -> Result<(Vec<Groups>, i64)> {
         let tasks = crate::ops::tasks::slices(input);
         let task = |b: &RecordBatch| -> Result<(Vec<Groups>, i64)> {
             let (groups, lost) = self.partial(b)?;
@@ -789,23 +793,50 @@ impl AggregateOp {
             }
             Ok((parts, lost))
         };
-        // tasks[t][p] -> per partition, the tasks' groups in input order.
-        let per_task: Vec<(Vec<Groups>, i64)> = if tasks.len() > 1 {
-            tasks.par_iter().map(task).collect::<Result<_>>()?
-        } else {
-            tasks.iter().map(task).collect::<Result<_>>()?
-        };
-        let mut per_part: Vec<Vec<Groups>> = (0..n).map(|_| Vec::new()).collect();
+        if tasks.len() <= 1 {
+            return match tasks.first() {
+                Some(b) => task(b),
+                None => Ok(((0..n).map(|_| Vec::new()).collect(), 0)),
+            };
+        }
+        let wave = rayon::current_num_threads().max(1) * 2;
+        let mut merged: Vec<FastMap<Vec<u8>, Group>> = (0..n).map(|_| FastMap::default()).collect();
         let mut lost = 0;
-        for (t, l) in per_task {
-            lost += l;
-            for (p, groups) in t.into_iter().enumerate() {
-                if !groups.is_empty() {
+        for chunk in tasks.chunks(wave) {
+            let per_task: Vec<(Vec<Groups>, i64)> =
+                chunk.par_iter().map(task).collect::<Result<_>>()?;
+            // tasks[t][p] -> per partition, the wave's groups in input order.
+            let mut per_part: Vec<Vec<Groups>> = (0..n).map(|_| Vec::new()).collect();
+            for (t, l) in per_task {
+                lost += l;
+                for (p, groups) in t.into_iter().enumerate() {
                     per_part[p].push(groups);
                 }
             }
+            let merge = |(m, tasks): (&mut FastMap<Vec<u8>, Group>, Vec<Groups>)| {
+                for (k, g) in tasks.into_iter().flatten() {
+                    match m.get_mut(&k) {
+                        Some(into) => {
+                            for (a, o) in into.accs.iter_mut().zip(&g.accs) {
+                                a.merge(o);
+                            }
+                        }
+                        None => {
+                            m.insert(k, g);
+                        }
+                    }
+                }
+            };
+            if n > 1 {
+                merged.par_iter_mut().zip(per_part).for_each(merge);
+            } else {
+                merged.iter_mut().zip(per_part).for_each(merge);
+            }
         }
-        Ok((per_part, lost))
+        Ok((
+            merged.into_iter().map(|m| m.into_iter().collect()).collect(),
+            lost,
+        ))
     }
 
     fn process_partitions(
@@ -820,53 +851,31 @@ impl AggregateOp {
         let (mut per_part, lost) = self.route(input, n)?;
         // A global aggregation always has its one group in a data batch.
         if self.keys.is_empty() && per_part.iter().all(Vec::is_empty) && !no_data {
-            per_part[partition_of(&[], n)].push(vec![(
+            per_part[partition_of(&[], n)].push((
                 Vec::new(),
                 Group {
                     evict_at: i64::MAX,
                     accs: self.new_accs(),
                 },
-            )]);
+            ));
         }
-        let outputs = store.map_parts(per_part, |_, store, tasks| {
-            self.apply_partition(store, tasks, wm, mode)
+        let outputs = store.map_parts(per_part, |_, store, groups| {
+            self.apply_partition(store, groups, wm, mode)
         })?;
         Ok((outputs, lost))
     }
 
-    /// One state partition's part of a batch: merges the tasks' groups (in
-    /// input order), applies them to the partition's store, evicts behind
-    /// the watermark and returns what the partition emits.
+    /// One state partition's part of a batch: applies the batch's groups
+    /// (merged over its tasks) to the partition's store, evicts behind the
+    /// watermark and returns what the partition emits.
     fn apply_partition(
         &self,
         store: &mut dyn StateStore,
-        tasks: Vec<Groups>,
+        mut partial: Groups,
         wm: Watermarks,
         mode: OutputMode,
     ) -> Result<PartitionOutput> {
         let mut po = PartitionOutput::default();
-        let mut partial: Groups = match tasks.len() {
-            0 => Vec::new(),
-            1 => tasks.into_iter().next().expect("one task"),
-            _ => {
-                let mut merged: FastMap<Vec<u8>, Group> = FastMap::default();
-                for groups in tasks {
-                    for (k, g) in groups {
-                        match merged.get_mut(&k) {
-                            Some(m) => {
-                                for (a, o) in m.accs.iter_mut().zip(&g.accs) {
-                                    a.merge(o);
-                                }
-                            }
-                            None => {
-                                merged.insert(k, g);
-                            }
-                        }
-                    }
-                }
-                merged.into_iter().collect()
-            }
-        };
         let watermarked = self.watermark_key.is_some() && mode != OutputMode::Complete;
         if watermarked {
             if let Some(late) = wm.late_ms {
