@@ -834,7 +834,10 @@ impl AggregateOp {
             }
         }
         Ok((
-            merged.into_iter().map(|m| m.into_iter().collect()).collect(),
+            merged
+                .into_iter()
+                .map(|m| m.into_iter().collect())
+                .collect(),
             lost,
         ))
     }
