@@ -278,12 +278,14 @@ fn compare_batch(
     diffs
 }
 
-/// Runs one scenario; Ok(()) when weir matches Spark batch for batch.
-fn run_scenario(sc: &Value, provider: &str) -> Result<(), String> {
+/// Runs one scenario; Ok(()) when weir matches Spark batch for batch. Its
+/// checkpoint is `checkpoint`, or a new local directory.
+fn run_scenario(sc: &Value, provider: &str, checkpoint: Option<PathBuf>) -> Result<(), String> {
     let plan: StreamPlan =
         serde_json::from_value(sc["plan"].clone()).map_err(|e| format!("plan: {e}"))?;
     let chk = tempfile::tempdir().unwrap();
-    let run = Run::new(plan, chk.path().join("chk"), provider);
+    let checkpoint = checkpoint.unwrap_or_else(|| chk.path().join("chk"));
+    let run = Run::new(plan, checkpoint, provider);
     if let Some(msg) = sc.get("rejected").and_then(|m| m.as_str()) {
         return match run.start() {
             Ok((q, _)) => {
@@ -379,12 +381,23 @@ fn run_batches(sc: &Value, run: &Run, start: Starter, input_factor: i64) -> Resu
 }
 
 fn conformance(provider: &str) {
+    conformance_with(provider, &|_| None)
+}
+
+/// The suite on `provider` with each scenario's checkpoint at
+/// `checkpoint(scenario name)`: a location such as
+/// `s3://bucket/prefix/<name>` (tests/it/s3.rs runs it so).
+pub(crate) fn conformance_at(provider: &str, checkpoint: &dyn Fn(&str) -> String) {
+    conformance_with(provider, &|name| Some(PathBuf::from(checkpoint(name))))
+}
+
+fn conformance_with(provider: &str, checkpoint: &dyn Fn(&str) -> Option<PathBuf>) {
     let mut failures = Vec::new();
     let mut by_family: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for (name, sc) in scenarios() {
         let family = name.split('_').next().unwrap_or("").to_string();
         let pending = NOT_YET.iter().any(|p| name.starts_with(p)) && sc.get("rejected").is_none();
-        let result = run_scenario(&sc, provider);
+        let result = run_scenario(&sc, provider, checkpoint(&name));
         let e = by_family.entry(family).or_default();
         e.1 += 1;
         match (&result, pending) {

@@ -443,21 +443,6 @@ fn a_second_run_on_the_same_local_checkpoint_is_refused() {
 fn what_an_s3_checkpoint_cannot_keep_yet_is_refused_before_writing() {
     if let Some((_, chk)) = child_phase() {
         let err = crate::common::session()
-            .read_stream(stream(&[&[1]]))
-            .group_by(vec![weir::functions::col("value")])
-            .agg(vec![weir::functions::count_star("n")])
-            .write_stream()
-            .output_mode(weir::plan::OutputMode::Update)
-            .foreach_batch(|_, _| Ok(()))
-            .checkpoint_location(&chk)
-            .start()
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("not yet supported on object storage: the state of stateful operators"),
-            "{err}"
-        );
-        let err = crate::common::session()
             .read_stream(weir::source::RateSource::new().rows_per_second(1))
             .write_stream()
             .foreach_batch(|_, _| Ok(()))
@@ -531,4 +516,535 @@ fn a_batch_checkpointed_on_s3_costs_two_puts_and_nothing_else() {
         ],
     );
     assert_eq!(got.len(), 4, "{got:?}");
+}
+
+// ---- state on S3 ----
+
+/// Runs the conformance suite on `provider` in a child process (test
+/// `name`), every scenario's checkpoint on S3 (RocksDB's working copies in
+/// a local directory of their own).
+fn conformance_on_s3(provider: &str, name: &str) {
+    if let Some((_, chk)) = child_phase() {
+        crate::conformance::conformance_at(provider, &|scenario| format!("{chk}/{scenario}"));
+        child_done(&Arc::default());
+        return;
+    }
+    let b = new_bucket();
+    let local = tempfile::tempdir().unwrap();
+    run_child(
+        name,
+        &[
+            ("WEIR_S3_CHILD_PHASE", "run".into()),
+            ("WEIR_S3_CHILD_CHK", format!("s3://{b}/conformance")),
+            ("SPARK_LOCAL_DIRS", local.path().display().to_string()),
+        ],
+    );
+    // The state is on S3, version by version.
+    let s = open(&b, "conformance/key_count_complete/state/0");
+    let mut deltas = Vec::new();
+    for p in 0..4 {
+        deltas.extend(s.list(&p.to_string()).unwrap());
+    }
+    assert!(
+        deltas.iter().any(|n| n == "1.delta") && deltas.iter().any(|n| n == "2.delta"),
+        "{deltas:?}"
+    );
+    let working = local.path().join("weir-rocksdb");
+    assert_eq!(
+        working.exists(),
+        provider == "rocksdb",
+        "RocksDB keeps its working copies in SPARK_LOCAL_DIRS"
+    );
+}
+
+#[test]
+fn conformance_with_the_checkpoint_on_s3() {
+    conformance_on_s3("memory", "s3::conformance_with_the_checkpoint_on_s3");
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn conformance_with_the_checkpoint_on_s3_on_rocksdb() {
+    conformance_on_s3(
+        "rocksdb",
+        "s3::conformance_with_the_checkpoint_on_s3_on_rocksdb",
+    );
+}
+
+/// The windowed aggregation's input: chunk `i` holds events of minute `i`
+/// (2-minute windows: each window's rows come in two batches, so its count
+/// needs the state of the batch before).
+fn agg_chunks() -> Vec<Vec<serde_json::Value>> {
+    (0..6i64)
+        .map(|i| {
+            (0..6i64)
+                .map(|j| {
+                    let sec = i * 60 + j * 10 - if j == 5 { 40 } else { 0 };
+                    serde_json::json!({
+                        "ts": format!("2024-01-01T12:{:02}:{:02}Z", sec / 60, sec % 60),
+                        "key": format!("k{}", j % 3),
+                        "value": i * 10 + j,
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Counts and sums per 2-minute window and key (30 s watermark, append) on
+/// `provider` with 2 state partitions, one batch per chunk (no no-data
+/// batches). Starts with the first `pre` chunks already in the stream (a
+/// restart re-adds what its killed run had), then adds the rest up to chunk
+/// `last` (excluded) one batch at a time. Each batch's sorted rows go to
+/// `out/<batch>-<pid>`.
+fn agg_query(chk: &str, provider: &str, out: &std::path::Path, pre: usize, last: usize) {
+    use weir::functions::{col, count_star, sum, window};
+    let mut conf = weir::SessionConfig {
+        fsync_checkpoint: false,
+        no_data_batches: false,
+        shuffle_partitions: Some(2),
+        ..weir::SessionConfig::default()
+    };
+    conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+        .unwrap();
+    let chunks = agg_chunks();
+    let s = MemoryStream::new(&crate::common::fields());
+    for c in &chunks[..pre] {
+        s.add_json(c).unwrap();
+    }
+    let out = out.to_path_buf();
+    let q = weir::Session::with_config(conf)
+        .read_stream(s.clone())
+        .with_watermark("ts", "30 seconds")
+        .group_by(vec![window("ts", "2 minutes"), col("key")])
+        .agg(vec![count_star("n"), sum("value", "total")])
+        .write_stream()
+        .output_mode(weir::plan::OutputMode::Append)
+        .foreach_batch(move |id, batches| {
+            let mut rows: Vec<String> = crate::common::rows_json(batches)
+                .iter()
+                .map(|r| r.to_string())
+                .collect();
+            rows.sort();
+            let name = format!("{id}-{}", std::process::id());
+            std::fs::write(out.join(name), serde_json::to_string(&rows).unwrap()).unwrap();
+            Ok(())
+        })
+        .checkpoint_location(chk)
+        .start()
+        .unwrap();
+    q.process_all_available().unwrap();
+    for c in &chunks[pre..last] {
+        s.add_json(c).unwrap();
+        q.process_all_available().unwrap();
+    }
+    q.stop().unwrap();
+    assert!(q.exception().is_none(), "{:?}", q.exception());
+}
+
+/// What [`agg_query`] runs wrote: each batch's outputs, one per run that
+/// ran it, in no particular order.
+fn agg_outputs(out: &std::path::Path) -> std::collections::BTreeMap<i64, Vec<Vec<String>>> {
+    let mut m: std::collections::BTreeMap<i64, Vec<Vec<String>>> = Default::default();
+    for e in std::fs::read_dir(out).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let batch: i64 = name.split('-').next().unwrap().parse().unwrap();
+        let rows: Vec<String> =
+            serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
+        m.entry(batch).or_default().push(rows);
+    }
+    m
+}
+
+/// The uninterrupted run of [`agg_query`], on a local checkpoint: each
+/// batch's rows.
+fn agg_reference(provider: &str) -> std::collections::BTreeMap<i64, Vec<String>> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let chk = dir.path().join("chk");
+    agg_query(chk.to_str().unwrap(), provider, &out, 0, 6);
+    let reference: std::collections::BTreeMap<i64, Vec<String>> = agg_outputs(&out)
+        .into_iter()
+        .map(|(b, mut runs)| (b, runs.pop().unwrap()))
+        .collect();
+    assert_eq!(reference.len(), 6, "{reference:?}");
+    assert!(
+        reference.values().any(|rows| rows
+            .iter()
+            .any(|r| r.contains(r#""n":4"#) || r.contains(r#""n":3"#))),
+        "some window counts rows of two batches: {reference:?}"
+    );
+    reference
+}
+
+/// In a child process: runs [`agg_query`] as the environment says.
+fn agg_child(provider: &str) -> bool {
+    let Some((_, chk)) = child_phase() else {
+        return false;
+    };
+    let out = std::env::var("WEIR_S3_AGG_OUT").unwrap();
+    let pre: usize = std::env::var("WEIR_S3_AGG_PRE").unwrap().parse().unwrap();
+    let last: usize = std::env::var("WEIR_S3_AGG_LAST").map_or(6, |l| l.parse().unwrap());
+    agg_query(&chk, provider, std::path::Path::new(&out), pre, last);
+    child_done(&Arc::default());
+    true
+}
+
+/// Kills a child running the windowed aggregation on an S3 checkpoint at
+/// `point` of batch 3, restarts it in another process, and checks the
+/// output, batch for batch, is an uninterrupted run's, the killed batch's
+/// included (run twice, the same both times).
+fn killed_agg_recovers_exactly(point: &str, provider: &str, name: &str) {
+    if agg_child(provider) {
+        return;
+    }
+    let reference = agg_reference(provider);
+    let b = new_bucket();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let env = |pre: usize| -> Vec<(&'static str, String)> {
+        vec![
+            ("WEIR_S3_CHILD_PHASE", "run".into()),
+            ("WEIR_S3_CHILD_CHK", format!("s3://{b}/agg")),
+            ("WEIR_S3_AGG_OUT", out.display().to_string()),
+            ("WEIR_S3_AGG_PRE", pre.to_string()),
+            (
+                "SPARK_LOCAL_DIRS",
+                dir.path().join("local").display().to_string(),
+            ),
+        ]
+    };
+    let mut killed: Vec<(&str, String)> = aws_env();
+    killed.extend(env(0));
+    killed.push(("WEIR_FAILPOINT", format!("{point}:3")));
+    crate::common::run_child_killed_at_failpoint(name, &killed);
+    let s = open(&b, "agg");
+    assert_eq!(s.list("commits").unwrap(), vec!["0", "1", "2"], "{point}");
+    // The restart re-runs batch 3 with its logged offsets, then goes on.
+    run_child(name, &env(4));
+    let got = agg_outputs(&out);
+    for (batch, runs) in &got {
+        let want = if *batch == 3 { 2 } else { 1 };
+        assert_eq!(runs.len(), want, "{point}: batch {batch} ran {runs:?}");
+        assert!(runs.iter().all(|r| *r == runs[0]), "{point}: {runs:?}");
+    }
+    let got: std::collections::BTreeMap<i64, Vec<String>> = got
+        .into_iter()
+        .map(|(b, mut r)| (b, r.pop().unwrap()))
+        .collect();
+    assert_eq!(got, reference, "{point} on {provider}");
+    for p in ["0", "1"] {
+        let names = s.child("state/0").unwrap().list(p).unwrap();
+        let want: Vec<String> = (1..=6).map(|v| format!("{v}.delta")).collect();
+        let mut deltas: Vec<String> = names
+            .into_iter()
+            .filter(|n| n.ends_with(".delta"))
+            .collect();
+        deltas.sort_by_key(|n| n.split('.').next().unwrap().parse::<u64>().unwrap());
+        assert_eq!(deltas, want, "partition {p}");
+    }
+}
+
+#[test]
+fn a_windowed_aggregation_on_s3_killed_after_the_sink_recovers_exactly() {
+    killed_agg_recovers_exactly(
+        "after_sink",
+        "memory",
+        "s3::a_windowed_aggregation_on_s3_killed_after_the_sink_recovers_exactly",
+    );
+}
+
+#[test]
+fn a_windowed_aggregation_on_s3_killed_between_state_partitions_recovers_exactly() {
+    killed_agg_recovers_exactly(
+        "between_state_partitions",
+        "memory",
+        "s3::a_windowed_aggregation_on_s3_killed_between_state_partitions_recovers_exactly",
+    );
+}
+
+#[test]
+fn a_windowed_aggregation_on_s3_killed_after_the_state_commit_recovers_exactly() {
+    killed_agg_recovers_exactly(
+        "after_state_commit",
+        "memory",
+        "s3::a_windowed_aggregation_on_s3_killed_after_the_state_commit_recovers_exactly",
+    );
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_windowed_aggregation_on_s3_and_rocksdb_killed_after_the_sink_recovers_exactly() {
+    killed_agg_recovers_exactly(
+        "after_sink",
+        "rocksdb",
+        "s3::a_windowed_aggregation_on_s3_and_rocksdb_killed_after_the_sink_recovers_exactly",
+    );
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_windowed_aggregation_on_s3_and_rocksdb_killed_after_the_state_commit_recovers_exactly() {
+    killed_agg_recovers_exactly(
+        "after_state_commit",
+        "rocksdb",
+        "s3::a_windowed_aggregation_on_s3_and_rocksdb_killed_after_the_state_commit_recovers_exactly",
+    );
+}
+
+/// The windowed aggregation stopped after batch 2 on one "machine" and
+/// resumed on another: a new process with another local directory (for
+/// RocksDB: no working copy), from the S3 checkpoint alone.
+fn resumed_from_s3_alone(provider: &str, name: &str) {
+    if agg_child(provider) {
+        return;
+    }
+    let reference = agg_reference(provider);
+    let b = new_bucket();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let env = |pre: usize, machine: &str| -> Vec<(&'static str, String)> {
+        vec![
+            ("WEIR_S3_CHILD_PHASE", "run".into()),
+            ("WEIR_S3_CHILD_CHK", format!("s3://{b}/moved")),
+            ("WEIR_S3_AGG_OUT", out.display().to_string()),
+            ("WEIR_S3_AGG_PRE", pre.to_string()),
+            (
+                "SPARK_LOCAL_DIRS",
+                dir.path().join(machine).display().to_string(),
+            ),
+        ]
+    };
+    // Machine A: batches 0..=2 (three chunks, then stopped).
+    let mut first = env(0, "a");
+    first.push(("WEIR_S3_AGG_LAST", "3".into()));
+    run_child(name, &first);
+    assert_eq!(
+        open(&b, "moved").list("commits").unwrap(),
+        vec!["0", "1", "2"]
+    );
+    assert_eq!(
+        dir.path().join("a").join("weir-rocksdb").exists(),
+        provider == "rocksdb"
+    );
+    // Its local directory is gone with the machine.
+    let _ = std::fs::remove_dir_all(dir.path().join("a"));
+    // Machine B: everything up to batch 2 is in the stream, as it was.
+    run_child(name, &env(3, "b"));
+    let got: std::collections::BTreeMap<i64, Vec<String>> = agg_outputs(&out)
+        .into_iter()
+        .map(|(b, runs)| {
+            assert_eq!(runs.len(), 1, "batch {b} ran once: {runs:?}");
+            (b, runs[0].clone())
+        })
+        .collect();
+    assert_eq!(got, reference, "{provider}");
+}
+
+#[test]
+fn a_windowed_aggregation_resumes_from_the_s3_checkpoint_alone() {
+    resumed_from_s3_alone(
+        "memory",
+        "s3::a_windowed_aggregation_resumes_from_the_s3_checkpoint_alone",
+    );
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_windowed_aggregation_on_rocksdb_resumes_from_the_s3_checkpoint_alone() {
+    resumed_from_s3_alone(
+        "rocksdb",
+        "s3::a_windowed_aggregation_on_rocksdb_resumes_from_the_s3_checkpoint_alone",
+    );
+}
+
+/// Counts the S3 requests of each batch of a stateful query (a count per
+/// value, update mode, 2 state partitions, 5 batches retained) in a child
+/// process: the logs' two PUTs and one PUT per partition; a snapshot per
+/// partition every 10th version; the old files removed every 10 versions.
+fn state_requests_per_batch(provider: &str, name: &str) {
+    if let Some((_, chk)) = child_phase() {
+        let mut conf = weir::SessionConfig {
+            fsync_checkpoint: false,
+            shuffle_partitions: Some(2),
+            min_batches_to_retain: 5,
+            ..weir::SessionConfig::default()
+        };
+        conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+            .unwrap();
+        let s = stream(&[&[0]]);
+        let q = weir::Session::with_config(conf)
+            .read_stream(s.clone())
+            .group_by(vec![weir::functions::col("value")])
+            .agg(vec![weir::functions::count_star("n")])
+            .write_stream()
+            .output_mode(weir::plan::OutputMode::Update)
+            .foreach_batch(|_, _| Ok(()))
+            .checkpoint_location(&chk)
+            .start()
+            .unwrap();
+        q.process_all_available().unwrap();
+        let mut per_batch = Vec::new();
+        for v in 1..=14 {
+            let before = object_requests();
+            s.add_json(&[serde_json::json!({ "value": v })]).unwrap();
+            q.process_all_available().unwrap();
+            per_batch.push(object_requests().since(&before));
+        }
+        q.stop().unwrap();
+        assert!(q.exception().is_none(), "{:?}", q.exception());
+        let puts = |puts| Requests {
+            puts,
+            gets: 0,
+            lists: 0,
+            deletes: 0,
+        };
+        for (i, r) in per_batch.iter().enumerate() {
+            let batch = i + 1;
+            let want = match batch {
+                // State version 10: each partition's snapshot too.
+                9 => puts(6),
+                // The logs drop entries 0..=4 (a listing and 5 deletes each).
+                10 => Requests {
+                    lists: 2,
+                    deletes: 10,
+                    ..puts(4)
+                },
+                // Version 15 = 5 retained past the snapshot of 10: each
+                // partition lists its files and removes versions 1..=9.
+                14 => Requests {
+                    lists: 2,
+                    deletes: 18,
+                    ..puts(4)
+                },
+                _ => puts(4),
+            };
+            assert_eq!(*r, want, "batch {batch} on {provider}: {per_batch:?}");
+        }
+        child_done(&Arc::default());
+        return;
+    }
+    let b = new_bucket();
+    let local = tempfile::tempdir().unwrap();
+    run_child(
+        name,
+        &[
+            ("WEIR_S3_CHILD_PHASE", "run".into()),
+            ("WEIR_S3_CHILD_CHK", format!("s3://{b}/cost")),
+            ("SPARK_LOCAL_DIRS", local.path().display().to_string()),
+        ],
+    );
+    // What is left: the snapshot of 10 and the versions after it.
+    let state = open(&b, "cost/state/0");
+    for p in ["0", "1"] {
+        let mut names = state.list(p).unwrap();
+        names.sort_by_key(|n| n.split('.').next().unwrap().parse::<u64>().unwrap());
+        let mut want: Vec<String> = (10..=15).map(|v| format!("{v}.delta")).collect();
+        want.insert(1, "10.snapshot".into());
+        assert_eq!(names, want, "partition {p}");
+    }
+}
+
+#[test]
+fn a_stateful_batch_on_s3_costs_one_put_per_state_partition() {
+    state_requests_per_batch(
+        "memory",
+        "s3::a_stateful_batch_on_s3_costs_one_put_per_state_partition",
+    );
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_stateful_batch_on_s3_and_rocksdb_costs_one_put_per_state_partition() {
+    state_requests_per_batch(
+        "rocksdb",
+        "s3::a_stateful_batch_on_s3_and_rocksdb_costs_one_put_per_state_partition",
+    );
+}
+
+#[test]
+fn a_run_behind_another_cannot_overwrite_its_state_on_s3() {
+    use weir::state::{MemoryStateStore, StateStore};
+    let b = new_bucket();
+    let dir = open(&b, "chk/state/0/0");
+    let mut a = MemoryStateStore::open_on(dir.clone(), 0, 100).unwrap();
+    a.put(b"k".to_vec(), b"1".to_vec());
+    a.commit(1).unwrap();
+    a.put(b"k".to_vec(), b"2".to_vec());
+    a.commit(2).unwrap();
+    // A restart at version 1 runs batch 1 again: it replaces version 2 (a
+    // leftover of a batch the commit log does not have).
+    let mut rerun = MemoryStateStore::open_on(dir.clone(), 1, 100).unwrap();
+    rerun.put(b"k".to_vec(), b"two".to_vec());
+    rerun.commit(2).unwrap();
+    assert_eq!(
+        MemoryStateStore::open_on(dir.clone(), 2, 100)
+            .unwrap()
+            .get(b"k")
+            .as_deref(),
+        Some(&b"two"[..])
+    );
+    // Version 3 is written once: the run that comes second is refused.
+    rerun.put(b"k".to_vec(), b"3".to_vec());
+    rerun.commit(3).unwrap();
+    a.put(b"k".to_vec(), b"three".to_vec());
+    let err = a.commit(3).unwrap_err().to_string();
+    assert!(
+        err.contains("another run of this query wrote state version 3 first")
+            && err.contains(&format!("s3://{b}/chk/state/0/0/3.delta")),
+        "{err}"
+    );
+    assert_eq!(
+        MemoryStateStore::open_on(dir, 3, 100)
+            .unwrap()
+            .get(b"k")
+            .as_deref(),
+        Some(&b"3"[..])
+    );
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn rocksdb_on_s3_keeps_a_local_working_copy_and_trusts_it_only_when_current() {
+    use weir::state::rocksdb::local_dir_for;
+    use weir::state::{RocksDbStateStore, StateStore};
+    let b = new_bucket();
+    let dir = open(&b, "chk/state/0/0");
+    let local = local_dir_for(&dir);
+    assert!(!local.exists());
+    let mut s = RocksDbStateStore::open_on(&dir, 0, 100, false).unwrap();
+    s.put(b"a".to_vec(), b"1".to_vec());
+    s.commit(1).unwrap();
+    s.put(b"b".to_vec(), b"2".to_vec());
+    s.commit(2).unwrap();
+    drop(s);
+    // The deltas are objects; the instance is a local working copy.
+    assert_eq!(dir.list("").unwrap(), vec!["1.delta", "2.delta"]);
+    assert!(local.join("rocksdb").is_dir());
+    let marker = std::fs::read_to_string(local.join("rocksdb.version")).unwrap();
+    assert!(marker.starts_with("2 "), "{marker}");
+    // Reopened at its version: the working copy is used as it is.
+    let s = RocksDbStateStore::open_on(&dir, 2, 100, false).unwrap();
+    assert_eq!(s.len(), 2);
+    drop(s);
+    // Another machine ran batch 1 again and wrote another version 2: the
+    // working copy no longer holds the checkpoint's version 2.
+    let mut other = weir::state::MemoryStateStore::open_on(dir.clone(), 1, 100).unwrap();
+    other.put(b"c".to_vec(), b"3".to_vec());
+    other.commit(2).unwrap();
+    let s = RocksDbStateStore::open_on(&dir, 2, 100, false).unwrap();
+    assert_eq!(s.get(b"b"), None);
+    assert_eq!(s.get(b"c").as_deref(), Some(&b"3"[..]));
+    assert_eq!(s.len(), 2);
+    drop(s);
+    // A new machine: no working copy at all; restored from S3 alone.
+    std::fs::remove_dir_all(&local).unwrap();
+    let s = RocksDbStateStore::open_on(&dir, 2, 100, false).unwrap();
+    assert_eq!(s.get(b"a").as_deref(), Some(&b"1"[..]));
+    assert_eq!(s.get(b"c").as_deref(), Some(&b"3"[..]));
+    drop(s);
+    std::fs::remove_dir_all(&local).unwrap();
 }

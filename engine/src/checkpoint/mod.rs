@@ -17,8 +17,11 @@
 //! locally, a conditional PUT on S3), so the logs also live on object
 //! storage (`s3://bucket/prefix`), which has no rename, and a second run of
 //! the query on the same checkpoint is refused when it tries to write an
-//! entry the first wrote. State and source metadata still need a local
-//! checkpoint ([`Checkpoint::check_supported`]).
+//! entry the first wrote. State files are on the storage layer too (see
+//! `state::files`: a batch's state version is written once, except the one
+//! a restart runs again). Source metadata and sinks that keep files under
+//! the checkpoint still need a local checkpoint
+//! ([`Checkpoint::check_supported`]).
 
 pub mod log;
 
@@ -214,8 +217,8 @@ fn one() -> usize {
 }
 
 /// An open checkpoint: a local directory or an object store prefix
-/// (`s3://bucket/prefix`). Its logs and `metadata` live on the storage
-/// layer; state and source metadata still need a local directory.
+/// (`s3://bucket/prefix`). Its logs, `metadata` and state live on the
+/// storage layer; source metadata still needs a local directory.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
     /// The local directory, or (object storage) the URL, for messages.
@@ -309,25 +312,19 @@ impl Checkpoint {
         })
     }
 
-    /// For a checkpoint on object storage, refuses a query whose sources,
-    /// sinks or state keep files under the checkpoint directory, which only
-    /// a local checkpoint has so far: only memory sources and the console,
-    /// memory, foreach, foreach-batch and file sinks (the file sink writes
-    /// to its own path) run with such a checkpoint, statelessly. A local
-    /// checkpoint supports everything.
+    /// For a checkpoint on object storage, refuses a query whose sources or
+    /// sinks keep files under the checkpoint directory, which only a local
+    /// checkpoint has so far: only memory sources and the console, memory,
+    /// foreach, foreach-batch and file sinks (the file sink writes to its
+    /// own path) run with such a checkpoint; stateful operators do, their
+    /// state on the object store. A local checkpoint supports everything.
     pub fn check_supported<'a>(
         &self,
         sources: impl IntoIterator<Item = (&'a str, &'a BoxSource)>,
-        stateful_operators: usize,
         sinks: impl IntoIterator<Item = &'a BoxSink>,
     ) -> Result<()> {
         if self.local_root().is_some() {
             return Ok(());
-        }
-        if stateful_operators > 0 {
-            self.require_local(&format!(
-                "the state of stateful operators (this query has {stateful_operators}: aggregations, deduplication, joins or sessions)"
-            ))?;
         }
         for (name, s) in sources {
             if s.description() != "MemoryStream" {
@@ -353,12 +350,10 @@ impl Checkpoint {
         Ok(())
     }
 
-    /// Directory for one state operator partition.
-    pub fn state_dir(&self, operator: usize, partition: usize) -> PathBuf {
-        self.root
-            .join("state")
-            .join(operator.to_string())
-            .join(partition.to_string())
+    /// The directory of one state operator partition,
+    /// `state/<operator>/<partition>/`, on the checkpoint's storage.
+    pub fn state_dir(&self, operator: usize, partition: usize) -> Result<Storage> {
+        self.storage.child(&format!("state/{operator}/{partition}"))
     }
 
     /// Directory for source `i`'s own metadata.

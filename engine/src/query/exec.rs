@@ -123,7 +123,6 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     // anything is written to it.
     chk.check_supported(
         sources.iter().map(|(n, s)| (n.as_str(), s)),
-        pipeline.stateful_count(),
         std::iter::once(&sink).chain(late_sink.as_ref()),
     )?;
     let meta = chk.load_or_init_metadata(&plan, conf.shuffle_partitions)?;
@@ -181,8 +180,12 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     pipeline.open_state(|op, name| {
         let mut parts = Vec::with_capacity(partitions);
         for p in 0..partitions.max(1) {
-            let dir = chk.state_dir(op, p);
-            let dir = if name.is_empty() { dir } else { dir.join(name) };
+            let dir = chk.state_dir(op, p)?;
+            let dir = if name.is_empty() {
+                dir
+            } else {
+                dir.child(name)?
+            };
             parts.push(provider.open(&dir, version, retain, sync)?);
         }
         Ok(PartitionedStore::new(parts))

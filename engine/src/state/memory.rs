@@ -1,16 +1,18 @@
 //! The in-memory state store: a hash map, with each committed version's
 //! changes written as `<version>.delta` and a full `<version>.snapshot`
-//! every [`SNAPSHOT_INTERVAL`] versions. Files carry a checksum; a damaged
-//! file is an error naming it, never silently empty state.
+//! every [`SNAPSHOT_INTERVAL`] versions, on the storage layer (a local
+//! directory or an object store prefix: see `files`). Files carry a
+//! checksum; a damaged file is an error naming it, never silently empty
+//! state.
 
 use crate::hash::FastMap;
 use std::borrow::Cow;
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::checkpoint::write_atomic;
 use crate::error::{Result, WeirError};
+use crate::storage::Storage;
 
+use super::files::VersionFiles;
 use super::{StateIter, StateStore};
 
 /// A full snapshot is written every this many versions.
@@ -20,12 +22,10 @@ const MAGIC: &[u8; 8] = b"WEIRST01";
 
 /// In-memory state for one operator partition.
 pub struct MemoryStateStore {
-    dir: PathBuf,
+    files: VersionFiles,
     map: FastMap<Vec<u8>, Vec<u8>>,
     /// Keys touched this batch with their previous values (for abort and the delta).
     undo: FastMap<Vec<u8>, Option<Vec<u8>>>,
-    retain: u64,
-    sync: bool,
     bytes: usize,
 }
 
@@ -57,7 +57,8 @@ pub(crate) fn encode<'a>(entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8
     out
 }
 
-type Entry = (Vec<u8>, Option<Vec<u8>>);
+/// A key and its value (`None`: removed), as a state file holds it.
+pub(crate) type Entry = (Vec<u8>, Option<Vec<u8>>);
 
 /// Decodes what [`encode`] wrote; a damaged file is an error naming it.
 pub(crate) fn decode(path: &Path, data: &[u8]) -> Result<Vec<Entry>> {
@@ -93,86 +94,37 @@ pub(crate) fn decode(path: &Path, data: &[u8]) -> Result<Vec<Entry>> {
 }
 
 impl MemoryStateStore {
-    /// Opens the store in `dir` at `version` (the latest snapshot at or below
-    /// it, then the deltas after).
+    /// Opens the store in the local directory `dir` at `version` (the
+    /// latest snapshot at or below it, then the deltas after); `sync`:
+    /// files are fsync'd.
     pub fn open(dir: &Path, version: u64, retain: u64, sync: bool) -> Result<MemoryStateStore> {
-        let mut s = MemoryStateStore {
-            dir: dir.to_path_buf(),
-            map: FastMap::default(),
-            undo: FastMap::default(),
-            retain: retain.max(1),
-            sync,
-            bytes: 0,
-        };
-        if version == 0 {
-            return Ok(s);
-        }
-        let mut base = 0;
-        for v in (1..=version).rev() {
-            let p = dir.join(format!("{v}.snapshot"));
-            if p.exists() {
-                let data = fs::read(&p).map_err(|e| WeirError::io(&p, e))?;
-                for (k, v) in decode(&p, &data)? {
-                    if let Some(v) = v {
-                        s.map.insert(k, v);
-                    }
-                }
-                base = v;
-                break;
-            }
-        }
-        for v in base + 1..=version {
-            let p = dir.join(format!("{v}.delta"));
-            let data = match fs::read(&p) {
-                Ok(d) => d,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(WeirError::checkpoint(
-                        &p,
-                        format!("state version {v} is missing (needed to restore version {version}); the checkpoint is incomplete: restore it or start with a new checkpoint location"),
-                    ))
-                }
-                Err(e) => return Err(WeirError::io(&p, e)),
+        MemoryStateStore::open_on(Storage::local(dir, sync), version, retain)
+    }
+
+    /// Opens the store in `storage` (a local directory or an object store
+    /// prefix) at `version`, keeping `retain` versions restorable.
+    pub fn open_on(storage: Storage, version: u64, retain: u64) -> Result<MemoryStateStore> {
+        let mut map: FastMap<Vec<u8>, Vec<u8>> = FastMap::default();
+        let files = VersionFiles::new(storage, version, retain);
+        files.restore(version, |k, v| {
+            match v {
+                Some(v) => map.insert(k, v),
+                None => map.remove(&k),
             };
-            for (k, v) in decode(&p, &data)? {
-                match v {
-                    Some(v) => s.map.insert(k, v),
-                    None => s.map.remove(&k),
-                };
-            }
-        }
-        s.bytes = s.map.iter().map(|(k, v)| k.len() + v.len() + 48).sum();
-        Ok(s)
+            Ok(())
+        })?;
+        let bytes = map.iter().map(|(k, v)| k.len() + v.len() + 48).sum();
+        Ok(MemoryStateStore {
+            files,
+            map,
+            undo: FastMap::default(),
+            bytes,
+        })
     }
 
     fn touch(&mut self, key: &[u8]) {
         if !self.undo.contains_key(key) {
             self.undo.insert(key.to_vec(), self.map.get(key).cloned());
-        }
-    }
-}
-
-/// Keeps `retain` versions restorable: removes files below the newest
-/// snapshot that is at least `retain` versions old. That snapshot moves only
-/// every [`SNAPSHOT_INTERVAL`] versions, so the directory is listed only
-/// then (not at every commit); files a crash left are removed the next time.
-pub(crate) fn purge_old(dir: &Path, version: u64, retain: u64) {
-    if version <= retain || (version - retain) % SNAPSHOT_INTERVAL != 0 {
-        return;
-    }
-    let keep_snap = ((version - retain) / SNAPSHOT_INTERVAL) * SNAPSHOT_INTERVAL;
-    if keep_snap == 0 {
-        return;
-    }
-    if let Ok(rd) = fs::read_dir(dir) {
-        for e in rd.flatten() {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            let v: Option<u64> = name.split('.').next().and_then(|n| n.parse().ok());
-            if matches!(v, Some(v) if v < keep_snap)
-                && (name.ends_with(".delta") || name.ends_with(".snapshot"))
-            {
-                let _ = fs::remove_file(e.path());
-            }
         }
     }
 }
@@ -229,25 +181,17 @@ impl StateStore for MemoryStateStore {
                 .keys()
                 .map(|k| (k.as_slice(), self.map.get(k).map(Vec::as_slice))),
         );
-        write_atomic(
-            &self.dir.join(format!("{version}.delta")),
-            &delta,
-            self.sync,
-        )?;
+        self.files.write_delta(version, &delta)?;
         if version % SNAPSHOT_INTERVAL == 0 {
             let snap = encode(
                 self.map
                     .iter()
                     .map(|(k, v)| (k.as_slice(), Some(v.as_slice()))),
             );
-            write_atomic(
-                &self.dir.join(format!("{version}.snapshot")),
-                &snap,
-                self.sync,
-            )?;
+            self.files.write_snapshot(version, &snap)?;
         }
         self.undo.clear();
-        purge_old(&self.dir, version, self.retain);
+        self.files.purge(version);
         Ok(())
     }
 
@@ -269,6 +213,7 @@ impl StateStore for MemoryStateStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn versions_restore_and_abort_undoes() {

@@ -6,14 +6,15 @@
 //! restart opens the last committed version. Version `v` is the state after
 //! batch `v - 1`, as in Spark.
 
+mod files;
 pub mod memory;
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
 
 use std::borrow::Cow;
-use std::path::Path;
 
 use crate::error::Result;
+use crate::storage::Storage;
 
 #[cfg(feature = "rocksdb")]
 pub use self::rocksdb::{RocksDbStateProvider, RocksDbStateStore};
@@ -185,10 +186,14 @@ impl StateStore for PartitionedStore {
 pub trait StateStoreProvider: Send + Sync {
     /// The provider's name.
     fn name(&self) -> &'static str;
-    /// Opens the store in `dir` at committed `version` (0: empty).
+    /// Opens the store in `dir` (the checkpoint's
+    /// `state/<operator>/<partition>/`: a local directory or an object store
+    /// prefix) at committed `version` (0: empty), keeping
+    /// `min_versions_to_retain` versions restorable; `sync`: local files
+    /// are fsync'd.
     fn open(
         &self,
-        dir: &Path,
+        dir: &Storage,
         version: u64,
         min_versions_to_retain: u64,
         sync: bool,
@@ -196,7 +201,7 @@ pub trait StateStoreProvider: Send + Sync {
 }
 
 /// The in-memory provider: a hash map per partition, persisted as delta and
-/// snapshot files under the checkpoint.
+/// snapshot files under the checkpoint (local or on object storage).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MemoryStateProvider;
 
@@ -206,13 +211,15 @@ impl StateStoreProvider for MemoryStateProvider {
     }
     fn open(
         &self,
-        dir: &Path,
+        dir: &Storage,
         version: u64,
         retain: u64,
-        sync: bool,
+        _sync: bool,
     ) -> Result<Box<dyn StateStore>> {
-        Ok(Box::new(MemoryStateStore::open(
-            dir, version, retain, sync,
+        Ok(Box::new(MemoryStateStore::open_on(
+            dir.clone(),
+            version,
+            retain,
         )?))
     }
 }

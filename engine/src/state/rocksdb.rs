@@ -4,10 +4,19 @@
 //! committed version's changes go to `<version>.delta` (and a full
 //! `<version>.snapshot` every few versions) under the checkpoint, in the same
 //! format, so a checkpoint can be reopened by either provider. The RocksDB
-//! instance (`rocksdb/` beside the deltas) is a cache of the latest version:
-//! a marker file names the version it holds, and it is rebuilt from the
-//! deltas whenever the marker is missing (a batch was in flight) or names
-//! another version.
+//! instance is a cache of the latest version: a marker file names the
+//! version it holds, and it is rebuilt from the deltas whenever the marker
+//! is missing (a batch was in flight) or names another version.
+//!
+//! With a local checkpoint the instance (`rocksdb/` and its marker
+//! `rocksdb.version`) sits beside the deltas. With a checkpoint on object
+//! storage the deltas and snapshots are objects there (one PUT per version,
+//! like Spark's RocksDB changelog checkpointing) and the instance is a local
+//! working copy in [`local_dir_for`]'s directory; its marker also names the
+//! checksum of the delta it holds, checked against the checkpoint when the
+//! store opens, so a copy the checkpoint has moved past (another machine
+//! ran the query meanwhile) is never trusted. A new machine, or a deleted
+//! working copy, restores from the checkpoint alone.
 //!
 //! A failed RocksDB read is never taken for an absent key: the store
 //! remembers the first failure of the batch, [`StateStore::check`] reports it
@@ -22,10 +31,12 @@ use std::path::{Path, PathBuf};
 
 use rocksdb::{IteratorMode, Options, WriteBatch, DB};
 
-use super::memory::{decode, encode, SNAPSHOT_INTERVAL};
+use super::files::VersionFiles;
+use super::memory::{encode, SNAPSHOT_INTERVAL};
 use super::{StateIter, StateStore, StateStoreProvider};
 use crate::checkpoint::write_atomic;
 use crate::error::{Result, WeirError};
+use crate::storage::Storage;
 
 /// RocksDB's memtable size (its default is 64 MB). Aggregations rewrite the
 /// keys they touch every batch; in a large memtable the old versions pile up
@@ -44,15 +55,48 @@ impl StateStoreProvider for RocksDbStateProvider {
     }
     fn open(
         &self,
-        dir: &Path,
+        dir: &Storage,
         version: u64,
         retain: u64,
         sync: bool,
     ) -> Result<Box<dyn StateStore>> {
-        Ok(Box::new(RocksDbStateStore::open(
+        Ok(Box::new(RocksDbStateStore::open_on(
             dir, version, retain, sync,
         )?))
     }
+}
+
+/// The local working directory of the RocksDB instance for a state
+/// directory on object storage: `weir-rocksdb/<hash of its location>` below
+/// the first directory in `SPARK_LOCAL_DIRS` (Spark's scratch space,
+/// `spark.local.dir`), or below the system temp dir. The same location
+/// (bucket, prefix and endpoint) gets the same directory, so a restart on
+/// the same machine reuses its working copy.
+pub fn local_dir_for(storage: &Storage) -> PathBuf {
+    let base = std::env::var("SPARK_LOCAL_DIRS")
+        .ok()
+        .and_then(|dirs| {
+            dirs.split(',')
+                .map(str::trim)
+                .find(|d| !d.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(std::env::temp_dir);
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in storage.describe().bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    base.join("weir-rocksdb").join(format!("{h:016x}"))
+}
+
+/// The checksum a delta file ends with (see `memory::encode`), in hex: what
+/// a working copy's marker names on object storage.
+fn delta_sum(delta: &[u8]) -> String {
+    delta[delta.len().saturating_sub(8)..]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// One operator partition's state in RocksDB.
@@ -61,7 +105,13 @@ impl StateStoreProvider for RocksDbStateProvider {
 /// writes them to RocksDB as one `WriteBatch`: an abort drops them, and the
 /// instance only ever holds committed versions.
 pub struct RocksDbStateStore {
+    /// The deltas and snapshots (the checkpoint's state directory).
+    files: VersionFiles,
+    /// The local directory of the instance (`rocksdb/`) and its marker.
     dir: PathBuf,
+    /// The checkpoint is on object storage: `dir` is a working copy whose
+    /// marker names the delta it holds.
+    remote: bool,
     db: DB,
     /// This batch's writes: the new value, or `None` for a removal.
     pending: HashMap<Vec<u8>, Option<Vec<u8>>>,
@@ -74,8 +124,19 @@ pub struct RocksDbStateStore {
     committed_len: usize,
     /// `committed_len` with this batch's writes applied.
     len: usize,
-    retain: u64,
     sync: bool,
+}
+
+/// The error for an instance that another store has open (another run of
+/// the query on this machine, most likely), when `e` says so.
+fn in_use(db_dir: &Path, e: &rocksdb::Error) -> Option<WeirError> {
+    let text = e.to_string();
+    text.to_ascii_lowercase().contains("lock").then(|| {
+        WeirError::checkpoint(
+            db_dir,
+            format!("RocksDB: {text}: this state partition's instance is open in another store, most likely another run of the query on this machine; stop it before starting this one"),
+        )
+    })
 }
 
 fn db_err(dir: &Path, e: rocksdb::Error) -> WeirError {
@@ -83,24 +144,50 @@ fn db_err(dir: &Path, e: rocksdb::Error) -> WeirError {
 }
 
 impl RocksDbStateStore {
-    fn marker(dir: &Path) -> PathBuf {
-        dir.join("rocksdb.version")
+    /// Opens the store in the local directory `dir` at committed
+    /// `version`. The cached instance is used when its marker names
+    /// `version`; one that cannot be opened or read (a damaged disk) is
+    /// discarded and rebuilt from the checkpoint.
+    pub fn open(dir: &Path, version: u64, retain: u64, sync: bool) -> Result<RocksDbStateStore> {
+        RocksDbStateStore::open_on(&Storage::local(dir, sync), version, retain, sync)
     }
 
-    /// Opens the store in `dir` at committed `version`. The cached instance
-    /// is used when its marker names `version`; one that cannot be opened or
-    /// read (a damaged disk) is discarded and rebuilt from the checkpoint.
-    pub fn open(dir: &Path, version: u64, retain: u64, sync: bool) -> Result<RocksDbStateStore> {
-        fs::create_dir_all(dir).map_err(|e| WeirError::io(dir, e))?;
+    /// Opens the store whose deltas and snapshots are in `storage` (a local
+    /// directory, which also holds the instance, or an object store prefix,
+    /// whose instance is a working copy in [`local_dir_for`]) at committed
+    /// `version`.
+    pub fn open_on(
+        storage: &Storage,
+        version: u64,
+        retain: u64,
+        sync: bool,
+    ) -> Result<RocksDbStateStore> {
+        let (dir, remote) = match storage.local_root() {
+            Some(d) => (d.to_path_buf(), false),
+            None => (local_dir_for(storage), true),
+        };
+        let files = VersionFiles::new(storage.clone(), version, retain);
+        fs::create_dir_all(&dir).map_err(|e| WeirError::io(&dir, e))?;
         let db_dir = dir.join("rocksdb");
-        // The marker names the version the instance holds; without the
-        // instance (e.g. a checkpoint copied without it) it names nothing.
-        let cached = fs::read_to_string(Self::marker(dir))
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
+        // The marker names the version the instance holds (and on object
+        // storage the checksum of its delta); without the instance (e.g. a
+        // checkpoint copied without it) it names nothing.
+        let marker = fs::read_to_string(Self::marker(&dir)).unwrap_or_default();
+        let mut words = marker.split_whitespace();
+        let cached = words
+            .next()
+            .and_then(|s| s.parse::<u64>().ok())
             .filter(|_| db_dir.exists());
-        if cached == Some(version) {
-            match Self::open_instance(dir, version, retain, sync, true) {
+        let sum = words.next().map(str::to_string);
+        let current = cached == Some(version)
+            && (!remote || version == 0 || {
+                // The working copy holds this version only if it holds the
+                // delta the checkpoint has for it.
+                let delta = files.delta_bytes(version)?;
+                delta.is_some() && delta.as_deref().map(delta_sum) == sum
+            });
+        if current {
+            match Self::open_instance(files.clone(), &dir, remote, version, sync, true) {
                 Ok(s) => return Ok(s),
                 Err(e) => tracing::warn!(
                     dir = %db_dir.display(),
@@ -108,19 +195,28 @@ impl RocksDbStateStore {
                 ),
             }
         }
-        Self::open_instance(dir, version, retain, sync, false)
+        Self::open_instance(files, &dir, remote, version, sync, false)
     }
 
     /// Opens the instance (`cached`: as it is, at `version`; otherwise a new
     /// one rebuilt from the checkpoint) and counts its keys.
     fn open_instance(
+        files: VersionFiles,
         dir: &Path,
+        remote: bool,
         version: u64,
-        retain: u64,
         sync: bool,
         cached: bool,
     ) -> Result<RocksDbStateStore> {
         let db_dir = dir.join("rocksdb");
+        if !cached && db_dir.exists() {
+            // An instance another store has open is never replaced.
+            if let Err(e) = DB::open(&Options::default(), &db_dir) {
+                if let Some(err) = in_use(&db_dir, &e) {
+                    return Err(err);
+                }
+            }
+        }
         if !cached {
             // The marker names the instance about to be replaced: it goes
             // first (durably), or a later open could trust the new instance
@@ -139,27 +235,35 @@ impl RocksDbStateStore {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.set_write_buffer_size(WRITE_BUFFER_BYTES);
-        let db = DB::open(&opts, &db_dir).map_err(|e| db_err(&db_dir, e))?;
+        let db = DB::open(&opts, &db_dir)
+            .map_err(|e| in_use(&db_dir, &e).unwrap_or_else(|| db_err(&db_dir, e)))?;
         let mut s = RocksDbStateStore {
+            files,
             dir: dir.to_path_buf(),
+            remote,
             db,
             pending: HashMap::new(),
             read: RefCell::new(HashMap::new()),
             failed: RefCell::new(None),
             committed_len: 0,
             len: 0,
-            retain: retain.max(1),
             sync,
         };
         if !cached {
-            if version > 0 {
+            let sum = if version > 0 {
                 s.rebuild(version)?;
-            }
+                match s.files.delta_bytes(version)? {
+                    Some(d) if remote => Some(delta_sum(&d)),
+                    _ => None,
+                }
+            } else {
+                None
+            };
             // The rebuilt instance holds `version` (synced before its marker).
             if sync {
                 s.db.flush_wal(true).map_err(|e| db_err(&db_dir, e))?;
             }
-            write_atomic(&Self::marker(dir), version.to_string().as_bytes(), sync)?;
+            s.write_marker(version, sum.as_deref())?;
         }
         let mut n = 0;
         for kv in s.db.iterator(IteratorMode::Start) {
@@ -169,6 +273,20 @@ impl RocksDbStateStore {
         s.committed_len = n;
         s.len = n;
         Ok(s)
+    }
+
+    fn marker(dir: &Path) -> PathBuf {
+        dir.join("rocksdb.version")
+    }
+
+    /// Records that the instance holds `version` (on object storage, with
+    /// the checksum of its delta).
+    fn write_marker(&self, version: u64, sum: Option<&str>) -> Result<()> {
+        let text = match sum {
+            Some(sum) if self.remote => format!("{version} {sum}"),
+            _ => version.to_string(),
+        };
+        write_atomic(&Self::marker(&self.dir), text.as_bytes(), self.sync)
     }
 
     /// A read error, as the store reports it.
@@ -200,39 +318,24 @@ impl RocksDbStateStore {
         }
     }
 
-    /// Loads version `version` from the snapshot and deltas under the checkpoint.
-    fn rebuild(&mut self, version: u64) -> Result<()> {
-        let mut base = 0;
+    /// Loads version `version` from the snapshot and deltas under the
+    /// checkpoint, in write batches of bounded size.
+    fn rebuild(&self, version: u64) -> Result<()> {
+        const BATCH: usize = 64 * 1024;
+        let (db, dir) = (&self.db, &self.dir);
         let mut wb = WriteBatch::default();
-        for v in (1..=version).rev() {
-            let p = self.dir.join(format!("{v}.snapshot"));
-            if p.exists() {
-                let data = fs::read(&p).map_err(|e| WeirError::io(&p, e))?;
-                for (k, v) in decode(&p, &data)? {
-                    if let Some(v) = v {
-                        wb.put(k, v);
-                    }
-                }
-                base = v;
-                break;
+        self.files.restore(version, |k, v| {
+            match v {
+                Some(v) => wb.put(k, v),
+                None => wb.delete(k),
             }
-        }
-        self.db.write(wb).map_err(|e| db_err(&self.dir, e))?;
-        for v in base + 1..=version {
-            let p = self.dir.join(format!("{v}.delta"));
-            let data = fs::read(&p).map_err(|e| {
-                WeirError::checkpoint(&p, format!("state version {v} is missing or unreadable ({e}); the checkpoint is incomplete: restore it or start with a new checkpoint location"))
-            })?;
-            let mut wb = WriteBatch::default();
-            for (k, val) in decode(&p, &data)? {
-                match val {
-                    Some(val) => wb.put(k, val),
-                    None => wb.delete(k),
-                }
+            if wb.len() >= BATCH {
+                db.write(std::mem::take(&mut wb))
+                    .map_err(|e| db_err(dir, e))?;
             }
-            self.db.write(wb).map_err(|e| db_err(&self.dir, e))?;
-        }
-        Ok(())
+            Ok(())
+        })?;
+        self.db.write(wb).map_err(|e| db_err(&self.dir, e))
     }
 
     /// Whether `key` exists, this batch's writes included. (A key read
@@ -322,11 +425,7 @@ impl StateStore for RocksDbStateStore {
                 .iter()
                 .map(|(k, v)| (k.as_slice(), v.as_deref())),
         );
-        write_atomic(
-            &self.dir.join(format!("{version}.delta")),
-            &delta,
-            self.sync,
-        )?;
+        self.files.write_delta(version, &delta)?;
         // The instance is not a committed version while the batch is applied
         // (the removal is made durable before the instance changes).
         let marker = Self::marker(&self.dir);
@@ -358,23 +457,15 @@ impl StateStore for RocksDbStateStore {
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(|e| self.read_err(e))?;
             let snap = encode(all.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))));
-            write_atomic(
-                &self.dir.join(format!("{version}.snapshot")),
-                &snap,
-                self.sync,
-            )?;
+            self.files.write_snapshot(version, &snap)?;
         }
         if self.sync {
             // The marker below must not name a version the instance could
             // lose in a crash: sync RocksDB's log of this write first.
             self.db.flush_wal(true).map_err(|e| db_err(&self.dir, e))?;
         }
-        write_atomic(
-            &Self::marker(&self.dir),
-            version.to_string().as_bytes(),
-            self.sync,
-        )?;
-        super::memory::purge_old(&self.dir, version, self.retain);
+        self.write_marker(version, Some(&delta_sum(&delta)))?;
+        self.files.purge(version);
         Ok(())
     }
 
@@ -565,6 +656,29 @@ mod tests {
         let s = RocksDbStateStore::open(dir.path(), 1, 100, false).unwrap();
         assert_eq!(s.get(b"count").as_deref(), Some(&b"41"[..]));
         assert!(s.check().is_ok());
+    }
+
+    #[test]
+    fn an_instance_open_in_another_store_is_refused_not_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = RocksDbStateStore::open(dir.path(), 0, 100, false).unwrap();
+        a.put(b"a".to_vec(), b"1".to_vec());
+        a.commit(1).unwrap();
+        // At the version the instance holds, and at another one (which
+        // would rebuild it): both refused, the instance left as it is.
+        for v in [1, 0] {
+            let err = RocksDbStateStore::open(dir.path(), v, 100, false)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(err.contains("open in another store"), "{err}");
+        }
+        a.put(b"b".to_vec(), b"2".to_vec());
+        a.commit(2).unwrap();
+        assert_eq!(a.get(b"a").as_deref(), Some(&b"1"[..]));
+        drop(a);
+        let s = RocksDbStateStore::open(dir.path(), 2, 100, false).unwrap();
+        assert_eq!(s.len(), 2);
     }
 
     #[test]

@@ -29,22 +29,35 @@ impl LocalDir {
         let path = self.path(rel);
         let dir = path.parent().unwrap_or(Path::new("."));
         create_dir_all_synced(dir, self.sync)?;
-        let tmp = temp_path(&path);
-        let written = (|| {
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(bytes)?;
-            if self.sync {
-                f.sync_all()?;
+        let mut attempts = 0;
+        let linked = loop {
+            let tmp = temp_path(&path);
+            let written = (|| {
+                let mut f = fs::File::create(&tmp)?;
+                f.write_all(bytes)?;
+                if self.sync {
+                    f.sync_all()?;
+                }
+                Ok(())
+            })();
+            if let Err(e) = written {
+                let _ = fs::remove_file(&tmp);
+                return Err(WeirError::io(&tmp, e));
             }
-            Ok(())
-        })();
-        if let Err(e) = written {
+            crate::failpoint::failpoint_here("before_rename");
+            let linked = fs::hard_link(&tmp, &path);
             let _ = fs::remove_file(&tmp);
-            return Err(WeirError::io(&tmp, e));
-        }
-        crate::failpoint::failpoint_here("before_rename");
-        let linked = fs::hard_link(&tmp, &path);
-        let _ = fs::remove_file(&tmp);
+            match linked {
+                // The temp file was removed before it was linked: another
+                // run opening the checkpoint took it for a crash's leftover.
+                // Written again under a new name (the outcome is then the
+                // same as if this write had come a moment later).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
+                    attempts += 1;
+                }
+                other => break other,
+            }
+        };
         match linked {
             Ok(()) => {
                 if self.sync {

@@ -1,0 +1,241 @@
+//! A state partition's versioned files on the storage layer (a local
+//! directory or an object store prefix, `state/<op>/<partition>/` of the
+//! checkpoint): `<version>.delta` for each committed version and a full
+//! `<version>.snapshot` every [`SNAPSHOT_INTERVAL`] versions, in the format
+//! of `memory::encode`. Both state stores keep their durable state here.
+//!
+//! Each file is one whole-object write. The first version a store commits
+//! after it opens replaces what is there, as Spark's state stores do: it can
+//! only be the leftover of a batch that never reached the commit log (a
+//! crash between the state commit and `commits/N`), which the restart runs
+//! again. Every later version is written create-once, so a run that fell
+//! behind another run of the query on the same checkpoint cannot overwrite
+//! that run's state: it is refused, as the logs refuse it.
+//!
+//! Requests per version: one write (two every [`SNAPSHOT_INTERVAL`]
+//! versions); restoring lists the directory once and reads the snapshot and
+//! the deltas after it; purging lists it once per [`SNAPSHOT_INTERVAL`]
+//! versions and removes what the retention no longer needs.
+
+use crate::error::{Result, WeirError};
+use crate::storage::{Created, Storage};
+
+use super::memory::{decode, Entry, SNAPSHOT_INTERVAL};
+
+/// One partition's `<version>.delta` and `<version>.snapshot` files.
+#[derive(Debug, Clone)]
+pub(crate) struct VersionFiles {
+    storage: Storage,
+    /// The version the store opened at: the next one may replace a
+    /// leftover of an uncommitted batch.
+    opened: u64,
+    /// Versions kept restorable (at least 1).
+    retain: u64,
+}
+
+/// A file's name for `version`: `7.delta`, `10.snapshot`.
+fn name(version: u64, kind: &str) -> String {
+    format!("{version}.{kind}")
+}
+
+impl VersionFiles {
+    /// The files in `storage`, for a store opened at version `opened`.
+    pub(crate) fn new(storage: Storage, opened: u64, retain: u64) -> VersionFiles {
+        VersionFiles {
+            storage,
+            opened,
+            retain: retain.max(1),
+        }
+    }
+
+    /// Replays version `version` (0: nothing): the entries of the newest
+    /// snapshot at or below it (values only), then those of each delta
+    /// after it in order (a `None` value: the key was removed). A missing
+    /// delta or a damaged file is an error naming it.
+    pub(crate) fn restore(
+        &self,
+        version: u64,
+        mut apply: impl FnMut(Vec<u8>, Option<Vec<u8>>) -> Result<()>,
+    ) -> Result<()> {
+        if version == 0 {
+            return Ok(());
+        }
+        let base = self
+            .storage
+            .list("")?
+            .iter()
+            .filter_map(|n| n.strip_suffix(".snapshot")?.parse::<u64>().ok())
+            .filter(|v| (1..=version).contains(v))
+            .max();
+        if let Some(b) = base {
+            for (k, v) in self.read(b, "snapshot", version)? {
+                if let Some(v) = v {
+                    apply(k, Some(v))?;
+                }
+            }
+        }
+        for v in base.unwrap_or(0) + 1..=version {
+            for (k, val) in self.read(v, "delta", version)? {
+                apply(k, val)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes of version `version`'s delta, if it is there.
+    pub(crate) fn delta_bytes(&self, version: u64) -> Result<Option<Vec<u8>>> {
+        self.storage.get(&name(version, "delta"))
+    }
+
+    /// The entries of version `version`'s `kind` file (`delta`,
+    /// `snapshot`), read to restore version `restoring`.
+    fn read(&self, version: u64, kind: &str, restoring: u64) -> Result<Vec<Entry>> {
+        let n = name(version, kind);
+        let path = self.storage.display_path(&n);
+        match self.storage.get(&n)? {
+            Some(data) => decode(&path, &data),
+            None => Err(WeirError::checkpoint(
+                &path,
+                format!("state version {version} is missing (its {kind}, needed to restore version {restoring}); the checkpoint is incomplete, or another process is changing it: restore it or start with a new checkpoint location"),
+            )),
+        }
+    }
+
+    /// Writes version `version`'s delta.
+    pub(crate) fn write_delta(&self, version: u64, bytes: &[u8]) -> Result<()> {
+        self.write(version, "delta", bytes)
+    }
+
+    /// Writes version `version`'s snapshot.
+    pub(crate) fn write_snapshot(&self, version: u64, bytes: &[u8]) -> Result<()> {
+        self.write(version, "snapshot", bytes)
+    }
+
+    fn write(&self, version: u64, kind: &str, bytes: &[u8]) -> Result<()> {
+        let n = name(version, kind);
+        if version <= self.opened + 1 {
+            // A leftover of the batch this restart runs again.
+            return self.storage.put(&n, bytes);
+        }
+        match self.storage.put_create(&n, bytes)? {
+            Created::Created => Ok(()),
+            // This write's own, when a lost answer made the client retry it.
+            Created::Exists if self.storage.get(&n)?.as_deref() == Some(bytes) => Ok(()),
+            Created::Exists => Err(WeirError::checkpoint(
+                self.storage.display_path(&n),
+                format!(
+                    "another run of this query wrote state version {version} first; only one run may use a checkpoint. Stop the other run before starting this one, or give a copy of the query its own checkpoint location"
+                ),
+            )),
+        }
+    }
+
+    /// Keeps `retain` versions restorable after committing `version`:
+    /// removes the files below the newest snapshot that is at least
+    /// `retain` versions old. That snapshot moves only every
+    /// [`SNAPSHOT_INTERVAL`] versions, so the directory is listed only then
+    /// (not at every commit); files a crash left are removed the next time.
+    /// A failure is logged, never fatal: the files are removed next time.
+    pub(crate) fn purge(&self, version: u64) {
+        let retain = self.retain;
+        if version <= retain || (version - retain) % SNAPSHOT_INTERVAL != 0 {
+            return;
+        }
+        let keep_snap = ((version - retain) / SNAPSHOT_INTERVAL) * SNAPSHOT_INTERVAL;
+        if keep_snap == 0 {
+            return;
+        }
+        let names = match self.storage.list("") {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(dir = %self.storage.describe(), "cannot list old state files to remove ({e}); trying again later");
+                return;
+            }
+        };
+        for n in names {
+            let v: Option<u64> = n.split('.').next().and_then(|v| v.parse().ok());
+            if matches!(v, Some(v) if v < keep_snap)
+                && (n.ends_with(".delta") || n.ends_with(".snapshot"))
+            {
+                if let Err(e) = self.storage.delete(&n) {
+                    tracing::warn!(file = %self.storage.display_path(&n).display(), "cannot remove an old state file ({e}); trying again later");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::memory::encode;
+
+    fn delta(k: &[u8], v: &[u8]) -> Vec<u8> {
+        encode(std::iter::once((k, Some(v))))
+    }
+
+    #[test]
+    fn the_first_version_after_opening_replaces_a_leftover_later_ones_are_created_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::local(dir.path(), false);
+        // A crashed run left version 3 (its batch never reached commits/).
+        VersionFiles::new(s.clone(), 2, 10)
+            .write_delta(3, &delta(b"k", b"crashed"))
+            .unwrap();
+        // The restart opens at 2 and writes 3 again, with what it computed.
+        let f = VersionFiles::new(s.clone(), 2, 10);
+        f.write_delta(3, &delta(b"k", b"rerun")).unwrap();
+        assert_eq!(s.get("3.delta").unwrap(), Some(delta(b"k", b"rerun")));
+        // Version 4 is created once: the same bytes again are accepted (a
+        // retried write), other bytes mean another run wrote it first.
+        f.write_delta(4, &delta(b"k", b"4")).unwrap();
+        f.write_delta(4, &delta(b"k", b"4")).unwrap();
+        let err = f.write_delta(4, &delta(b"k", b"other")).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("another run of this query wrote state version 4 first"),
+            "{err}"
+        );
+        assert_eq!(s.get("4.delta").unwrap(), Some(delta(b"k", b"4")));
+        let err = f
+            .write_snapshot(10, b"x")
+            .and_then(|_| f.write_snapshot(10, b"y"));
+        assert!(err.is_err());
+    }
+
+    #[test]
+    fn restore_reads_the_newest_snapshot_at_or_below_then_the_deltas() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::local(dir.path(), false);
+        let f = VersionFiles::new(s.clone(), 0, 100);
+        f.write_delta(1, &delta(b"a", b"1")).unwrap();
+        f.write_snapshot(1, &delta(b"a", b"1")).unwrap();
+        f.write_delta(2, &delta(b"b", b"2")).unwrap();
+        f.write_delta(3, &encode(std::iter::once((&b"a"[..], None))))
+            .unwrap();
+        // A snapshot above the version restored is ignored.
+        f.write_snapshot(3, &delta(b"z", b"wrong")).unwrap();
+        let mut seen = Vec::new();
+        f.restore(2, |k, v| {
+            seen.push((k, v));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                (b"a".to_vec(), Some(b"1".to_vec())),
+                (b"b".to_vec(), Some(b"2".to_vec()))
+            ]
+        );
+        s.delete("3.snapshot").unwrap();
+        s.delete("2.delta").unwrap();
+        let err = f.restore(3, |_, _| Ok(())).unwrap_err().to_string();
+        assert!(
+            err.contains("state version 2 is missing (its delta, needed to restore version 3)"),
+            "{err}"
+        );
+        f.restore(0, |_, _| panic!("version 0 is empty")).unwrap();
+    }
+}
