@@ -317,6 +317,10 @@ type Starter<'a> = &'a dyn Fn(&Run) -> Result<(StreamingQuery, weir::sink::Memor
 /// each micro-batch with Spark's; restarts go through `start` again.
 fn run_batches(sc: &Value, run: &Run, start: Starter, input_factor: i64) -> Result<(), String> {
     let (mut q, mut table) = start(run).map_err(|e| format!("start: {e}"))?;
+    // The query's first look for data happens before any input is added,
+    // so no batch sees one stream's rows without another's.
+    q.process_all_available()
+        .map_err(|e| format!("start: {e}"))?;
     let batches = sc["batches"].as_array().unwrap();
     let mut diffs = Vec::new();
     let mut i = 0;
@@ -326,6 +330,8 @@ fn run_batches(sc: &Value, run: &Run, start: Starter, input_factor: i64) -> Resu
         if b["kind"] == "restart" {
             q.stop().unwrap();
             let (q2, t2) = start(run).map_err(|e| format!("restart: {e}"))?;
+            q2.process_all_available()
+                .map_err(|e| format!("restart: {e}"))?;
             q = q2;
             table = t2;
             i += 1;
