@@ -22,7 +22,7 @@
 //! condition only) gives every row the same, empty key: it runs, and keeps
 //! its state, in one partition.
 
-use std::collections::HashMap;
+use crate::hash::FastMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -101,7 +101,7 @@ fn store_value(s: &Stored) -> Vec<u8> {
 /// (a stored key is the join key and its sequence number, unique per key).
 #[derive(Default)]
 struct SideState {
-    index: HashMap<Vec<u8>, Vec<Stored>>,
+    index: FastMap<Vec<u8>, Vec<Stored>>,
     count: usize,
     next_seq: u64,
 }
@@ -175,14 +175,17 @@ impl SideState {
     fn evict(&mut self, store: &mut dyn StateStore, bound_us: i64) -> Vec<Stored> {
         let mut out = Vec::new();
         self.index.retain(|key, rows| {
-            rows.retain(|s| {
-                let expired = s.ts.is_some_and(|t| t <= bound_us);
-                if expired {
+            if rows.iter().any(|s| s.ts.is_some_and(|t| t <= bound_us)) {
+                // The expired rows move out (no copy); the rest stay in order.
+                let (gone, keep): (Vec<Stored>, Vec<Stored>) = std::mem::take(rows)
+                    .into_iter()
+                    .partition(|s| s.ts.is_some_and(|t| t <= bound_us));
+                for s in &gone {
                     store.remove(&store_key(key, s.seq));
-                    out.push(s.clone());
                 }
-                !expired
-            });
+                out.extend(gone);
+                *rows = keep;
+            }
             !rows.is_empty()
         });
         self.count -= out.len();
@@ -829,7 +832,7 @@ impl JoinOp {
             let lb = concat_batches(&self.left.schema, left)?;
             let ln = self.new_rows(&self.left, &lb, None, &mut 0)?;
             let rn = self.new_rows(&self.right, &stat, None, &mut 0)?;
-            let mut by_key: HashMap<&[u8], Vec<usize>> = HashMap::new();
+            let mut by_key: FastMap<&[u8], Vec<usize>> = FastMap::default();
             for (i, k) in rn.keys.iter().enumerate() {
                 if let Some(k) = k {
                     by_key.entry(k.as_slice()).or_default().push(i);
@@ -1013,7 +1016,7 @@ impl JoinOp {
                 pairs.push((Ref::New(i), Ref::State(k, s.seq, &s.row)));
             }
         }
-        let mut left_new_by_key: HashMap<&[u8], Vec<usize>> = HashMap::new();
+        let mut left_new_by_key: FastMap<&[u8], Vec<usize>> = FastMap::default();
         for (i, k) in ln.keys.iter().enumerate() {
             if let Some(k) = k {
                 left_new_by_key.entry(k.as_slice()).or_default().push(i);
