@@ -64,6 +64,11 @@ pub struct SessionConfig {
     /// takes, as Spark): how long a signal waits for the queries to stop
     /// before the process is ended anyway.
     pub stop_timeout: Duration,
+    /// S3 settings with Spark's Hadoop names (`spark.hadoop.fs.s3a.endpoint`,
+    /// `.access.key`, `.secret.key`, `.endpoint.region`, ...; see
+    /// [`crate::storage::S3_SETTINGS`]), over the environment's `AWS_*`, for
+    /// checkpoints on `s3://`.
+    pub s3: crate::storage::S3Settings,
 }
 
 impl Default for SessionConfig {
@@ -84,6 +89,7 @@ impl Default for SessionConfig {
             admin_token: None,
             stop_on_signal: true,
             stop_timeout: Duration::ZERO,
+            s3: crate::storage::S3Settings::default(),
         }
     }
 }
@@ -104,6 +110,7 @@ impl std::fmt::Debug for SessionConfig {
             .field("admin_token", &self.admin_token.as_ref().map(|_| "(set)"))
             .field("stop_on_signal", &self.stop_on_signal)
             .field("stop_timeout", &self.stop_timeout)
+            .field("s3", &self.s3)
             .finish()
     }
 }
@@ -199,6 +206,18 @@ impl SessionConfig {
                     )))
                 }
             },
+            k if k.starts_with("spark.hadoop.fs.s3a.") || k.starts_with("weir.s3.") => {
+                if !self.s3.set(k, value)? {
+                    return Err(WeirError::Config(format!(
+                        "unknown setting `{k}` (S3 settings: {})",
+                        crate::storage::S3_SETTINGS
+                            .iter()
+                            .map(|(name, _)| *name)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            }
             _ => return Err(WeirError::Config(format!("unknown setting `{key}`"))),
         }
         Ok(())

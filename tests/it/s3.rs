@@ -1048,3 +1048,88 @@ fn rocksdb_on_s3_keeps_a_local_working_copy_and_trusts_it_only_when_current() {
     drop(s);
     std::fs::remove_dir_all(&local).unwrap();
 }
+
+/// The session's `spark.hadoop.fs.s3a.*` settings take a query's checkpoint
+/// to S3 with no `AWS_*` variable in the process (a child without them);
+/// an S3 setting the session does not know is refused, naming the known ones.
+#[test]
+fn session_s3_settings_reach_s3_without_the_aws_environment() {
+    const AWS: [&str; 6] = [
+        "AWS_ENDPOINT_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_ALLOW_HTTP",
+    ];
+    if std::env::var("WEIR_S3_SESSION_CHILD").is_ok() {
+        for k in AWS {
+            assert!(std::env::var(k).is_err(), "{k} is set in the child");
+        }
+        let chk = std::env::var("WEIR_S3_CHILD_CHK").expect("the child's checkpoint");
+        let mut conf = weir::SessionConfig {
+            fsync_checkpoint: false,
+            ..weir::SessionConfig::default()
+        };
+        for (k, v) in [
+            ("spark.hadoop.fs.s3a.endpoint", endpoint().as_str()),
+            ("spark.hadoop.fs.s3a.access.key", "test"),
+            ("spark.hadoop.fs.s3a.secret.key", "test"),
+            ("spark.hadoop.fs.s3a.endpoint.region", "us-east-1"),
+            ("spark.hadoop.fs.s3a.connection.ssl.enabled", "false"),
+        ] {
+            conf.set(k, v).unwrap();
+        }
+        let got: Collected = Arc::default();
+        let out = got.clone();
+        let q = weir::Session::with_config(conf)
+            .read_stream(stream(&[&[1, 2]]))
+            .select(vec![("value * 10", "value")])
+            .write_stream()
+            .foreach_batch(move |id, batches| {
+                out.lock().unwrap().push((id, values(batches)));
+                Ok(())
+            })
+            .checkpoint_location(&chk)
+            .start()
+            .unwrap();
+        q.process_all_available().unwrap();
+        q.stop().unwrap();
+        assert!(q.exception().is_none(), "{:?}", q.exception());
+        assert_eq!(*got.lock().unwrap(), vec![(0, vec![10, 20])]);
+        return;
+    }
+    let err = weir::SessionConfig::default()
+        .set("spark.hadoop.fs.s3a.endpoint.url", "http://x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spark.hadoop.fs.s3a.endpoint.url")
+            && err.contains("spark.hadoop.fs.s3a.endpoint,"),
+        "{err}"
+    );
+    let bucket = new_bucket();
+    let chk = format!("s3://{bucket}/q");
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "s3::session_s3_settings_reach_s3_without_the_aws_environment",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("WEIR_S3_SESSION_CHILD", "1")
+    .env("WEIR_S3_CHILD_CHK", &chk);
+    for k in AWS {
+        cmd.env_remove(k);
+    }
+    let output = cmd.output().unwrap();
+    assert!(
+        output.status.success(),
+        "child failed: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The child's checkpoint is on S3: batch 0 is committed there.
+    let st = open(&bucket, "q");
+    assert!(st.get("commits/0").unwrap().is_some(), "no commits/0 on S3");
+}

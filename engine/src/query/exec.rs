@@ -99,13 +99,9 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         weir_plan::SinkKind::Console | weir_plan::SinkKind::Memory
     );
     // A local path, file:///... or s3://bucket/prefix. S3 settings: the
-    // environment's AWS_* (session settings to come with SessionConfig).
+    // session's `spark.hadoop.fs.s3a.*` over the environment's AWS_*.
     let chk = match checkpoint {
-        Some(location) => Checkpoint::open_location(
-            &location,
-            &crate::storage::S3Settings::default(),
-            conf.fsync_checkpoint,
-        )?,
+        Some(location) => Checkpoint::open_location(&location, &conf.s3, conf.fsync_checkpoint)?,
         None if needs_checkpoint => {
             return Err(WeirError::Config(
                 "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...): call .checkpoint_location(path) (only console and memory sinks may run without one)".into(),
