@@ -8,13 +8,16 @@
 //! <checkpoint>/sources/<i>/... what a source remembers (e.g. files seen)
 //! ```
 //!
-//! Every file is written atomically: a temp file, fsync, rename, fsync of the
+//! Every file appears whole or not at all. `metadata`, `offsets/N` and
+//! `commits/N` are written once each, with the storage layer's create-once
+//! write: locally a temp file, fsync, a hard link to the entry's name (which
+//! fails if the name exists), fsync of the directory; on S3 a conditional
+//! PUT (`If-None-Match: *`). Other local files (such as a source's
+//! metadata) are replaced with a temp file, fsync, rename, fsync of the
 //! directory. `offsets/N` is written before batch N does any work and
 //! `commits/N` after its sink and state have committed.
 //!
-//! `metadata`, `offsets/N` and `commits/N` are written once each, with the
-//! storage layer's create-once write (a hard link of the fsynced temp file
-//! locally, a conditional PUT on S3), so the logs also live on object
+//! Since the log entries are created once, the logs also live on object
 //! storage (`s3://bucket/prefix`), which has no rename, and a second run of
 //! the query on the same checkpoint is refused when it tries to write an
 //! entry the first wrote. State files are on the storage layer too (see
