@@ -127,11 +127,24 @@ pub struct RocksDbStateStore {
     sync: bool,
 }
 
+/// True when RocksDB's error `text` says it could not take the instance's
+/// `LOCK` file in `db_dir` because it is held: by another process ("IO
+/// error: While lock file: <dir>/LOCK: Resource temporarily unavailable")
+/// or by this one ("IO error: lock hold by current process, ...: <dir>/LOCK:
+/// ..."). Any other failure to open (a damaged instance: "Corruption: block
+/// checksum mismatch", ...) is not: that instance is rebuilt instead.
+fn lock_held(db_dir: &Path, text: &str) -> bool {
+    let lock_file = format!(": {}: ", db_dir.join("LOCK").display());
+    text.starts_with("IO error: ")
+        && text.contains(&lock_file)
+        && (text.contains("While lock file: ") || text.contains("lock hold by current process"))
+}
+
 /// The error for an instance that another store has open (another run of
 /// the query on this machine, most likely), when `e` says so.
 fn in_use(db_dir: &Path, e: &rocksdb::Error) -> Option<WeirError> {
     let text = e.to_string();
-    text.to_ascii_lowercase().contains("lock").then(|| {
+    lock_held(db_dir, &text).then(|| {
         WeirError::checkpoint(
             db_dir,
             format!("RocksDB: {text}: this state partition's instance is open in another store, most likely another run of the query on this machine; stop it before starting this one"),
@@ -656,6 +669,77 @@ mod tests {
         let s = RocksDbStateStore::open(dir.path(), 1, 100, false).unwrap();
         assert_eq!(s.get(b"count").as_deref(), Some(&b"41"[..]));
         assert!(s.check().is_ok());
+    }
+
+    /// Overwrites the bytes just before the footer of every table file
+    /// under `db_dir` (its meta blocks, which RocksDB reads when it opens
+    /// the instance), as a failing disk would.
+    fn damage_table_meta_blocks(db_dir: &Path) {
+        use std::io::{Seek, SeekFrom, Write};
+        // The footer of RocksDB's block-based table format (version 5).
+        const FOOTER: u64 = 53;
+        let mut n = 0;
+        for e in fs::read_dir(db_dir).unwrap().flatten() {
+            if e.path().extension().is_some_and(|x| x == "sst") {
+                let mut f = fs::OpenOptions::new().write(true).open(e.path()).unwrap();
+                let len = f.metadata().unwrap().len();
+                f.seek(SeekFrom::Start(len - FOOTER - 12)).unwrap();
+                f.write_all(&[0xA5; 12]).unwrap();
+                f.sync_all().unwrap();
+                n += 1;
+            }
+        }
+        assert!(n > 0, "no table file to damage");
+    }
+
+    #[test]
+    fn a_working_copy_rocksdb_cannot_open_is_rebuilt_from_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = RocksDbStateStore::open(dir.path(), 0, 100, false).unwrap();
+        s.put(b"a".to_vec(), b"1".to_vec());
+        s.put(b"b".to_vec(), b"2".to_vec());
+        s.commit(1).unwrap();
+        s.remove(b"a");
+        s.commit(2).unwrap();
+        s.db.flush().unwrap();
+        drop(s);
+        let db_dir = dir.path().join("rocksdb");
+        damage_table_meta_blocks(&db_dir);
+        // RocksDB itself refuses the damaged instance with a corruption
+        // error ("... block checksum mismatch ...")...
+        let err = DB::open(&Options::default(), &db_dir).err().unwrap();
+        assert!(err.to_string().contains("Corruption"), "{err}");
+        assert!(in_use(&db_dir, &err).is_none(), "{err}");
+        // ...which is no other store holding it: the store discards it and
+        // rebuilds version 2 from the checkpoint's deltas.
+        let s = RocksDbStateStore::open(dir.path(), 2, 100, false).unwrap();
+        assert_eq!(s.get(b"a"), None);
+        assert_eq!(s.get(b"b").as_deref(), Some(&b"2"[..]));
+        assert_eq!(s.len(), 1);
+        assert!(s.check().is_ok());
+        drop(s);
+        // The rebuilt instance is trusted at its version from then on.
+        let s = RocksDbStateStore::open(dir.path(), 2, 100, false).unwrap();
+        assert_eq!(s.get(b"b").as_deref(), Some(&b"2"[..]));
+    }
+
+    #[test]
+    fn only_rocksdbs_lock_errors_read_as_an_instance_in_use() {
+        let db_dir = Path::new("/data/weir/state/0/0/rocksdb");
+        for held in [
+            "IO error: While lock file: /data/weir/state/0/0/rocksdb/LOCK: Resource temporarily unavailable",
+            "IO error: lock hold by current process, acquire time 1764608400 acquiring thread 140245: /data/weir/state/0/0/rocksdb/LOCK: No locks available",
+        ] {
+            assert!(lock_held(db_dir, held), "{held}");
+        }
+        for other in [
+            "Corruption: block checksum mismatch: stored = 1, computed = 2, type = 1  in /data/weir/state/0/0/rocksdb/000009.sst offset 0 size 80",
+            "Corruption: truncated block read from /data/weir/state/0/0/rocksdb/000009.sst offset 0, expected 80 bytes, got 3",
+            "IO error: while open a file for lock: /data/weir/state/0/0/rocksdb/LOCK: Permission denied",
+            "IO error: While lock file: /data/other/rocksdb/LOCK: Resource temporarily unavailable",
+        ] {
+            assert!(!lock_held(db_dir, other), "{other}");
+        }
     }
 
     #[test]
