@@ -82,11 +82,7 @@ pub fn local_dir_for(storage: &Storage) -> PathBuf {
                 .map(PathBuf::from)
         })
         .unwrap_or_else(std::env::temp_dir);
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in storage.describe().bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
+    let h = super::fnv64(storage.describe().as_bytes());
     base.join("weir-rocksdb").join(format!("{h:016x}"))
 }
 
@@ -234,13 +230,7 @@ impl RocksDbStateStore {
             // The marker names the instance about to be replaced: it goes
             // first (durably), or a later open could trust the new instance
             // as the old version.
-            let marker = Self::marker(dir);
-            match fs::remove_file(&marker) {
-                Ok(()) if sync => crate::checkpoint::sync_dir(dir)?,
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(WeirError::io(&marker, e)),
-            }
+            Self::remove_marker(dir, sync)?;
             if db_dir.exists() {
                 fs::remove_dir_all(&db_dir).map_err(|e| WeirError::io(&db_dir, e))?;
             }
@@ -290,6 +280,19 @@ impl RocksDbStateStore {
 
     fn marker(dir: &Path) -> PathBuf {
         dir.join("rocksdb.version")
+    }
+
+    /// Removes the marker in `dir` (if there is one), durably when `sync`
+    /// (the directory is fsynced), before the instance changes: until a
+    /// new marker is written, no open trusts the instance.
+    fn remove_marker(dir: &Path, sync: bool) -> Result<()> {
+        let marker = Self::marker(dir);
+        match fs::remove_file(&marker) {
+            Ok(()) if sync => crate::checkpoint::sync_dir(dir),
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(WeirError::io(&marker, e)),
+        }
     }
 
     /// Records that the instance holds `version` (on object storage, with
@@ -441,17 +444,7 @@ impl StateStore for RocksDbStateStore {
         self.files.write_delta(version, &delta)?;
         // The instance is not a committed version while the batch is applied
         // (the removal is made durable before the instance changes).
-        let marker = Self::marker(&self.dir);
-        match fs::remove_file(&marker) {
-            Ok(()) if self.sync => {
-                if let Ok(d) = fs::File::open(&self.dir) {
-                    d.sync_all().map_err(|e| WeirError::io(&self.dir, e))?;
-                }
-            }
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(WeirError::io(&marker, e)),
-        }
+        Self::remove_marker(&self.dir, self.sync)?;
         self.read.get_mut().clear();
         let mut wb = WriteBatch::default();
         for (k, v) in self.pending.drain() {
