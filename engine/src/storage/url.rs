@@ -27,14 +27,23 @@ impl Location {
     /// `file://` must name an absolute local path; `s3://` (or `s3a://`)
     /// must name a valid bucket. Anything else is refused with what is
     /// accepted.
+    ///
+    /// Credentials in the URL (Hadoop's `s3a://KEY:SECRET@bucket/path`) are
+    /// refused, and never shown in the error: they belong in the settings.
     pub fn parse(location: &str) -> Result<Location> {
+        let (shown, credentials) = without_credentials(location);
         let bad = |what: String| {
             WeirError::Config(format!(
-                "invalid storage location `{location}`: {what}. weir accepts a local path, file:///absolute/path or s3://bucket/prefix"
+                "invalid storage location `{shown}`: {what}. weir accepts a local path, file:///absolute/path or s3://bucket/prefix"
             ))
         };
         if location.trim().is_empty() {
             return Err(bad("it is empty".into()));
+        }
+        if credentials {
+            return Err(bad(
+                "it carries credentials (`user:password@`, not shown here), which weir refuses in a location: they would end up in logs and the UI. Remove them from the URL and set spark.hadoop.fs.s3a.access.key and spark.hadoop.fs.s3a.secret.key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) instead".into(),
+            ));
         }
         let Some((scheme, rest)) = split_scheme(location) else {
             return Ok(Location::Local(PathBuf::from(location)));
@@ -110,6 +119,29 @@ fn split_scheme(s: &str) -> Option<(&str, &str)> {
     (first.is_ascii_alphabetic()
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
     .then_some((scheme, rest))
+}
+
+/// `location` without the `user:password@` part after its scheme (as in
+/// Hadoop's `s3a://KEY:SECRET@bucket/path`), and whether it had one. A
+/// secret may hold `/` or `@` (AWS secret keys hold `/`): a `:` before the
+/// first `/` (no bucket name has one) starts credentials that run to the
+/// next `@`; an `@` before the first `/` ends them at the last such `@`.
+fn without_credentials(location: &str) -> (std::borrow::Cow<'_, str>, bool) {
+    let Some((scheme, rest)) = split_scheme(location) else {
+        return (location.into(), false);
+    };
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let at = if authority.contains('@') {
+        authority.rfind('@')
+    } else if authority.contains(':') {
+        rest.find('@')
+    } else {
+        None
+    };
+    match at {
+        Some(i) => (format!("{scheme}://{}", &rest[i + 1..]).into(), true),
+        None => (location.into(), false),
+    }
 }
 
 /// S3's bucket naming rules: 3 to 63 characters, lowercase letters, digits,
@@ -200,6 +232,7 @@ mod tests {
             ("file://host/tmp", "absolute local path"),
             ("file://tmp", "absolute local path"),
             ("file:///tmp/%zz", "bad %-escape"),
+            ("s3a://AKIAKEY:s3cr3t@chk/p", "carries credentials"),
         ] {
             let err = Location::parse(text).unwrap_err().to_string();
             assert!(err.contains(says), "{text}: {err}");
@@ -208,5 +241,36 @@ mod tests {
                 "says what is accepted: {err}"
             );
         }
+    }
+
+    #[test]
+    fn credentials_in_a_url_are_refused_and_never_shown() {
+        for (text, shown) in [
+            (
+                "s3a://AKIAKEY:s3cr3t@chk/page_views",
+                "s3a://chk/page_views",
+            ),
+            ("s3://AKIAKEY:s3cr3t@chk", "s3://chk"),
+            // AWS secret keys may hold `/`, `+` and `@`.
+            ("s3a://AKIAKEY:s3/cr+3t@chk/p", "s3a://chk/p"),
+            ("s3a://AKIAKEY:s3cr@3t@chk/p", "s3a://chk/p"),
+            ("s3://s3cr3t@chk/p", "s3://chk/p"),
+            (
+                "file://me:s3cr3t@localhost/tmp/chk",
+                "file://localhost/tmp/chk",
+            ),
+        ] {
+            let err = Location::parse(text).unwrap_err().to_string();
+            assert!(!err.contains("s3cr"), "the secret is shown: {err}");
+            assert!(!err.contains("AKIAKEY"), "the key is shown: {err}");
+            assert!(err.contains(&format!("`{shown}`")), "{text}: {err}");
+            assert!(err.contains("carries credentials"), "{err}");
+            assert!(err.contains("spark.hadoop.fs.s3a.secret.key"), "{err}");
+        }
+        // An `@` in the key prefix is no credential.
+        assert_eq!(
+            Location::parse("s3://chk/me@example.com/q1").unwrap(),
+            s3("chk", "me@example.com/q1")
+        );
     }
 }
