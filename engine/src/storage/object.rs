@@ -142,11 +142,13 @@ impl ObjectDir {
         match runtime::run(f) {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(self.error(rel, what, e)),
-            Err(e) => Err(WeirError::io(
-                self.display_path(rel),
-                std::io::Error::other(e),
-            )),
+            Err(e) => Err(self.runtime_err(rel, e)),
         }
+    }
+
+    /// The error for a request the storage runtime could not run.
+    fn runtime_err(&self, rel: &str, e: String) -> WeirError {
+        WeirError::io(self.display_path(rel), std::io::Error::other(e))
     }
 
     fn error(&self, rel: &str, what: &str, e: object_store::Error) -> WeirError {
@@ -158,17 +160,19 @@ impl ObjectDir {
             .map(|e| format!(" at {e}"))
             .unwrap_or_default();
         let (kind, msg) = match &e {
-            object_store::Error::NotFound { .. } | object_store::Error::Generic { .. }
-                if text.contains("NoSuchBucket") =>
-            {
-                (
+            e if is_missing_bucket(e) => (
                     ErrorKind::NotFound,
                     format!(
                         "the bucket `{}` does not exist{at}: create it (e.g. `aws s3 mb s3://{}`) or fix the location",
                         self.bucket, self.bucket
                     ),
-                )
-            }
+            ),
+            e if is_create_conflict(e) => (
+                ErrorKind::Other,
+                format!(
+                    "{what} met another write of the same object in flight{at}, twice (S3's 409 ConditionalRequestConflict): is another run of the query writing this checkpoint? Stop it, then restart this one ({text})"
+                ),
+            ),
             object_store::Error::Unauthenticated { .. }
             | object_store::Error::PermissionDenied { .. } => (
                 ErrorKind::PermissionDenied,
@@ -181,24 +185,40 @@ impl ObjectDir {
         WeirError::io(self.display_path(rel), std::io::Error::new(kind, msg))
     }
 
+    /// Creates `rel` unless it exists (`If-None-Match: *`). S3 may answer
+    /// 409 ConditionalRequestConflict while another conditional write of the
+    /// same key is in flight (neither created nor refused yet): the PUT is
+    /// tried once more, a moment later, and then gets a definite answer.
     pub(crate) fn put_create(&self, rel: &str, bytes: &[u8]) -> Result<Created> {
         let key = self.object_key(rel)?;
-        let store = self.store.clone();
         let payload = PutPayload::from(bytes.to_vec());
-        count(PUT);
-        let r = runtime::run(async move {
-            store
-                .put_opts(&key, payload, PutOptions::from(PutMode::Create))
-                .await
-        });
-        match r {
-            Ok(Ok(_)) => Ok(Created::Created),
-            Ok(Err(object_store::Error::AlreadyExists { .. })) => Ok(Created::Exists),
-            Ok(Err(e)) => Err(self.error(rel, "a conditional create", e)),
-            Err(e) => Err(WeirError::io(
-                self.display_path(rel),
-                std::io::Error::other(e),
-            )),
+        let mut conflicts = 0;
+        loop {
+            let (store, key, payload) = (self.store.clone(), key.clone(), payload.clone());
+            count(PUT);
+            let r = runtime::run(async move {
+                store
+                    .put_opts(&key, payload, PutOptions::from(PutMode::Create))
+                    .await
+            });
+            return match r {
+                Ok(Ok(_)) => Ok(Created::Created),
+                Ok(Err(e)) if is_create_conflict(&e) && conflicts == 0 => {
+                    conflicts += 1;
+                    tracing::debug!(
+                        object = %self.display_path(rel).display(),
+                        "a conditional create met another write in flight (409); trying once more"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    continue;
+                }
+                Ok(Err(e)) if is_create_conflict(&e) => {
+                    Err(self.error(rel, "a conditional create", e))
+                }
+                Ok(Err(object_store::Error::AlreadyExists { .. })) => Ok(Created::Exists),
+                Ok(Err(e)) => Err(self.error(rel, "a conditional create", e)),
+                Err(e) => Err(self.runtime_err(rel, e)),
+            };
         }
     }
 
@@ -224,19 +244,10 @@ impl ObjectDir {
         });
         match r {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e @ object_store::Error::NotFound { .. })) => {
-                // A missing bucket is an error, not an empty directory.
-                if e.to_string().contains("NoSuchBucket") {
-                    Err(self.error(rel, "a read", e))
-                } else {
-                    Ok(None)
-                }
-            }
+            // A missing bucket is an error, not an empty directory.
+            Ok(Err(e @ object_store::Error::NotFound { .. })) if !is_missing_bucket(&e) => Ok(None),
             Ok(Err(e)) => Err(self.error(rel, "a read", e)),
-            Err(e) => Err(WeirError::io(
-                self.display_path(rel),
-                std::io::Error::other(e),
-            )),
+            Err(e) => Err(self.runtime_err(rel, e)),
         }
     }
 
@@ -268,18 +279,30 @@ impl ObjectDir {
         count(DELETE);
         match runtime::run(async move { store.delete(&key).await }) {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e @ object_store::Error::NotFound { .. }))
-                if !e.to_string().contains("NoSuchBucket") =>
-            {
-                Ok(())
-            }
+            Ok(Err(e @ object_store::Error::NotFound { .. })) if !is_missing_bucket(&e) => Ok(()),
             Ok(Err(e)) => Err(self.error(rel, "a delete", e)),
-            Err(e) => Err(WeirError::io(
-                self.display_path(rel),
-                std::io::Error::other(e),
-            )),
+            Err(e) => Err(self.runtime_err(rel, e)),
         }
     }
+}
+
+/// True when `e` says the bucket does not exist (S3's `NoSuchBucket`, as a
+/// 404 or in an error body).
+fn is_missing_bucket(e: &object_store::Error) -> bool {
+    matches!(
+        e,
+        object_store::Error::NotFound { .. } | object_store::Error::Generic { .. }
+    ) && e.to_string().contains("NoSuchBucket")
+}
+
+/// True when a conditional create was answered 409 (S3's
+/// `ConditionalRequestConflict`: another conditional write of the key was
+/// in flight). object_store reports a 409 as `AlreadyExists`, like the 412
+/// that does mean the object exists; only the status tells them apart.
+fn is_create_conflict(e: &object_store::Error) -> bool {
+    let text = e.to_string();
+    matches!(e, object_store::Error::AlreadyExists { .. })
+        && (text.contains("409 Conflict") || text.contains("ConditionalRequestConflict"))
 }
 
 /// `a/b` from `a` and `b`, either possibly empty.
@@ -288,5 +311,111 @@ fn join(prefix: &str, rel: &str) -> String {
         (true, _) => rel.to_string(),
         (_, true) => prefix.to_string(),
         _ => format!("{prefix}/{rel}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::Mutex;
+
+    /// A stand-in for S3 on 127.0.0.1 (one request per connection): a
+    /// listing is answered empty, each PUT with the next `(status, error
+    /// code)` of `puts`. Returns the settings that reach it and the PUTs'
+    /// `If-None-Match` headers, in order.
+    fn fake_s3(puts: Vec<(u16, &'static str)>) -> (S3Settings, Arc<Mutex<Vec<String>>>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            let mut puts = puts.into_iter();
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let mut r = BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                r.read_line(&mut line).unwrap();
+                let (mut len, mut if_none_match) = (0usize, String::new());
+                loop {
+                    let mut h = String::new();
+                    r.read_line(&mut h).unwrap();
+                    let h = h.trim_end();
+                    if h.is_empty() {
+                        break;
+                    }
+                    let (k, v) = h.split_once(':').unwrap();
+                    match k.to_ascii_lowercase().as_str() {
+                        "content-length" => len = v.trim().parse().unwrap(),
+                        "if-none-match" => if_none_match = v.trim().to_string(),
+                        _ => {}
+                    }
+                }
+                let mut body = vec![0; len];
+                r.read_exact(&mut body).unwrap();
+                let (status, body) = if line.starts_with("PUT ") {
+                    log.lock().unwrap().push(if_none_match);
+                    match puts.next() {
+                        Some((200, _)) | None => (200, String::new()),
+                        Some((s, code)) => (
+                            s,
+                            format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>{code}</Message></Error>"),
+                        ),
+                    }
+                } else {
+                    (
+                        200,
+                        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>chk</Name><Prefix>q/</Prefix><KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys><Delimiter>/</Delimiter><IsTruncated>false</IsTruncated></ListBucketResult>".to_string(),
+                    )
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nETag: \"e1\"\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        let settings = S3Settings {
+            endpoint: Some(format!("http://{addr}")),
+            region: Some("us-east-1".into()),
+            access_key_id: Some("test-key".into()),
+            secret_access_key: Some("test-secret".into()),
+            path_style_access: Some(true),
+            allow_http: Some(true),
+            ..S3Settings::default()
+        };
+        (settings, seen)
+    }
+
+    #[test]
+    fn a_conditional_create_met_by_a_409_conflict_is_tried_once_more() {
+        const CONFLICT: (u16, &str) = (409, "ConditionalRequestConflict");
+        // 409, then created: Created (not "exists", which would refuse the
+        // batch as another run's).
+        let (s3, seen) = fake_s3(vec![CONFLICT, (200, "")]);
+        let dir = ObjectDir::open("chk", "q", &s3).unwrap();
+        assert_eq!(
+            dir.put_create("offsets/0", b"v1").unwrap(),
+            Created::Created
+        );
+        assert_eq!(*seen.lock().unwrap(), ["*", "*"], "two conditional PUTs");
+        // 409, then 412: the other write won.
+        let (s3, seen) = fake_s3(vec![CONFLICT, (412, "PreconditionFailed")]);
+        let dir = ObjectDir::open("chk", "q", &s3).unwrap();
+        assert_eq!(dir.put_create("offsets/0", b"v1").unwrap(), Created::Exists);
+        assert_eq!(seen.lock().unwrap().len(), 2);
+        // A 412 alone is not tried again.
+        let (s3, seen) = fake_s3(vec![(412, "PreconditionFailed")]);
+        let dir = ObjectDir::open("chk", "q", &s3).unwrap();
+        assert_eq!(dir.put_create("offsets/0", b"v1").unwrap(), Created::Exists);
+        assert_eq!(seen.lock().unwrap().len(), 1);
+        // Two conflicts in a row: a clear error, tried no more.
+        let (s3, seen) = fake_s3(vec![CONFLICT, CONFLICT, (200, "")]);
+        let dir = ObjectDir::open("chk", "q", &s3).unwrap();
+        let err = dir.put_create("offsets/0", b"v1").unwrap_err().to_string();
+        assert!(err.contains("409 ConditionalRequestConflict"), "{err}");
+        assert!(err.contains("another run of the query"), "{err}");
+        assert!(err.contains("s3://chk/q/offsets/0"), "{err}");
+        assert_eq!(seen.lock().unwrap().len(), 2);
     }
 }
