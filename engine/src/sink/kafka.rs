@@ -96,7 +96,7 @@ use super::{Sink, SinkContext};
 use crate::checkpoint::write_atomic;
 use crate::error::{Result, WeirError};
 use crate::failpoint::failpoint;
-use crate::source::kafka::retry::retry_transient;
+use crate::source::kafka::retry::retry_transient_within;
 
 /// The default bound on one batch's delivery: the Java producer's
 /// `delivery.timeout.ms` default.
@@ -447,8 +447,8 @@ impl KafkaSink {
     ) -> Result<Option<(i64, String)>> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(topic, 0);
-        let got = retry_transient(self.timeout, || {
-            consumer.committed_offsets(tpl.clone(), self.timeout)
+        let got = retry_transient_within(self.timeout, |left| {
+            consumer.committed_offsets(tpl.clone(), left)
         })
         .map_err(|e| {
             self.kerr(
@@ -693,16 +693,15 @@ impl KafkaSink {
                 .consumer
                 .group_metadata()
                 .ok_or_else(|| self.err("no consumer group metadata for the batch marker"))?;
-            retry_transient(remaining(deadline), || {
-                rt.producer
-                    .send_offsets_to_transaction(&tpl, &cgm, remaining(deadline))
+            retry_transient_within(remaining(deadline), |left| {
+                rt.producer.send_offsets_to_transaction(&tpl, &cgm, left)
             })
             .map_err(|e| self.kerr("cannot add the batch marker to the transaction", e))?;
             // The rows are queued (and possibly sent), the marker added: a
             // crash now leaves an open transaction the restart aborts.
             failpoint("kafka_after_send", batch_id);
-            retry_transient(remaining(deadline), || {
-                rt.producer.commit_transaction(remaining(deadline))
+            retry_transient_within(remaining(deadline), |left| {
+                rt.producer.commit_transaction(left)
             })
             .map_err(|e| {
                 self.kerr(
@@ -901,7 +900,7 @@ impl Sink for KafkaSink {
         let mut marker = None;
         if exactly_once {
             // Fences older producers of this query and aborts their open transaction.
-            retry_transient(self.timeout, || producer.init_transactions(self.timeout)).map_err(
+            retry_transient_within(self.timeout, |left| producer.init_transactions(left)).map_err(
                 |e| {
                     self.kerr(
                         &format!("cannot init transactions for transactional.id `{txn_id}`"),

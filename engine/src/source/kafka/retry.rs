@@ -40,10 +40,21 @@ pub(crate) fn retry_transient<T>(
     within: Duration,
     mut op: impl FnMut() -> Result<T, KafkaError>,
 ) -> Result<T, KafkaError> {
+    retry_transient_within(within, |_| op())
+}
+
+/// [`retry_transient`] for a request that takes a timeout: each try gets
+/// the time left of the one deadline (`within` from now), so the whole
+/// call, tries and waits together, takes about `within` at most (a try
+/// given the whole of `within` each time could take twice that).
+pub(crate) fn retry_transient_within<T>(
+    within: Duration,
+    mut op: impl FnMut(Duration) -> Result<T, KafkaError>,
+) -> Result<T, KafkaError> {
     let deadline = Instant::now() + within;
     let mut wait = Duration::from_millis(20);
     loop {
-        match op() {
+        match op(deadline.saturating_duration_since(Instant::now())) {
             Ok(v) => return Ok(v),
             Err(e) if is_transient(&e) && Instant::now() + wait < deadline => {
                 tracing::debug!("Kafka request refused for now (retrying): {e}");
@@ -91,5 +102,31 @@ mod tests {
             "a transient error still fails once the time is up"
         );
         assert!(start.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn each_try_gets_the_time_left_so_the_whole_call_keeps_to_its_window() {
+        // A request that times out only after all the time it is given.
+        let timed_out = || KafkaError::MetadataFetch(RDKafkaErrorCode::OperationTimedOut);
+        let within = Duration::from_millis(400);
+        let start = Instant::now();
+        let mut given = Vec::new();
+        let got: Result<(), _> = retry_transient_within(within, |left| {
+            given.push(left);
+            std::thread::sleep(left.min(Duration::from_millis(150)));
+            Err(timed_out())
+        });
+        assert!(got.is_err());
+        assert!(given.len() >= 2, "{given:?}");
+        assert!(given[0] <= within, "{given:?}");
+        assert!(
+            given.windows(2).all(|w| w[1] < w[0]),
+            "each try gets less: {given:?}"
+        );
+        assert!(
+            start.elapsed() < within + Duration::from_millis(200),
+            "{:?}",
+            start.elapsed()
+        );
     }
 }
