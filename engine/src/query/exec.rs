@@ -34,7 +34,7 @@ use crate::progress::{
 };
 use crate::session::Session;
 use crate::sink::{BoxSink, SinkContext};
-use crate::source::{BoxSource, Offset, SourceContext};
+use crate::source::{BoxSource, Offset, SourceContext, SourceStorage};
 use crate::state::PartitionedStore;
 
 fn now_ms() -> i64 {
@@ -116,9 +116,13 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     let schemas: Vec<_> = sources.iter().map(|(_, s)| s.schema()).collect();
     let mut pipeline = Pipeline::compile(&plan, &schemas, &stream.statics)?;
     // What a checkpoint on object storage cannot keep yet is refused before
-    // anything is written to it.
+    // anything is written to it. Sources that keep their log on the
+    // checkpoint's storage (the file source) run with any checkpoint.
     chk.check_supported(
-        sources.iter().map(|(n, s)| (n.as_str(), s)),
+        sources
+            .iter()
+            .filter(|(_, s)| !s.log_on_storage())
+            .map(|(n, s)| (n.as_str(), s)),
         std::iter::once(&sink).chain(late_sink.as_ref()),
     )?;
     let meta = chk.load_or_init_metadata(&plan, conf.shuffle_partitions)?;
@@ -188,10 +192,16 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     })?;
     pipeline.set_partitions(partitions.max(1));
     for (i, (_, s)) in sources.iter_mut().enumerate() {
-        s.open(&SourceContext {
-            metadata_dir: chk.source_dir(i),
-            sync,
-        })?;
+        s.open_on(
+            &SourceContext {
+                metadata_dir: chk.source_dir(i),
+                sync,
+            },
+            &SourceStorage {
+                metadata: chk.storage().child(&format!("sources/{i}"))?,
+                s3: conf.s3.clone(),
+            },
+        )?;
         if trigger == Trigger::AvailableNow {
             s.prepare_for_available_now()?;
         }
@@ -203,6 +213,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         schema: pipeline.schema(),
         memory_tables: session.inner.memory_tables.clone(),
         sync: conf.fsync_checkpoint,
+        s3: conf.s3.clone(),
     })?;
 
     let mut late_sink = late_sink;
@@ -214,6 +225,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
             schema: pipeline.late_schema()?,
             memory_tables: session.inner.memory_tables.clone(),
             sync: conf.fsync_checkpoint,
+            s3: conf.s3.clone(),
         })?;
     }
     let explain = explain(&plan, &sources, sink.description(), trigger);

@@ -12,6 +12,16 @@
 //! file of a batch killed before its manifest entry is an orphan readers of
 //! the manifest never see; in-progress files are removed when the sink opens.
 //!
+//! On object storage (`s3://bucket/prefix`) each data file is one whole
+//! object (a PUT, atomic: no in-progress name is needed), and the manifest
+//! entry is created once (a conditional PUT, `If-None-Match: *`): a batch
+//! re-run after a restart whose entry exists writes nothing, and a run that
+//! loses the race to another leaves only orphans. The sink also writes an
+//! empty `_spark_metadata/.weir-sink` object when it first opens, so a
+//! reader knows the prefix is a sink's output (S3 has no directories)
+//! before its first batch is committed. Requests per batch: one PUT per
+//! data object and one for the manifest entry, nothing read.
+//!
 //! Partition directories are named as Spark/Hive name them
 //! (`ExternalCatalogUtils.escapePathName`): `/`, `%`, `=`, `:`, control
 //! characters (NUL too) and `"#'*?\{[]^` become `%XX`; a null or empty value
@@ -21,8 +31,9 @@
 //! files under such a directory keep the partition columns themselves, so
 //! the value reads back whole.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use arrow::array::UInt32Array;
@@ -38,6 +49,7 @@ use crate::checkpoint::{
 };
 use crate::error::{Result, WeirError};
 use crate::failpoint::failpoint;
+use crate::storage::{Created, Location, Storage};
 
 /// Writes batches as files with a manifest.
 pub struct FileSink {
@@ -45,6 +57,12 @@ pub struct FileSink {
     format: FileFormat,
     partition_by: Vec<String>,
     sync: bool,
+    /// The output directory on object storage, once opened (None: local).
+    remote: Option<Storage>,
+    /// On object storage: the batches whose manifest entries were there
+    /// when the sink opened, and the newest compact entry's batch.
+    committed: BTreeSet<i64>,
+    committed_upto: Option<i64>,
 }
 
 impl FileSink {
@@ -55,6 +73,9 @@ impl FileSink {
             format,
             partition_by: Vec::new(),
             sync: true,
+            remote: None,
+            committed: BTreeSet::new(),
+            committed_upto: None,
         }
     }
 
@@ -73,7 +94,7 @@ impl FileSink {
     }
 
     fn manifest(&self, batch_id: i64) -> PathBuf {
-        self.path.join("_spark_metadata").join(batch_id.to_string())
+        self.path.join(METADATA_DIR).join(batch_id.to_string())
     }
 
     fn err(&self, message: String) -> WeirError {
@@ -93,30 +114,7 @@ impl FileSink {
         let tmp = dir.join(format!(".{name}{IN_PROGRESS}"));
         let f = fs::File::create(&tmp).map_err(|e| WeirError::io(&tmp, e))?;
         let handle = f.try_clone().map_err(|e| WeirError::io(&tmp, e))?;
-        match self.format {
-            FileFormat::Parquet => {
-                let mut w = parquet::arrow::ArrowWriter::try_new(f, schema, None)
-                    .map_err(|e| self.err(e.to_string()))?;
-                for b in batches {
-                    w.write(b).map_err(|e| self.err(e.to_string()))?;
-                }
-                w.close().map_err(|e| self.err(e.to_string()))?;
-            }
-            FileFormat::Json => {
-                let mut w = arrow::json::LineDelimitedWriter::new(f);
-                for b in batches {
-                    w.write(b)?;
-                }
-                w.finish()?;
-            }
-            FileFormat::Csv => {
-                // Each `write` flushes to the file.
-                let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(f);
-                for b in batches {
-                    w.write(b)?;
-                }
-            }
-        }
+        self.encode(f, batches, schema)?;
         if self.sync {
             handle.sync_all().map_err(|e| WeirError::io(&tmp, e))?;
         }
@@ -125,6 +123,100 @@ impl FileSink {
         if self.sync {
             sync_dir(dir)?;
         }
+        Ok(())
+    }
+
+    /// Writes `batches` in the sink's format to `w`, and returns it.
+    fn encode<W: Write + Send>(
+        &self,
+        w: W,
+        batches: &[RecordBatch],
+        schema: SchemaRef,
+    ) -> Result<W> {
+        match self.format {
+            FileFormat::Parquet => {
+                let mut w = parquet::arrow::ArrowWriter::try_new(w, schema, None)
+                    .map_err(|e| self.err(e.to_string()))?;
+                for b in batches {
+                    w.write(b).map_err(|e| self.err(e.to_string()))?;
+                }
+                // Writes the footer.
+                w.into_inner().map_err(|e| self.err(e.to_string()))
+            }
+            FileFormat::Json => {
+                let mut w = arrow::json::LineDelimitedWriter::new(w);
+                for b in batches {
+                    w.write(b)?;
+                }
+                w.finish()?;
+                Ok(w.into_inner())
+            }
+            FileFormat::Csv => {
+                // Each `write` flushes to the writer.
+                let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(w);
+                for b in batches {
+                    w.write(b)?;
+                }
+                Ok(w.into_inner())
+            }
+        }
+    }
+
+    /// Opens the output directory on object storage: notes the batches
+    /// already committed (one listing) and marks the prefix as a sink's
+    /// output on first use.
+    fn open_remote(&mut self, storage: Storage) -> Result<()> {
+        let meta = storage.child(METADATA_DIR)?;
+        let names = meta.list("")?;
+        for name in &names {
+            match name.strip_suffix(".compact") {
+                Some(n) => self.committed_upto = self.committed_upto.max(parse_batch_id(n)),
+                None => self.committed.extend(parse_batch_id(name)),
+            }
+        }
+        if !names.iter().any(|n| n == SINK_MARKER) {
+            meta.put(SINK_MARKER, b"")?;
+        }
+        self.remote = Some(storage);
+        Ok(())
+    }
+
+    /// Writes batch `batch_id` to object storage: each data object with one
+    /// PUT, then its manifest entry, created once.
+    fn add_batch_remote(
+        &mut self,
+        storage: &Storage,
+        batch_id: i64,
+        by_dir: BTreeMap<String, Vec<RecordBatch>>,
+    ) -> Result<()> {
+        let mut files = Vec::new();
+        for (dir, rows) in by_dir {
+            let name = format!(
+                "part-{batch_id:05}-{}.{}",
+                uuid::Uuid::new_v4(),
+                self.format.extension()
+            );
+            let rel = if dir.is_empty() {
+                name
+            } else {
+                format!("{dir}/{name}")
+            };
+            let bytes = self.encode(Vec::new(), &rows, file_schema(&rows))?;
+            storage.put(&rel, &bytes)?;
+            failpoint("file_sink_after_data", batch_id);
+            files.push(serde_json::json!({"path": rel, "action": "add"}));
+        }
+        let meta = storage.child(METADATA_DIR)?;
+        match meta.put_create(&batch_id.to_string(), manifest_text(&files).as_bytes())? {
+            Created::Created => {}
+            Created::Exists => tracing::warn!(
+                sink = %self.description(),
+                batch_id,
+                "the batch's manifest entry was written meanwhile by another run; this run's data objects of the batch are orphans no reader of the manifest sees"
+            ),
+        }
+        self.committed.insert(batch_id);
+        failpoint("file_sink_after_manifest", batch_id);
         Ok(())
     }
 
@@ -180,6 +272,32 @@ impl FileSink {
 
 /// Suffix of a data file being written (hidden: its name starts with `.`).
 const IN_PROGRESS: &str = ".inprogress";
+
+/// The manifest's directory below the sink's.
+pub const METADATA_DIR: &str = "_spark_metadata";
+
+/// The object marking an object-storage prefix as a file sink's output
+/// (ignored by manifest readers: not a batch id).
+pub const SINK_MARKER: &str = ".weir-sink";
+
+/// A batch's manifest text: `v1`, then one JSON entry a line.
+fn manifest_text(files: &[serde_json::Value]) -> String {
+    std::iter::once("v1".to_string())
+        .chain(files.iter().map(|f| f.to_string()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The schema a data file is written with (a row-less schema for a
+/// column-less result).
+fn file_schema(rows: &[RecordBatch]) -> SchemaRef {
+    let schema: SchemaRef = rows[0].schema();
+    if schema.fields().is_empty() {
+        std::sync::Arc::new(Schema::empty())
+    } else {
+        schema
+    }
+}
 
 /// The directory name of a null or empty partition value (Hive's).
 pub const DEFAULT_PARTITION_NAME: &str = "__HIVE_DEFAULT_PARTITION__";
@@ -359,7 +477,14 @@ impl Sink for FileSink {
                 )));
             }
         }
-        let meta = self.path.join("_spark_metadata");
+        match Location::parse(&self.path.to_string_lossy())? {
+            Location::Local(p) => self.path = p,
+            Location::S3 { .. } => {
+                let storage = Storage::open(&self.path.to_string_lossy(), &ctx.s3, self.sync)?;
+                return self.open_remote(storage);
+            }
+        }
+        let meta = self.path.join(METADATA_DIR);
         create_dir_all_synced(&meta, self.sync)?;
         // What a killed run left: temp manifests, half-written data files.
         remove_temp_files(&meta)?;
@@ -368,7 +493,14 @@ impl Sink for FileSink {
     }
 
     fn add_batch(&mut self, batch_id: i64, batches: &[RecordBatch]) -> Result<()> {
-        if self.manifest(batch_id).exists() {
+        let committed = match &self.remote {
+            Some(_) => {
+                self.committed.contains(&batch_id)
+                    || self.committed_upto.is_some_and(|c| batch_id <= c)
+            }
+            None => self.manifest(batch_id).exists(),
+        };
+        if committed {
             return Ok(()); // committed before a restart: never write twice
         }
         let mut by_dir: BTreeMap<String, Vec<RecordBatch>> = BTreeMap::new();
@@ -376,6 +508,9 @@ impl Sink for FileSink {
             for (d, rows) in self.partitions(b)? {
                 by_dir.entry(d).or_default().push(rows);
             }
+        }
+        if let Some(storage) = self.remote.clone() {
+            return self.add_batch_remote(&storage, batch_id, by_dir);
         }
         let mut files = Vec::new();
         for (dir, rows) in by_dir {
@@ -389,21 +524,15 @@ impl Sink for FileSink {
             } else {
                 Path::new(&dir).join(&name)
             };
-            let schema: SchemaRef = rows[0].schema();
-            let schema = if schema.fields().is_empty() {
-                std::sync::Arc::new(Schema::empty())
-            } else {
-                schema
-            };
-            self.write_file(&self.path.join(&rel), &rows, schema)?;
+            self.write_file(&self.path.join(&rel), &rows, file_schema(&rows))?;
             failpoint("file_sink_after_data", batch_id);
             files.push(serde_json::json!({"path": rel.to_string_lossy(), "action": "add"}));
         }
-        let text = std::iter::once("v1".to_string())
-            .chain(files.iter().map(|f| f.to_string()))
-            .collect::<Vec<_>>()
-            .join("\n");
-        write_atomic(&self.manifest(batch_id), text.as_bytes(), self.sync)?;
+        write_atomic(
+            &self.manifest(batch_id),
+            manifest_text(&files).as_bytes(),
+            self.sync,
+        )?;
         failpoint("file_sink_after_manifest", batch_id);
         Ok(())
     }
@@ -414,52 +543,153 @@ impl Sink for FileSink {
 /// `<N>.compact` file holds every entry up to batch N; `file:` paths;
 /// `delete` actions). Names that are not batch ids are ignored.
 pub fn committed_files(path: &Path) -> Result<Vec<PathBuf>> {
-    let dir = path.join("_spark_metadata");
-    let mut ids: Vec<(i64, bool)> = match fs::read_dir(&dir) {
-        Ok(rd) => rd
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().to_str()?.to_string();
-                match name.strip_suffix(".compact") {
-                    Some(n) => parse_batch_id(n).map(|n| (n, true)),
-                    None => parse_batch_id(&name).map(|n| (n, false)),
-                }
-            })
-            .collect(),
-        Err(_) => return Ok(vec![]),
-    };
-    ids.sort();
-    // The newest compact file replaces everything up to its batch.
-    if let Some(c) = ids.iter().rev().find(|(_, compact)| *compact).map(|x| x.0) {
-        ids.retain(|(n, compact)| (*n == c && *compact) || *n > c);
+    Manifest::default().files(path)
+}
+
+/// The objects a file sink on object storage committed, by their names
+/// below `root` (the sink's directory), in batch order: as
+/// [`committed_files`], for `s3://` (Spark's `s3://`/`s3a://` URIs below
+/// `root` are read too).
+pub fn committed_objects(root: &Storage) -> Result<Vec<String>> {
+    Manifest::default().objects(root)
+}
+
+/// One line of a manifest: an entry's path and whether it is a `delete`.
+type ManifestLine = (String, bool);
+
+/// Reads a file sink's manifest (`_spark_metadata`), each manifest file
+/// once: entries are never rewritten, so a reader polling the manifest
+/// keeps one of these and reads only what is new (one listing per poll).
+#[derive(Debug, Default)]
+pub struct Manifest {
+    read: HashMap<String, Vec<ManifestLine>>,
+}
+
+impl Manifest {
+    /// [`committed_files`] of the local sink directory `path`.
+    pub fn files(&mut self, path: &Path) -> Result<Vec<PathBuf>> {
+        let meta = Storage::local(path.join(METADATA_DIR), false);
+        self.committed(&meta, &|f| Ok(manifest_path(path, f)))
     }
-    let mut out: Vec<PathBuf> = Vec::new();
-    for (id, compact) in ids {
-        let p = dir.join(if compact {
-            format!("{id}.compact")
-        } else {
-            id.to_string()
-        });
-        let t = fs::read_to_string(&p).map_err(|e| WeirError::io(&p, e))?;
-        for line in t.lines().skip(1).filter(|l| !l.trim().is_empty()) {
-            let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
-                WeirError::checkpoint(
-                    &p,
-                    format!("damaged file-sink manifest entry ({e}); restore the file or remove the output directory and its checkpoint to rewrite it"),
-                )
-            })?;
-            let Some(f) = v.get("path").and_then(|p| p.as_str()) else {
-                continue;
-            };
-            let f = manifest_path(path, f);
-            if v.get("action").and_then(|a| a.as_str()) == Some("delete") {
-                out.retain(|x| *x != f);
+
+    /// [`committed_objects`] of the sink directory `root`.
+    pub fn objects(&mut self, root: &Storage) -> Result<Vec<String>> {
+        let meta = root.child(METADATA_DIR)?;
+        self.committed(&meta, &|f| manifest_object(root, f))
+    }
+
+    /// Every committed entry, in batch order, as `map` turns the entry's
+    /// path into the reader's name for it (`delete` actions applied).
+    pub fn committed<T: PartialEq>(
+        &mut self,
+        meta: &Storage,
+        map: &dyn Fn(&str) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut ids: Vec<(i64, bool)> = meta
+            .list("")?
+            .into_iter()
+            .filter_map(|name| match name.strip_suffix(".compact") {
+                Some(n) => parse_batch_id(n).map(|n| (n, true)),
+                None => parse_batch_id(&name).map(|n| (n, false)),
+            })
+            .collect();
+        ids.sort();
+        // The newest compact file replaces everything up to its batch.
+        if let Some(c) = ids.iter().rev().find(|(_, compact)| *compact).map(|x| x.0) {
+            ids.retain(|(n, compact)| (*n == c && *compact) || *n > c);
+        }
+        let mut out: Vec<T> = Vec::new();
+        for (id, compact) in ids {
+            let name = if compact {
+                format!("{id}.compact")
             } else {
-                out.push(f);
+                id.to_string()
+            };
+            if !self.read.contains_key(&name) {
+                let lines = read_manifest_file(meta, &name)?;
+                self.read.insert(name.clone(), lines);
+            }
+            for (f, delete) in &self.read[&name] {
+                let f = map(f)?;
+                if *delete {
+                    out.retain(|x| *x != f);
+                } else {
+                    out.push(f);
+                }
             }
         }
+        Ok(out)
+    }
+}
+
+/// Reads one manifest file's entries.
+fn read_manifest_file(meta: &Storage, name: &str) -> Result<Vec<ManifestLine>> {
+    let p = meta.display_path(name);
+    let bytes = meta.get(name)?.ok_or_else(|| {
+        WeirError::checkpoint(
+            &p,
+            "the file-sink manifest entry vanished while it was read; another process is changing the sink's directory",
+        )
+    })?;
+    let t = String::from_utf8_lossy(&bytes);
+    let mut out = Vec::new();
+    for line in t.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+            WeirError::checkpoint(
+                &p,
+                format!("damaged file-sink manifest entry ({e}); restore the file or remove the output directory and its checkpoint to rewrite it"),
+            )
+        })?;
+        let Some(f) = v.get("path").and_then(|p| p.as_str()) else {
+            continue;
+        };
+        let delete = v.get("action").and_then(|a| a.as_str()) == Some("delete");
+        out.push((f.to_string(), delete));
     }
     Ok(out)
+}
+
+/// A manifest entry's object name below `root` (an object-storage sink's
+/// directory): weir writes names relative to it; Spark writes `s3a://`
+/// URIs (percent-encoded). An entry outside `root` is an error.
+fn manifest_object(root: &Storage, entry: &str) -> Result<String> {
+    if !entry.contains("://") {
+        return Ok(entry.to_string());
+    }
+    let outside = || {
+        WeirError::Source {
+            source_name: format!("file sink output {}", root.location()),
+            message: format!(
+                "its manifest lists `{entry}`, which is not below {}; weir reads a sink's output only from its own directory",
+                root.location()
+            ),
+        }
+    };
+    let decoded = unescape_uri(entry);
+    let (
+        Ok(Location::S3 { bucket, prefix }),
+        Location::S3 {
+            bucket: b,
+            prefix: p,
+        },
+    ) = (Location::parse(&decoded), root.location())
+    else {
+        return Err(outside());
+    };
+    if bucket != *b {
+        return Err(outside());
+    }
+    let rel = if p.is_empty() {
+        Some(prefix.as_str())
+    } else {
+        prefix
+            .strip_prefix(p.as_str())
+            .and_then(|r| r.strip_prefix('/'))
+    };
+    match rel {
+        Some(r) if !r.is_empty() => Ok(r.to_string()),
+        _ => Err(outside()),
+    }
 }
 
 /// A manifest entry's path on disk: relative to the sink directory (weir),

@@ -52,6 +52,10 @@ pub struct SinkContext {
     /// Whether files the sink writes are fsync'd (the session's
     /// `weir.checkpoint.fsync`).
     pub sync: bool,
+    /// The session's S3 settings (`spark.hadoop.fs.s3a.*`), for a sink
+    /// writing to `s3://` (the environment's `AWS_*` fill what they leave
+    /// unset).
+    pub s3: crate::storage::S3Settings,
 }
 
 /// A streaming sink.

@@ -13,6 +13,21 @@
 //! sit in `col=value` partition directories: a schema column named like a
 //! partition column takes the directory's (unescaped) value.
 //!
+//! The directory may be on object storage (`s3://bucket/prefix`): one
+//! listing per poll (objects directly under the prefix, as locally only the
+//! directory's own files are read), each new object read with one GET. A
+//! prefix is a file sink's output when `_spark_metadata/` has an object
+//! (weir's sink marks it when it opens), checked, as Spark does, until the
+//! prefix has data files without one. The seen-files log lives under the
+//! checkpoint's `sources/<i>/` on the checkpoint's storage, each entry
+//! created once, so two runs cannot both log an entry.
+//!
+//! `max_file_age` (Spark's `maxFileAge`) skips files older, by modification
+//! time, than the newest file already taken minus the age (every file
+//! counts until one is taken; ignored with `latest_first` and
+//! `max_files_per_trigger` together, as in Spark). Unset, no file is too
+//! old.
+//!
 //! The seen-files log is compacted as Spark's `FileStreamSourceLog` is: every
 //! `log_compact_interval` entries (default 10, Spark's
 //! `spark.sql.streaming.fileSource.log.compactInterval`) one `<n>.compact`
@@ -24,16 +39,18 @@ use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use arrow::array::{new_null_array, ArrayRef, StringArray};
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use weir_plan::Field;
 
-use super::{Offset, Source, SourceContext};
-use crate::checkpoint::{parse_batch_id, write_atomic};
+use super::{Offset, Source, SourceContext, SourceStorage};
+use crate::checkpoint::parse_batch_id;
 use crate::error::{Result, WeirError};
-use crate::sink::file::{committed_files, parse_partition_dir};
+use crate::sink::file::{parse_partition_dir, Manifest, METADATA_DIR};
+use crate::storage::{Created, Location, S3Settings, Storage};
 
 /// Spark's `spark.sql.streaming.fileSource.log.compactInterval` default.
 pub const DEFAULT_LOG_COMPACT_INTERVAL: usize = 10;
@@ -80,8 +97,19 @@ pub struct FileSource {
     latest_first: bool,
     header: bool,
     mode: ParseMode,
-    log_dir: Option<PathBuf>,
+    /// The seen-files log's directory (the checkpoint's `sources/<i>/`).
+    log_dir: Option<Storage>,
     sync: bool,
+    /// The directory on object storage, once opened (None: local).
+    remote: Option<Storage>,
+    /// Whether the directory is a file sink's output (object storage:
+    /// None until known).
+    has_metadata: Option<bool>,
+    /// The sink manifest's entries read so far.
+    manifest: Manifest,
+    max_file_age_ms: Option<i64>,
+    /// The newest modification time of a file taken, in ms since the epoch.
+    latest_ms: Option<i64>,
     /// Files of each logged batch, by log offset.
     log: Vec<Vec<PathBuf>>,
     seen: HashSet<PathBuf>,
@@ -103,6 +131,11 @@ impl FileSource {
             mode: ParseMode::Permissive,
             log_dir: None,
             sync: true,
+            remote: None,
+            has_metadata: None,
+            manifest: Manifest::default(),
+            max_file_age_ms: None,
+            latest_ms: None,
             log: Vec::new(),
             seen: HashSet::new(),
             available_now_cap: None,
@@ -120,6 +153,14 @@ impl FileSource {
     /// Take the newest files first (Spark's `latestFirst`).
     pub fn latest_first(mut self, yes: bool) -> Self {
         self.latest_first = yes;
+        self
+    }
+
+    /// Skip files older than the newest file taken minus `age` (Spark's
+    /// `maxFileAge`; unset: none is too old). Ignored with `latest_first`
+    /// and `max_files_per_trigger` together, as in Spark.
+    pub fn max_file_age(mut self, age: Duration) -> Self {
+        self.max_file_age_ms = Some(i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
         self
     }
 
@@ -147,20 +188,15 @@ impl FileSource {
         self.malformed
     }
 
-    fn list_new(&self) -> Result<Vec<PathBuf>> {
-        if self.dir.join("_spark_metadata").is_dir() {
+    fn list_new(&mut self) -> Result<Vec<PathBuf>> {
+        if let Some(data) = self.remote.clone() {
+            return self.list_new_remote(&data);
+        }
+        if self.dir.join(METADATA_DIR).is_dir() {
             // A file sink's output: only what its manifest committed, in
             // commit order.
-            let mut files: Vec<PathBuf> = committed_files(&self.dir)?
-                .into_iter()
-                .filter(|p| !self.seen.contains(p))
-                .collect();
-            let mut dedup = HashSet::new();
-            files.retain(|p| dedup.insert(p.clone()));
-            if self.latest_first {
-                files.reverse();
-            }
-            return Ok(files);
+            let files = self.manifest.files(&self.dir)?;
+            return Ok(self.unseen_committed(files));
         }
         let rd = match fs::read_dir(&self.dir) {
             Ok(rd) => rd,
@@ -175,16 +211,107 @@ impl FileSource {
                 continue;
             }
             let md = e.metadata().map_err(|er| WeirError::io(e.path(), er))?;
-            if !md.is_file() || self.seen.contains(&e.path()) {
+            if !md.is_file() {
                 continue;
             }
-            files.push((md.modified().ok(), e.path()));
+            let modified = md.modified().ok();
+            if self.seen.contains(&e.path()) {
+                self.note_taken(modified.map(millis));
+                continue;
+            }
+            files.push((modified, e.path()));
         }
         files.sort();
         if self.latest_first {
             files.reverse();
         }
-        Ok(files.into_iter().map(|(_, p)| p).collect())
+        let files = files
+            .into_iter()
+            .filter(|(m, _)| !self.too_old(m.map(millis)))
+            .map(|(_, p)| p)
+            .collect();
+        Ok(files)
+    }
+
+    /// [`FileSource::list_new`] on object storage: a sink's output through
+    /// its manifest, otherwise the objects directly under the prefix.
+    fn list_new_remote(&mut self, data: &Storage) -> Result<Vec<PathBuf>> {
+        if self.has_metadata.is_none() && !data.list(METADATA_DIR)?.is_empty() {
+            self.has_metadata = Some(true);
+        }
+        if self.has_metadata == Some(true) {
+            let files = self
+                .manifest
+                .objects(data)?
+                .into_iter()
+                .map(|name| self.dir.join(name))
+                .collect();
+            return Ok(self.unseen_committed(files));
+        }
+        let mut files = Vec::new();
+        let mut any = false;
+        for e in data.list_entries("")? {
+            if e.name.starts_with('.') || e.name.starts_with('_') {
+                continue;
+            }
+            any = true;
+            let path = self.dir.join(&e.name);
+            if self.seen.contains(&path) {
+                self.note_taken(Some(e.modified_ms));
+                continue;
+            }
+            files.push((e.modified_ms, path));
+        }
+        if any {
+            // Data without a manifest: not a sink's output (Spark decides
+            // the same way, once).
+            self.has_metadata = Some(false);
+        }
+        files.sort();
+        if self.latest_first {
+            files.reverse();
+        }
+        Ok(files
+            .into_iter()
+            .filter(|(m, _)| !self.too_old(Some(*m)))
+            .map(|(_, p)| p)
+            .collect())
+    }
+
+    /// The manifest's files not taken yet, each once, in commit order
+    /// (reversed with `latest_first`).
+    fn unseen_committed(&self, files: Vec<PathBuf>) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = files
+            .into_iter()
+            .filter(|p| !self.seen.contains(p))
+            .collect();
+        let mut dedup = HashSet::new();
+        files.retain(|p| dedup.insert(p.clone()));
+        if self.latest_first {
+            files.reverse();
+        }
+        files
+    }
+
+    /// Notes the modification time of a file taken before (for
+    /// `max_file_age`).
+    fn note_taken(&mut self, modified_ms: Option<i64>) {
+        if let Some(m) = modified_ms {
+            self.latest_ms = Some(self.latest_ms.map_or(m, |l| l.max(m)));
+        }
+    }
+
+    /// Whether a file modified at `modified_ms` is past `max_file_age`.
+    fn too_old(&self, modified_ms: Option<i64>) -> bool {
+        let (Some(age), Some(latest), Some(m)) =
+            (self.max_file_age_ms, self.latest_ms, modified_ms)
+        else {
+            return false;
+        };
+        if self.latest_first && self.max_files.is_some() {
+            return false;
+        }
+        m < latest.saturating_sub(age)
     }
 
     /// The partition values `path`'s `col=value` directories (below the
@@ -224,39 +351,62 @@ impl FileSource {
     }
 
     fn read_file(&mut self, path: &Path) -> Result<Vec<RecordBatch>> {
-        let open = || fs::File::open(path).map_err(|e| WeirError::io(path, e));
         let parts = self.partition_values(path);
-        match self.format {
-            FileFormat::Parquet => {
-                let reader =
-                    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(open()?)
-                        .map_err(|e| self.err(path, e.to_string()))?
-                        .build()
-                        .map_err(|e| self.err(path, e.to_string()))?;
-                let mut out = Vec::new();
-                for b in reader {
-                    let b = self.conform(&b?, path)?;
-                    if parts.is_empty() {
-                        out.push(b);
-                        continue;
-                    }
-                    let mut cols = b.columns().to_vec();
-                    for (i, v) in &parts {
-                        cols[*i] = self.constant_column(*i, v.as_deref(), b.num_rows())?;
-                    }
-                    out.push(RecordBatch::try_new_with_options(
-                        self.schema.clone(),
-                        cols,
-                        &arrow::record_batch::RecordBatchOptions::new()
-                            .with_row_count(Some(b.num_rows())),
-                    )?);
+        if let Some(data) = &self.remote {
+            let name = object_name(&self.dir, path).ok_or_else(|| {
+                self.err(path, "the file is not in the source's directory".into())
+            })?;
+            let bytes = data.get(&name)?.ok_or_else(|| {
+                self.err(
+                    path,
+                    "the object is gone: it was deleted after the source logged it. Restore it, or start with a new checkpoint location".into(),
+                )
+            })?;
+            return match self.format {
+                FileFormat::Parquet => self.read_parquet(parquet_input(bytes), path, &parts),
+                FileFormat::Json | FileFormat::Csv => {
+                    self.read_text(path, std::io::Cursor::new(bytes), &parts)
                 }
-                Ok(out)
-            }
+            };
+        }
+        let open = || fs::File::open(path).map_err(|e| WeirError::io(path, e));
+        match self.format {
+            FileFormat::Parquet => self.read_parquet(open()?, path, &parts),
             FileFormat::Json | FileFormat::Csv => {
                 self.read_text(path, BufReader::new(open()?), &parts)
             }
         }
+    }
+
+    /// Reads one Parquet file; the columns in `parts` come from the path.
+    fn read_parquet<R: parquet::file::reader::ChunkReader + 'static>(
+        &self,
+        input: R,
+        path: &Path,
+        parts: &[(usize, Option<String>)],
+    ) -> Result<Vec<RecordBatch>> {
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input)
+            .map_err(|e| self.err(path, e.to_string()))?
+            .build()
+            .map_err(|e| self.err(path, e.to_string()))?;
+        let mut out = Vec::new();
+        for b in reader {
+            let b = self.conform(&b?, path)?;
+            if parts.is_empty() {
+                out.push(b);
+                continue;
+            }
+            let mut cols = b.columns().to_vec();
+            for (i, v) in parts {
+                cols[*i] = self.constant_column(*i, v.as_deref(), b.num_rows())?;
+            }
+            out.push(RecordBatch::try_new_with_options(
+                self.schema.clone(),
+                cols,
+                &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(b.num_rows())),
+            )?);
+        }
+        Ok(out)
     }
 
     fn err(&self, path: &Path, message: String) -> WeirError {
@@ -410,37 +560,36 @@ impl FileSource {
                     &serde_json::json!({"id": id, "files": names(f)}),
                 )?);
             }
-            write_atomic(
-                &dir.join(format!("{n}.compact")),
-                text.as_bytes(),
-                self.sync,
-            )?;
+            let name = format!("{n}.compact");
+            log_create(dir, &name, text.as_bytes())?;
             remove_compacted(dir, n)?;
         } else {
-            write_atomic(
-                &dir.join(n.to_string()),
-                format!("v1\n{}", serde_json::to_string(&names(files))?).as_bytes(),
-                self.sync,
-            )?;
+            let text = format!("v1\n{}", serde_json::to_string(&names(files))?);
+            log_create(dir, &n.to_string(), text.as_bytes())?;
         }
         crate::failpoint::failpoint_here("after_source_log");
         Ok(())
     }
 }
 
+/// Creates log entry `name`; one that exists was written by another run
+/// of the query on this checkpoint at the same time: an error.
+fn log_create(dir: &Storage, name: &str, bytes: &[u8]) -> Result<()> {
+    match dir.put_create(name, bytes)? {
+        Created::Created => Ok(()),
+        Created::Exists => Err(WeirError::checkpoint(
+            dir.display_path(name),
+            "another run of this query logged this file-source entry at the same time: only one run may use a checkpoint location; stop the other run",
+        )),
+    }
+}
+
 /// What a log directory holds: the newest `<n>.compact` and the plain
 /// entries' ids.
-fn list_log(dir: &Path) -> Result<(Option<usize>, Vec<usize>)> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, vec![])),
-        Err(e) => return Err(WeirError::io(dir, e)),
-    };
+fn list_log(dir: &Storage) -> Result<(Option<usize>, Vec<usize>)> {
     let mut compact = None;
     let mut plain = Vec::new();
-    for e in rd {
-        let e = e.map_err(|e| WeirError::io(dir, e))?;
-        let name = e.file_name().to_string_lossy().to_string();
+    for name in dir.list("")? {
         let id = |s: &str| parse_batch_id(s).and_then(|n| usize::try_from(n).ok());
         match name.strip_suffix(".compact") {
             Some(n) => compact = compact.max(id(n)),
@@ -453,10 +602,8 @@ fn list_log(dir: &Path) -> Result<(Option<usize>, Vec<usize>)> {
 
 /// Removes the log files `<upto>.compact` replaces: plain entries up to it
 /// and older compact files (also what a crash between the two left).
-fn remove_compacted(dir: &Path, upto: usize) -> Result<()> {
-    let rd = fs::read_dir(dir).map_err(|e| WeirError::io(dir, e))?;
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
+fn remove_compacted(dir: &Storage, upto: usize) -> Result<()> {
+    for name in dir.list("")? {
         let (n, compact) = match name.strip_suffix(".compact") {
             Some(n) => (n, true),
             None => (name.as_str(), false),
@@ -465,14 +612,40 @@ fn remove_compacted(dir: &Path, upto: usize) -> Result<()> {
             continue;
         };
         if (compact && n < upto) || (!compact && n <= upto) {
-            match fs::remove_file(e.path()) {
-                Ok(()) => {}
-                Err(er) if er.kind() == std::io::ErrorKind::NotFound => {}
-                Err(er) => return Err(WeirError::io(e.path(), er)),
-            }
+            dir.delete(&name)?;
         }
     }
     Ok(())
+}
+
+/// `path`'s object name below `dir` (both as the source spells them:
+/// `s3://bucket/prefix/...`).
+fn object_name(dir: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(dir).ok()?;
+    let parts: Vec<String> = rel
+        .components()
+        .map(|c| match c {
+            std::path::Component::Normal(s) => Some(s.to_string_lossy().to_string()),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
+/// An object's bytes as Parquet's in-memory reader input (object_store's
+/// `Bytes`).
+fn parquet_input(bytes: Vec<u8>) -> impl parquet::file::reader::ChunkReader {
+    object_store::PutPayload::from(bytes)
+        .into_iter()
+        .next()
+        .unwrap_or_default()
+}
+
+/// A modification time in ms since the epoch.
+fn millis(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 fn parse_json_line(schema: &SchemaRef, line: &str) -> Result<RecordBatch> {
@@ -509,17 +682,50 @@ impl Source for FileSource {
     }
 
     fn open(&mut self, ctx: &SourceContext) -> Result<()> {
-        let dir = ctx.metadata_dir.clone();
+        self.open_on(
+            ctx,
+            &SourceStorage {
+                metadata: Storage::local(&ctx.metadata_dir, ctx.sync),
+                s3: S3Settings::default(),
+            },
+        )
+    }
+
+    fn log_on_storage(&self) -> bool {
+        true
+    }
+
+    fn open_on(&mut self, ctx: &SourceContext, storage: &SourceStorage) -> Result<()> {
+        match Location::parse(&self.dir.to_string_lossy())? {
+            Location::Local(p) => self.dir = p,
+            loc @ Location::S3 { .. } => {
+                let url = loc.to_string();
+                self.remote = Some(Storage::open(&url, &storage.s3, ctx.sync)?);
+                self.dir = PathBuf::from(url);
+            }
+        }
+        let dir = storage.metadata.clone();
         self.log_dir = Some(dir.clone());
         self.sync = ctx.sync;
         let damaged = |p: &Path, e: String| {
             WeirError::checkpoint(p, format!("damaged file-source log ({e}); restore it or start with a new checkpoint location"))
         };
-        let (compact, _) = list_log(&dir)?;
+        let read = |name: &str| -> Result<String> {
+            let bytes = dir.get(name)?.ok_or_else(|| {
+                damaged(
+                    &dir.display_path(name),
+                    "an entry vanished while it was read; is another run using this checkpoint?"
+                        .into(),
+                )
+            })?;
+            Ok(String::from_utf8_lossy(&bytes).into_owned())
+        };
+        let (compact, plain) = list_log(&dir)?;
         let mut n = 0;
         if let Some(c) = compact {
-            let p = dir.join(format!("{c}.compact"));
-            let t = fs::read_to_string(&p).map_err(|e| WeirError::io(&p, e))?;
+            let name = format!("{c}.compact");
+            let p = dir.display_path(&name);
+            let t = read(&name)?;
             for line in t.lines().skip(1).filter(|l| !l.trim().is_empty()) {
                 #[derive(serde::Deserialize)]
                 struct Entry {
@@ -548,15 +754,11 @@ impl Source for FileSource {
             remove_compacted(&dir, c)?;
             n = c + 1;
         }
-        loop {
-            let p = dir.join(n.to_string());
-            let t = match fs::read_to_string(&p) {
-                Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                Err(e) => return Err(WeirError::io(&p, e)),
-            };
+        while plain.binary_search(&n).is_ok() {
+            let name = n.to_string();
+            let t = read(&name)?;
             let list: Vec<String> = serde_json::from_str(t.lines().nth(1).unwrap_or("[]"))
-                .map_err(|e| damaged(&p, e.to_string()))?;
+                .map_err(|e| damaged(&dir.display_path(&name), e.to_string()))?;
             let files: Vec<PathBuf> = list.into_iter().map(PathBuf::from).collect();
             self.seen.extend(files.iter().cloned());
             self.log.push(files);
@@ -787,5 +989,85 @@ mod tests {
         .unwrap();
         let next = s.latest_offset(Some(&end)).unwrap().unwrap();
         assert_eq!(keys(&s.get_batch(Some(&end), &next).unwrap()), ["orphan"]);
+    }
+
+    #[test]
+    fn files_older_than_max_file_age_behind_the_newest_taken_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let chk = tempfile::tempdir().unwrap();
+        let base = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let add = |name: &str, key: &str, age_s: u64| {
+            let p = dir.path().join(name);
+            fs::write(
+                &p,
+                format!("{{\"ts\":\"2024-01-01T12:00:00Z\",\"key\":\"{key}\"}}"),
+            )
+            .unwrap();
+            fs::File::options()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_modified(base - Duration::from_secs(age_s))
+                .unwrap();
+        };
+        let open = || {
+            let mut s = FileSource::new(dir.path(), FileFormat::Json, fields())
+                .max_file_age(Duration::from_secs(60));
+            s.open(&SourceContext {
+                metadata_dir: chk.path().to_path_buf(),
+                sync: false,
+            })
+            .unwrap();
+            s
+        };
+        // Before any file is taken, every file counts, however old.
+        add("a.json", "a", 3600);
+        add("b.json", "b", 0);
+        let mut s = open();
+        let o0 = s.latest_offset(None).unwrap().unwrap();
+        assert_eq!(keys(&s.get_batch(None, &o0).unwrap()), ["a", "b"]);
+        // Now b (the newest taken) sets the bar: older than b - 60 s is skipped.
+        add("c.json", "c", 120);
+        add("d.json", "d", 30);
+        let o1 = s.latest_offset(Some(&o0)).unwrap().unwrap();
+        assert_eq!(keys(&s.get_batch(Some(&o0), &o1).unwrap()), ["d"]);
+        // The same after a restart (the bar comes from the files taken).
+        let mut s2 = open();
+        assert_eq!(s2.latest_offset(Some(&o1)).unwrap(), Some(o1.clone()));
+        // Ignored with latestFirst and maxFilesPerTrigger together (Spark).
+        let chk2 = tempfile::tempdir().unwrap();
+        let mut s3 = FileSource::new(dir.path(), FileFormat::Json, fields())
+            .max_file_age(Duration::from_secs(60))
+            .latest_first(true)
+            .max_files_per_trigger(10);
+        s3.open(&SourceContext {
+            metadata_dir: chk2.path().to_path_buf(),
+            sync: false,
+        })
+        .unwrap();
+        let e = s3.latest_offset(None).unwrap().unwrap();
+        let mut got = keys(&s3.get_batch(None, &e).unwrap());
+        got.sort();
+        assert_eq!(got, ["a", "b", "c", "d"]);
+    }
+
+    #[test]
+    fn a_log_entry_another_run_wrote_meanwhile_is_refused_not_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let chk = tempfile::tempdir().unwrap();
+        let mut s = open(dir.path(), chk.path());
+        fs::write(
+            dir.path().join("a.json"),
+            "{\"ts\":\"2024-01-01T12:00:00Z\",\"key\":\"a\"}",
+        )
+        .unwrap();
+        // Another run of the query logged entry 0 after this one opened.
+        fs::write(chk.path().join("0"), "v1\n[\"/elsewhere/x.json\"]").unwrap();
+        let err = s.latest_offset(None).unwrap_err().to_string();
+        assert!(err.contains("only one run may use a checkpoint"), "{err}");
+        assert_eq!(
+            fs::read_to_string(chk.path().join("0")).unwrap(),
+            "v1\n[\"/elsewhere/x.json\"]"
+        );
     }
 }

@@ -42,6 +42,19 @@ pub struct SourceContext {
     pub sync: bool,
 }
 
+/// Where a source keeps its own log, for sources that keep it on the
+/// checkpoint's storage (a local directory or an `s3://` prefix), and how
+/// it reaches object storage: what [`Source::open_on`] gets.
+#[derive(Debug, Clone)]
+pub struct SourceStorage {
+    /// The source's directory under the checkpoint, `sources/<i>/`.
+    pub metadata: crate::storage::Storage,
+    /// The session's S3 settings (`spark.hadoop.fs.s3a.*`), for a source
+    /// reading `s3://` (the environment's `AWS_*` fill what they leave
+    /// unset).
+    pub s3: crate::storage::S3Settings,
+}
+
 /// A streaming source.
 pub trait Source: Send {
     /// The schema of the rows.
@@ -51,6 +64,19 @@ pub trait Source: Send {
     /// Called once when the query starts, before any other call.
     fn open(&mut self, _ctx: &SourceContext) -> Result<()> {
         Ok(())
+    }
+    /// Called once when the query starts, in place of [`Source::open`]:
+    /// with the source's directory on the checkpoint's storage. A source
+    /// that keeps its log there implements it (and
+    /// [`Source::log_on_storage`]); the default calls `open`.
+    fn open_on(&mut self, ctx: &SourceContext, _storage: &SourceStorage) -> Result<()> {
+        self.open(ctx)
+    }
+    /// Whether the source keeps its own log only through
+    /// [`Source::open_on`]'s storage, so it runs with a checkpoint on object
+    /// storage (default false: such a source needs a local checkpoint).
+    fn log_on_storage(&self) -> bool {
+        false
     }
     /// The offset up to which data is available now, given that batches so
     /// far ended at `start`, within the source's per-trigger limit. `None`:
