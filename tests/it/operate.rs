@@ -14,7 +14,7 @@ use weir::source::{MemoryStream, RateMicroBatchSource};
 use weir::ui::UiServer;
 use weir::{Session, SessionConfig, StreamingQuery, Trigger};
 
-use crate::common::{fields, iso_ms};
+use crate::common::{fields, iso_ms, TestChild};
 
 /// One HTTP/1.1 request to the UI (Host: localhost:<port>); the status and body.
 fn request(
@@ -536,33 +536,23 @@ fn signal_child_stops_gracefully(signal: &str, test: &str) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env("WEIR_OPERATE_SIGNAL_CHILD", dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = TestChild::of_test(
+        test,
+        &[(
+            "WEIR_OPERATE_SIGNAL_CHILD",
+            dir.path().display().to_string(),
+        )],
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     while output(dir.path()).last().is_none_or(|l| l.0 < 4) {
         assert!(Instant::now() < deadline, "the child ran no batches");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let kill = std::process::Command::new("kill")
-        .args(["-s", signal, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the child did not end after {signal}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    child.signal(signal);
+    let status = child.wait_within(
+        Duration::from_secs(60),
+        &format!("the child signalled {signal}"),
+    );
     assert_eq!(status.code(), Some(0), "{signal}: {status}");
     assert!(
         dir.path().join("child-done").exists(),
@@ -727,15 +717,11 @@ fn slow_batch_child(
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env("WEIR_OPERATE_SLOW_CHILD", dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
+    let mut envs = vec![("WEIR_OPERATE_SLOW_CHILD", dir.path().display().to_string())];
     if let Some(t) = stop_timeout {
-        cmd.env("WEIR_OPERATE_STOP_TIMEOUT", t);
+        envs.push(("WEIR_OPERATE_STOP_TIMEOUT", t.to_string()));
     }
-    let mut child = cmd.spawn().unwrap();
+    let mut child = TestChild::of_test(test, &envs);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !dir.path().join("batch-started").exists() {
         assert!(Instant::now() < deadline, "the child's batch did not start");
@@ -746,23 +732,13 @@ fn slow_batch_child(
         if i > 0 {
             std::thread::sleep(gap);
         }
-        let kill = std::process::Command::new("kill")
-            .args(["-s", sig, &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(kill.success());
+        child.signal(sig);
     }
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return Some((s, signalled.elapsed()));
-        }
-        if signalled.elapsed() > Duration::from_secs(15) {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Some((child.try_wait().unwrap().unwrap(), signalled.elapsed()));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // Killed past 15 s: the callers' checks of the status then fail.
+    let status = child
+        .wait_or_kill(Duration::from_secs(15).saturating_sub(signalled.elapsed()))
+        .unwrap_or_else(|killed| killed);
+    Some((status, signalled.elapsed()))
 }
 
 #[test]
@@ -819,34 +795,17 @@ fn term_child(
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env("WEIR_OPERATE_TERM_CHILD", dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = TestChild::of_test(
+        test,
+        &[("WEIR_OPERATE_TERM_CHILD", dir.path().display().to_string())],
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     while !dir.path().join("ready").exists() {
         assert!(Instant::now() < deadline, "the child did not start");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let kill = std::process::Command::new("kill")
-        .args(["-s", "TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let signalled = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return Some(s);
-        }
-        if signalled.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            panic!("the child did not end on SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    child.signal("TERM");
+    Some(child.wait_within(Duration::from_secs(10), "the child signalled TERM"))
 }
 
 #[test]
