@@ -155,6 +155,11 @@ impl TestChild {
         assert!(sent.success(), "kill -s {signal} {}: {sent}", self.id());
     }
 
+    /// The child, taken to read its output pipes (it stays owned here).
+    pub fn child_mut(&mut self) -> &mut std::process::Child {
+        &mut self.child
+    }
+
     /// Waits up to `limit` for the child to end: `Ok(its status)`; or, when
     /// it still runs then, kills it and returns `Err(the status it ended
     /// with)` (SIGKILL).

@@ -178,32 +178,96 @@ fn spark_ui_enabled_false_starts_no_server_and_spark_ui_port_is_used() {
 /// page's DOM once its scripts ran against the server.
 fn rendered_dom(url: &str) -> String {
     let bin = std::env::var("WEIR_CHROMIUM").unwrap_or_else(|_| "chromium".into());
+    dump_dom(&bin, url, std::time::Duration::from_secs(60))
+}
+
+/// `bin --headless --dump-dom url`, killed (with the processes it started)
+/// and the test failed when it has not ended within `limit`: as root in a
+/// container Chromium can hang (a small /dev/shm, no D-Bus), which must not
+/// hang the test run.
+fn dump_dom(bin: &str, url: &str, limit: std::time::Duration) -> String {
+    use std::io::Read;
     let profile = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(&bin)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--virtual-time-budget=5000",
-            &format!("--user-data-dir={}", profile.path().display()),
-            "--dump-dom",
-            url,
-        ])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run `{bin}` ({e}): the Streaming page's browser test needs Chromium. \
-                 Install Debian's package (`apt-get install -y chromium`; `bash scripts/setup.sh` \
-                 does it) or point WEIR_CHROMIUM at a Chromium binary"
-            )
+    let mut child = crate::common::TestChild::spawn_group(
+        std::process::Command::new(bin)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--virtual-time-budget=5000",
+                &format!("--user-data-dir={}", profile.path().display()),
+                "--dump-dom",
+                url,
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "cannot run `{bin}` ({e}): the Streaming page's browser test needs Chromium. \
+             Install Debian's package (`apt-get install -y chromium`; `bash scripts/setup.sh` \
+             does it) or point WEIR_CHROMIUM at a Chromium binary"
+        )
+    });
+    // Read while it runs (a full pipe would stall it); a reader still
+    // blocked at the deadline (a process holding the pipe) is left behind.
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut out);
+            }
+            let _ = tx.send(out);
         });
-    assert!(
-        out.status.success(),
-        "{bin}: {}",
-        String::from_utf8_lossy(&out.stderr)
+        rx
+    };
+    let c = child.child_mut();
+    let stdout = read(c.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = read(c.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let status = child.wait_within(
+        limit,
+        &format!(
+            "`{bin} --headless --dump-dom {url}` hung; check that Chromium starts here \
+             (e.g. `{bin} --headless --no-sandbox --disable-dev-shm-usage --dump-dom about:blank`)"
+        ),
     );
-    String::from_utf8(out.stdout).unwrap()
+    let collect = |rx: std::sync::mpsc::Receiver<Vec<u8>>| {
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_default()
+    };
+    let (out, err) = (collect(stdout), collect(stderr));
+    assert!(
+        status.success(),
+        "{bin}: {status}: {}",
+        String::from_utf8_lossy(&err)
+    );
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+#[should_panic(expected = "--dump-dom http://127.0.0.1:9/` hung")]
+fn a_browser_that_hangs_fails_the_test_at_its_deadline() {
+    // A "browser" that never ends (exec: the shell is the process waited for).
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("hanging-chromium");
+    std::fs::write(&bin, "#!/bin/sh\nexec sleep 60\n").unwrap();
+    let mut perms = std::fs::metadata(&bin).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&bin, perms).unwrap();
+    let start = std::time::Instant::now();
+    let r = std::panic::catch_unwind(|| {
+        dump_dom(
+            bin.to_str().unwrap(),
+            "http://127.0.0.1:9/",
+            std::time::Duration::from_millis(300),
+        )
+    });
+    assert!(start.elapsed() < std::time::Duration::from_secs(20));
+    std::panic::resume_unwind(r.unwrap_err());
 }
 
 /// The part of `dom` from `start` up to the next `end` (or the end).
