@@ -1133,3 +1133,328 @@ fn session_s3_settings_reach_s3_without_the_aws_environment() {
     let st = open(&bucket, "q");
     assert!(st.get("commits/0").unwrap().is_some(), "no commits/0 on S3");
 }
+
+// --- The seed's page-views pipeline over files on S3 -------------------
+
+/// The clicks' schema: a page and when it was viewed.
+fn click_fields() -> Vec<Field> {
+    vec![
+        Field::new("page", DataType::String),
+        Field::new("event_ts", DataType::Timestamp),
+    ]
+}
+
+/// The click logs landing in `logs/incoming/`: file `i` holds minute `i`'s
+/// clicks on three pages (and one late click of the minute before), as
+/// JSON lines.
+fn click_logs() -> Vec<(String, String)> {
+    (0..6u32)
+        .map(|i| {
+            let mut lines: Vec<String> = (0..9u32)
+                .map(|j| {
+                    serde_json::json!({
+                        "page": format!("/page/{}", (i + j) % 3),
+                        "event_ts": format!("2024-01-01T12:{i:02}:{:02}Z", j * 6),
+                    })
+                    .to_string()
+                })
+                .collect();
+            if i > 0 {
+                lines.push(
+                    serde_json::json!({
+                        "page": "/page/0",
+                        "event_ts": format!("2024-01-01T12:{:02}:59Z", i - 1),
+                    })
+                    .to_string(),
+                );
+            }
+            (format!("clicks-{i:03}.json"), lines.join("\n"))
+        })
+        .collect()
+}
+
+/// Lands the click logs in `incoming` (the storage API: local or S3 alike).
+fn land_click_logs(incoming: &Storage) {
+    for (name, text) in click_logs() {
+        incoming.put(&name, text.as_bytes()).unwrap();
+    }
+}
+
+/// Page views per page and minute (1-minute watermark, append mode), from
+/// JSON logs at `input` (one file a batch) to Parquet at `output`
+/// partitioned by page, checkpointed at `chk`; runs until the input is
+/// processed, then stops.
+fn page_views(conf: weir::SessionConfig, input: &str, output: &str, chk: &str) {
+    use weir::functions::{col, count_star, window};
+    use weir::sink::{FileFormat, FileSink};
+    use weir::source::FileSource;
+    let q = weir::Session::with_config(conf)
+        .read_stream(
+            FileSource::new(input, FileFormat::Json, click_fields()).max_files_per_trigger(1),
+        )
+        .with_watermark("event_ts", "1 minute")
+        .group_by(vec![window("event_ts", "1 minute"), col("page")])
+        .agg(vec![count_star("views")])
+        .write_stream()
+        .output_mode(weir::plan::OutputMode::Append)
+        .sink(FileSink::new(output, FileFormat::Parquet).partition_by(vec!["page".into()]))
+        .checkpoint_location(chk)
+        .start()
+        .unwrap();
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    assert!(q.exception().is_none(), "{:?}", q.exception());
+}
+
+/// A session on the test server through its own settings (not the
+/// environment), files not fsync'd.
+fn s3_conf() -> weir::SessionConfig {
+    weir::SessionConfig {
+        fsync_checkpoint: false,
+        s3: settings(),
+        ..weir::SessionConfig::default()
+    }
+}
+
+/// What a file sink committed under `out`, read through its manifest only:
+/// each row as JSON (the page from its partition directory), sorted; and
+/// the committed objects' names.
+fn committed_rows(out: &Storage) -> (Vec<String>, Vec<String>) {
+    let names = weir::sink::file::committed_objects(out).unwrap();
+    let mut rows = Vec::new();
+    for name in &names {
+        let bytes = out
+            .get(name)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name} is in the manifest but missing"));
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(tmp.path(), bytes).unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            std::fs::File::open(tmp.path()).unwrap(),
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+        let batches: Vec<_> = reader.map(|b| b.unwrap()).collect();
+        let (dir, _) = name.split_once('/').expect("a partition directory");
+        let (col, page) = weir::sink::file::parse_partition_dir(dir).unwrap();
+        assert_eq!(col, "page");
+        for mut row in crate::common::rows_json(&batches) {
+            row["page"] = serde_json::json!(page.clone().unwrap().unwrap());
+            rows.push(row.to_string());
+        }
+    }
+    rows.sort();
+    (rows, names)
+}
+
+/// The sink's output at `location` read back by weir's file source (an
+/// available-now query): `(page, views)` pairs, sorted.
+fn read_back_with_the_file_source(location: &str) -> Vec<String> {
+    use weir::source::{FileFormat, FileSource};
+    let dir = tempfile::tempdir().unwrap();
+    let got: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink = got.clone();
+    let q = weir::Session::with_config(s3_conf())
+        .read_stream(FileSource::new(
+            location,
+            FileFormat::Parquet,
+            vec![
+                Field::new("page", DataType::String),
+                Field::new("views", DataType::Int64),
+            ],
+        ))
+        .write_stream()
+        .foreach_batch(move |_, batches| {
+            let rows = crate::common::rows_json(batches);
+            sink.lock()
+                .unwrap()
+                .extend(rows.iter().map(|r| r.to_string()));
+            Ok(())
+        })
+        .checkpoint_location(dir.path().join("chk").to_str().unwrap())
+        .trigger(weir::Trigger::AvailableNow)
+        .start()
+        .unwrap();
+    q.await_termination(None).unwrap();
+    assert!(q.exception().is_none(), "{:?}", q.exception());
+    let mut got = got.lock().unwrap().clone();
+    got.sort();
+    got
+}
+
+/// `(page, views)` of full output rows, as the file source reads them.
+fn page_and_views(rows: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_str(r).unwrap();
+            serde_json::json!({"page": v["page"], "views": v["views"]}).to_string()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The pipeline on local disk: the reference output rows.
+fn page_views_on_local_disk() -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let incoming = dir.path().join("logs/incoming");
+    land_click_logs(&Storage::local(&incoming, false));
+    let out = dir.path().join("out");
+    page_views(
+        s3_conf(),
+        incoming.to_str().unwrap(),
+        out.to_str().unwrap(),
+        dir.path().join("chk").to_str().unwrap(),
+    );
+    let (rows, _) = committed_rows(&Storage::local(&out, false));
+    assert!(rows.len() >= 9, "windows closed and were written: {rows:?}");
+    assert!(
+        rows.iter().any(|r| r.contains(r#""views":4"#)),
+        "a late click counted in its window: {rows:?}"
+    );
+    rows
+}
+
+#[test]
+fn the_page_views_pipeline_on_s3_writes_what_it_writes_on_local_disk() {
+    let reference = page_views_on_local_disk();
+    let b = new_bucket();
+    land_click_logs(&open(&b, "logs/incoming"));
+    page_views(
+        s3_conf(),
+        &format!("s3://{b}/logs/incoming/"),
+        &format!("s3://{b}/out"),
+        &format!("s3://{b}/chk/page_views"),
+    );
+    let (rows, names) = committed_rows(&open(&b, "out"));
+    assert_eq!(rows, reference);
+    assert!(
+        names.iter().all(|n| n.starts_with("page=%2Fpage%2F")),
+        "{names:?}"
+    );
+    // Everything is on S3: the sink's manifest and marker, the source's
+    // seen-files log and the query's logs under the checkpoint.
+    let manifest = open(&b, "out/_spark_metadata").list("").unwrap();
+    assert!(manifest.contains(&".weir-sink".to_string()), "{manifest:?}");
+    let chk = open(&b, "chk/page_views");
+    let logged = chk.list("sources/0").unwrap();
+    assert_eq!(
+        logged,
+        vec!["0", "1", "2", "3", "4", "5"],
+        "one entry a file"
+    );
+    assert!(!chk.list("commits").unwrap().is_empty());
+    // weir's file source reads the output through the manifest.
+    assert_eq!(
+        read_back_with_the_file_source(&format!("s3://{b}/out")),
+        page_and_views(&reference)
+    );
+}
+
+/// The batch of the first data object a run on local disk committed (the
+/// first batch that writes output).
+fn first_batch_with_output() -> i64 {
+    let dir = tempfile::tempdir().unwrap();
+    let incoming = dir.path().join("in");
+    land_click_logs(&Storage::local(&incoming, false));
+    let out = dir.path().join("out");
+    page_views(
+        s3_conf(),
+        incoming.to_str().unwrap(),
+        out.to_str().unwrap(),
+        dir.path().join("chk").to_str().unwrap(),
+    );
+    let (_, names) = committed_rows(&Storage::local(&out, false));
+    names
+        .iter()
+        .map(|n| batch_of(n))
+        .min()
+        .expect("some output")
+}
+
+/// The batch id in a data object's name (`.../part-00003-<uuid>.parquet`).
+fn batch_of(name: &str) -> i64 {
+    let file = name.rsplit('/').next().unwrap();
+    file.strip_prefix("part-").unwrap()[..5].parse().unwrap()
+}
+
+#[test]
+fn the_page_views_pipeline_on_s3_killed_after_a_data_object_recovers_exactly() {
+    const NAME: &str =
+        "s3::the_page_views_pipeline_on_s3_killed_after_a_data_object_recovers_exactly";
+    if let Some((_, chk)) = child_phase() {
+        // The child reaches S3 through the AWS_* environment, as a
+        // user's process would.
+        let b = std::env::var("WEIR_S3_PV_BUCKET").unwrap();
+        let conf = weir::SessionConfig {
+            fsync_checkpoint: false,
+            ..weir::SessionConfig::default()
+        };
+        page_views(
+            conf,
+            &format!("s3://{b}/logs/incoming"),
+            &format!("s3://{b}/out"),
+            &chk,
+        );
+        child_done(&Arc::default());
+        return;
+    }
+    let reference = page_views_on_local_disk();
+    let batch = first_batch_with_output();
+    let b = new_bucket();
+    land_click_logs(&open(&b, "logs/incoming"));
+    let env = vec![
+        ("WEIR_S3_CHILD_PHASE", "run".to_string()),
+        ("WEIR_S3_CHILD_CHK", format!("s3://{b}/chk/page_views")),
+        ("WEIR_S3_PV_BUCKET", b.clone()),
+    ];
+    let mut killed = aws_env();
+    killed.extend(env.clone());
+    killed.push(("WEIR_FAILPOINT", format!("file_sink_after_data:{batch}")));
+    crate::common::run_child_killed_at_failpoint(NAME, &killed);
+    let out = open(&b, "out");
+    // Killed after its first data object: no manifest entry for the batch.
+    assert_eq!(
+        out.get(&format!("_spark_metadata/{batch}")).unwrap(),
+        None,
+        "batch {batch}"
+    );
+    run_child(NAME, &env);
+    let (rows, committed) = committed_rows(&out);
+    assert_eq!(
+        rows, reference,
+        "through the manifest: an uninterrupted run's rows"
+    );
+    // The killed run's data object is still there, an orphan no manifest
+    // entry lists.
+    assert_eq!(out.list("").unwrap(), Vec::<String>::new(), "all in pages");
+    let mut on_s3 = Vec::new();
+    for p in 0..3 {
+        let (dir, _) = weir::sink::file::partition_dir_name("page", Some(&format!("/page/{p}")));
+        for name in out.list(&dir).unwrap() {
+            on_s3.push(format!("{dir}/{name}"));
+        }
+    }
+    let orphans: Vec<&String> = on_s3.iter().filter(|n| !committed.contains(n)).collect();
+    assert!(
+        !orphans.is_empty(),
+        "the killed run left a data object: {on_s3:?}"
+    );
+    assert!(
+        orphans.iter().all(|n| batch_of(n) == batch),
+        "only the killed batch's: {orphans:?}"
+    );
+    assert!(committed.iter().all(|n| on_s3.contains(n)), "{committed:?}");
+    // Its manifest entry was written once, by the restart.
+    assert!(out
+        .get(&format!("_spark_metadata/{batch}"))
+        .unwrap()
+        .is_some());
+    // A reader through the manifest never sees the orphan.
+    assert_eq!(
+        read_back_with_the_file_source(&format!("s3://{b}/out")),
+        page_and_views(&reference)
+    );
+}
