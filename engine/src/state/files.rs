@@ -4,13 +4,14 @@
 //! `<version>.snapshot` every [`SNAPSHOT_INTERVAL`] versions, in the format
 //! of `memory::encode`. Both state stores keep their durable state here.
 //!
-//! Each file is one whole-object write. The first version a store commits
-//! after it opens replaces what is there, as Spark's state stores do: it can
-//! only be the leftover of a batch that never reached the commit log (a
-//! crash between the state commit and `commits/N`), which the restart runs
-//! again. Every later version is written create-once, so a run that fell
-//! behind another run of the query on the same checkpoint cannot overwrite
-//! that run's state: it is refused, as the logs refuse it.
+//! Each file is one whole-object write. A version that was already there
+//! when the store opened replaces what is there, as Spark's state stores
+//! do: it is the leftover of a batch that never reached the commit log (a
+//! crash between the state commit and `commits/N`, or commit log entries a
+//! user removed to run batches again), which this run runs again. Every
+//! other version is written create-once, so a run that fell behind another
+//! run of the query on the same checkpoint cannot overwrite that run's
+//! state: it is refused, as the logs refuse it.
 //!
 //! Requests per version: one write (two every [`SNAPSHOT_INTERVAL`]
 //! versions); restoring lists the directory once and reads the snapshot and
@@ -29,6 +30,10 @@ pub(crate) struct VersionFiles {
     /// The version the store opened at: the next one may replace a
     /// leftover of an uncommitted batch.
     opened: u64,
+    /// The newest version whose files may be replaced: the newest there
+    /// when the store opened (listed once, by [`VersionFiles::restore`] or
+    /// at the first write), at least `opened + 1`.
+    leftovers_until: std::sync::OnceLock<u64>,
     /// Versions kept restorable (at least 1).
     retain: u64,
 }
@@ -44,7 +49,29 @@ impl VersionFiles {
         VersionFiles {
             storage,
             opened,
+            leftovers_until: std::sync::OnceLock::new(),
             retain: retain.max(1),
+        }
+    }
+
+    /// Records the newest version among `names` (a listing of the
+    /// directory) as the newest leftover, once.
+    fn note_leftovers<'a>(&self, names: impl Iterator<Item = &'a String>) -> u64 {
+        let newest = names
+            .filter_map(|n| n.split('.').next()?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        *self
+            .leftovers_until
+            .get_or_init(|| newest.max(self.opened + 1))
+    }
+
+    /// The newest version this store may replace (listing the directory the
+    /// first time, when [`VersionFiles::restore`] has not).
+    fn leftovers_until(&self) -> Result<u64> {
+        match self.leftovers_until.get() {
+            Some(v) => Ok(*v),
+            None => Ok(self.note_leftovers(self.storage.list("")?.iter())),
         }
     }
 
@@ -60,9 +87,11 @@ impl VersionFiles {
         if version == 0 {
             return Ok(());
         }
-        let base = self
-            .storage
-            .list("")?
+        let names = self.storage.list("")?;
+        if version == self.opened {
+            self.note_leftovers(names.iter());
+        }
+        let base = names
             .iter()
             .filter_map(|n| n.strip_suffix(".snapshot")?.parse::<u64>().ok())
             .filter(|v| (1..=version).contains(v))
@@ -113,8 +142,9 @@ impl VersionFiles {
 
     fn write(&self, version: u64, kind: &str, bytes: &[u8]) -> Result<()> {
         let n = name(version, kind);
-        if version <= self.opened + 1 {
-            // A leftover of the batch this restart runs again.
+        if version <= self.leftovers_until()? {
+            // A leftover of a batch this run runs again (or a version no
+            // one wrote yet).
             return self.storage.put(&n, bytes);
         }
         match self.storage.put_create(&n, bytes)? {
@@ -202,6 +232,38 @@ mod tests {
             .write_snapshot(10, b"x")
             .and_then(|_| f.write_snapshot(10, b"y"));
         assert!(err.is_err());
+    }
+
+    /// Commit log entries removed to run batches again (or a crash) leave
+    /// several versions above the one a store reopens at: all of them are
+    /// rewritten by the re-run, and a version that appears after the open
+    /// (another run's) is still refused.
+    #[test]
+    fn every_version_there_at_open_is_replaced_by_the_rerun() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::local(dir.path(), false);
+        let old = VersionFiles::new(s.clone(), 0, 10);
+        for v in 1..=6 {
+            old.write_delta(v, &delta(b"k", format!("old {v}").as_bytes()))
+                .unwrap();
+        }
+        let f = VersionFiles::new(s.clone(), 2, 10);
+        f.restore(2, |_, _| Ok(())).unwrap();
+        // Another run writes version 8 after this store opened.
+        VersionFiles::new(s.clone(), 7, 10)
+            .write_delta(8, &delta(b"k", b"theirs"))
+            .unwrap();
+        for v in 3..=7 {
+            f.write_delta(v, &delta(b"k", format!("new {v}").as_bytes()))
+                .unwrap();
+            assert_eq!(
+                s.get(&format!("{v}.delta")).unwrap(),
+                Some(delta(b"k", format!("new {v}").as_bytes()))
+            );
+        }
+        let err = f.write_delta(8, &delta(b"k", b"mine")).unwrap_err();
+        assert!(err.to_string().contains("another run"), "{err}");
+        assert_eq!(s.get("8.delta").unwrap(), Some(delta(b"k", b"theirs")));
     }
 
     #[test]
