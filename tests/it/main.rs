@@ -19,6 +19,7 @@ mod reliability;
 mod s3;
 mod sessions;
 mod sinks;
+mod state_read;
 mod triggers;
 #[cfg(feature = "ui")]
 mod ui;

@@ -29,7 +29,9 @@ use arrow::row::{RowConverter, SortField};
 use weir_plan::{AggFn, OutputMode};
 
 use crate::error::{Result, WeirError};
-use crate::ops::operator::{single_store, OperatorState, StatefulOperator};
+use crate::ops::operator::{
+    single_store, unknown_store, DecodedState, OperatorState, StatefulOperator,
+};
 use crate::ops::window::WindowAssigner;
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
@@ -1346,6 +1348,31 @@ impl StatefulOperator for AggregateOp {
     }
     fn needs_no_data_batch(&self, mode: OutputMode) -> bool {
         mode != OutputMode::Complete
+    }
+    fn decode_state(&self, store: &str, entries: &[(&[u8], &[u8])]) -> Result<DecodedState> {
+        AggregateOp::decode_state(self, store, entries)
+    }
+}
+
+impl AggregateOp {
+    /// Decodes state entries (key: the group's key columns in Arrow's row
+    /// format; value: its eviction time and accumulators) into the group's
+    /// key columns (`key`) and its aggregates as the query emits them
+    /// (`value`).
+    pub fn decode_state(&self, store: &str, entries: &[(&[u8], &[u8])]) -> Result<DecodedState> {
+        if !store.is_empty() {
+            return Err(unknown_store("aggregation", store, &[""]));
+        }
+        let groups = entries
+            .iter()
+            .map(|(k, v)| {
+                Ok((
+                    k.to_vec(),
+                    Self::decode_group_with(&self.aggs, &self.kinds, v)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        DecodedState::split(&self.build_output(&groups)?, self.keys.len())
     }
 }
 

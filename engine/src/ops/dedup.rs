@@ -15,17 +15,21 @@
 //! at or after which the key may be evicted (`i64::MAX`: never).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{AsArray, BooleanArray};
+use arrow::array::{new_empty_array, ArrayRef, AsArray, BooleanArray, TimestampMicrosecondArray};
 use arrow::compute::{cast, filter_record_batch};
+use arrow::datatypes::Field as ArrowField;
 use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 
-use crate::error::Result;
+use crate::error::{Result, WeirError};
 use crate::ops::aggregate::Watermarks;
-use crate::ops::operator::{single_store, OperatorState, StatefulOperator};
+use crate::ops::operator::{
+    single_store, unknown_store, DecodedState, OperatorState, StatefulOperator,
+};
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::timestamp_type;
@@ -295,5 +299,56 @@ impl StatefulOperator for DedupOp {
     }
     fn needs_no_data_batch(&self, _mode: OutputMode) -> bool {
         true
+    }
+    fn decode_state(&self, store: &str, entries: &[(&[u8], &[u8])]) -> Result<DecodedState> {
+        DedupOp::decode_state(self, store, entries)
+    }
+}
+
+impl DedupOp {
+    /// Decodes state entries (key: the key columns in Arrow's row format;
+    /// value: when the key may be evicted) into the key columns (`key`) and
+    /// `expires_at`, the event time at or after which the watermark evicts
+    /// the key (null: kept forever) (`value`).
+    pub fn decode_state(&self, store: &str, entries: &[(&[u8], &[u8])]) -> Result<DecodedState> {
+        if !store.is_empty() {
+            return Err(unknown_store("deduplication", store, &[""]));
+        }
+        let fields: Vec<ArrowField> = self
+            .keys
+            .iter()
+            .map(|i| self.schema.field(*i).clone())
+            .collect();
+        let cols: Vec<ArrayRef> = if entries.is_empty() {
+            fields
+                .iter()
+                .map(|f| new_empty_array(f.data_type()))
+                .collect()
+        } else {
+            let parser = self.converter.parser();
+            self.converter
+                .convert_rows(entries.iter().map(|(k, _)| parser.parse(k)))?
+        };
+        let expires = entries
+            .iter()
+            .map(|(_, v)| {
+                let at = i64::from_le_bytes((*v).try_into().map_err(|_| {
+                    WeirError::Config(
+                        "damaged deduplication state value (written by a different query?)".into(),
+                    )
+                })?);
+                Ok((at != i64::MAX).then_some(at))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let expires: ArrayRef =
+            Arc::new(TimestampMicrosecondArray::from(expires).with_timezone("UTC"));
+        DecodedState::new(
+            fields.into_iter().zip(cols).collect(),
+            vec![(
+                ArrowField::new("expires_at", timestamp_type(), true),
+                expires,
+            )],
+            entries.len(),
+        )
     }
 }

@@ -36,7 +36,9 @@ use weir_plan::{JoinType, OutputMode};
 
 use crate::error::{Result, WeirError};
 use crate::ops::aggregate::Watermarks;
-use crate::ops::operator::{length_prefixed_key, rehome, OperatorState, StatefulOperator};
+use crate::ops::operator::{
+    length_prefixed_key, rehome, unknown_store, DecodedState, OperatorState, StatefulOperator,
+};
 use crate::ops::stateless::{eval, ExprPlanner};
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
@@ -1239,6 +1241,82 @@ impl StatefulOperator for JoinOp {
     }
     fn needs_no_data_batch(&self, _mode: OutputMode) -> bool {
         JoinOp::needs_no_data_batch(self)
+    }
+    fn decode_state(&self, store: &str, entries: &[(&[u8], &[u8])]) -> Result<DecodedState> {
+        JoinOp::decode_state(self, store, entries)
+    }
+}
+
+impl JoinOp {
+    /// Decodes one side's state entries (store `left` or `right`; key: the
+    /// join key in Arrow's row format, length-prefixed, then a sequence
+    /// number; value: event time, matched flag, the row in Arrow's row
+    /// format) into the join key columns, named after the side's key
+    /// columns (`key`), and the side's row with `matched`, whether it has
+    /// joined a row of the other side (`value`), as Spark's join state shows
+    /// them.
+    pub fn decode_state(&self, store: &str, entries: &[(&[u8], &[u8])]) -> Result<DecodedState> {
+        let side = match store {
+            "left" => &self.left,
+            "right" => &self.right,
+            _ => {
+                return Err(unknown_store(
+                    "stream-stream join",
+                    store,
+                    &["left", "right"],
+                ))
+            }
+        };
+        let bad =
+            || WeirError::Config("damaged join state entry (written by a different query?)".into());
+        let mut keys = Vec::with_capacity(entries.len());
+        let mut rows = Vec::with_capacity(entries.len());
+        let mut matched = Vec::with_capacity(entries.len());
+        for (k, v) in entries {
+            keys.push(length_prefixed_key(k).ok_or_else(bad)?);
+            matched.push(*v.get(8).ok_or_else(bad)? == 1);
+            rows.push(v.get(9..).ok_or_else(bad)?);
+        }
+        let key_fields: Vec<Field> = side
+            .keys
+            .iter()
+            .zip(&self.key_types)
+            .map(|(i, t)| Field::new(side.schema.field(*i).name(), t.clone(), true))
+            .collect();
+        let key_cols: Vec<ArrayRef> = if key_fields.is_empty() {
+            vec![]
+        } else if entries.is_empty() {
+            key_fields
+                .iter()
+                .map(|f| new_null_array(f.data_type(), 0))
+                .collect()
+        } else {
+            let parser = self.key_conv.parser();
+            self.key_conv
+                .convert_rows(keys.iter().map(|k| parser.parse(k)))?
+        };
+        let mut value: Vec<(Field, ArrayRef)> = side
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .zip(Self::decode(side, &rows)?)
+            .collect();
+        // A side with a column of that name keeps it; the flag steps aside.
+        let flag = if side.schema.field_with_name("matched").is_ok() {
+            "__matched"
+        } else {
+            "matched"
+        };
+        value.push((
+            Field::new(flag, arrow::datatypes::DataType::Boolean, true),
+            Arc::new(BooleanArray::from(matched)),
+        ));
+        DecodedState::new(
+            key_fields.into_iter().zip(key_cols).collect(),
+            value,
+            entries.len(),
+        )
     }
 }
 

@@ -4,7 +4,8 @@
 //! matches on which operator it holds. Each operator's file implements it
 //! next to its own state handling and metrics.
 
-use arrow::array::RecordBatch;
+use arrow::array::{ArrayRef, RecordBatch, StructArray};
+use arrow::datatypes::Field;
 use weir_plan::OutputMode;
 
 use super::BatchContext;
@@ -55,6 +56,82 @@ pub trait StatefulOperator: Send {
     /// True when a moved watermark makes it evict or emit, so a no-data
     /// batch is due (Spark's `shouldRunAnotherBatch`).
     fn needs_no_data_batch(&self, mode: OutputMode) -> bool;
+
+    /// Decodes entries of its store `store` (one of
+    /// [`StatefulOperator::store_names`]), as they are stored, into `key`
+    /// and `value` columns named after the query's columns: how
+    /// `weir::state::read` shows its state. Each operator decodes beside its
+    /// own encoding. With no entries: empty columns of the store's key and
+    /// value types. A damaged entry or an unknown store is an error.
+    fn decode_state(&self, store: &str, entries: &[(&[u8], &[u8])]) -> Result<DecodedState>;
+}
+
+/// One state store's entries decoded into columns (one row per entry): the
+/// `key` and `value` structs of `weir::state::read`.
+#[derive(Debug, Clone)]
+pub struct DecodedState {
+    /// The entries' keys.
+    pub key: StructArray,
+    /// The entries' values.
+    pub value: StructArray,
+}
+
+impl DecodedState {
+    /// Key and value structs from named columns, all `len` rows long.
+    pub(crate) fn new(
+        key: Vec<(Field, ArrayRef)>,
+        value: Vec<(Field, ArrayRef)>,
+        len: usize,
+    ) -> Result<DecodedState> {
+        Ok(DecodedState {
+            key: state_struct(key, len)?,
+            value: state_struct(value, len)?,
+        })
+    }
+
+    /// The first `key_columns` columns of `batch` as the key, the rest as
+    /// the value (an aggregation's output row: its keys, then its
+    /// aggregates).
+    pub(crate) fn split(batch: &RecordBatch, key_columns: usize) -> Result<DecodedState> {
+        let cols: Vec<(Field, ArrayRef)> = batch
+            .schema()
+            .fields()
+            .iter()
+            .zip(batch.columns())
+            .map(|(f, c)| (f.as_ref().clone(), c.clone()))
+            .collect();
+        let mut key = cols;
+        let value = key.split_off(key_columns.min(key.len()));
+        DecodedState::new(key, value, batch.num_rows())
+    }
+}
+
+/// A struct of `len` rows from named columns (none: a struct without fields).
+fn state_struct(cols: Vec<(Field, ArrayRef)>, len: usize) -> Result<StructArray> {
+    if cols.is_empty() {
+        return Ok(StructArray::new_empty_fields(len, None));
+    }
+    let (fields, arrays): (Vec<Field>, Vec<ArrayRef>) = cols.into_iter().unzip();
+    let fields: Vec<Field> = fields.into_iter().map(|f| f.with_nullable(true)).collect();
+    Ok(StructArray::try_new(fields.into(), arrays, None)?)
+}
+
+/// The error for a store name an operator does not keep.
+pub(crate) fn unknown_store(operator: &str, store: &str, known: &[&str]) -> WeirError {
+    WeirError::Config(format!(
+        "the {operator} operator keeps no state store named \"{store}\" (its stores: {})",
+        known
+            .iter()
+            .map(|s| format!("\"{s}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// The stateful operators of a compiled pipeline, in id order (upstream
+/// first), for reading their state.
+pub(crate) fn stateful_operators(pipeline: &super::Pipeline) -> Vec<&dyn StatefulOperator> {
+    pipeline.stateful().collect()
 }
 
 /// The one store of a single-store operator, or an error naming the operator.

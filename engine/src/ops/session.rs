@@ -24,7 +24,8 @@ use weir_plan::OutputMode;
 use crate::error::{Result, WeirError};
 use crate::ops::aggregate::{agg_arrays, kind_of, Acc, AggExec, Kind, Reader, Watermarks};
 use crate::ops::operator::{
-    length_prefixed_key, rehome, single_store, OperatorState, StatefulOperator,
+    length_prefixed_key, rehome, single_store, unknown_store, DecodedState, OperatorState,
+    StatefulOperator,
 };
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
@@ -530,6 +531,87 @@ impl StatefulOperator for SessionAggregateOp {
     }
     fn needs_no_data_batch(&self, mode: OutputMode) -> bool {
         SessionAggregateOp::needs_no_data_batch(self, mode)
+    }
+    fn decode_state(&self, store: &str, entries: &[(&[u8], &[u8])]) -> Result<DecodedState> {
+        SessionAggregateOp::decode_state(self, store, entries)
+    }
+}
+
+impl SessionAggregateOp {
+    /// Decodes state entries (key: the grouping keys in Arrow's row format,
+    /// length-prefixed, then the session's start; value: its end and
+    /// accumulators) into the grouping keys without the session window
+    /// (`key`) and the session window with its aggregates as the query
+    /// emits them (`value`), as Spark's session state shows them.
+    pub fn decode_state(&self, store: &str, entries: &[(&[u8], &[u8])]) -> Result<DecodedState> {
+        if !store.is_empty() {
+            return Err(unknown_store("session window", store, &[""]));
+        }
+        let bad = || {
+            WeirError::Config("damaged session state entry (written by a different query?)".into())
+        };
+        let mut keys = Vec::with_capacity(entries.len());
+        let mut windows = Vec::with_capacity(entries.len());
+        let mut accs = Vec::with_capacity(entries.len());
+        for (k, v) in entries {
+            let key = length_prefixed_key(k).ok_or_else(bad)?;
+            let start = i64::from_be_bytes(
+                k.get(4 + key.len()..)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?,
+            );
+            let end =
+                i64::from_le_bytes(v.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+            let mut a = self.new_accs();
+            let mut pos = 8;
+            for acc in &mut a {
+                acc.decode(v, &mut pos).ok_or_else(bad)?;
+            }
+            keys.push(key);
+            windows.push(Window {
+                start: Timestamp(start),
+                end: Timestamp(end),
+            });
+            accs.push(a);
+        }
+        let nkeys = self.keys.len() + 1;
+        let session = self.session_pos.min(self.keys.len());
+        let key_fields: Vec<ArrowField> = self.schema.fields()[..nkeys]
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != session)
+            .map(|(_, f)| f.as_ref().clone())
+            .collect();
+        let key_cols: Vec<ArrayRef> = if self.keys.is_empty() {
+            vec![]
+        } else if entries.is_empty() {
+            key_fields
+                .iter()
+                .map(|f| arrow::array::new_empty_array(f.data_type()))
+                .collect()
+        } else {
+            let parser = self.key_conv.parser();
+            self.key_conv
+                .convert_rows(keys.iter().map(|k| parser.parse(k)))?
+        };
+        let mut value = vec![(
+            self.schema.field(session).clone(),
+            Window::to_array(windows),
+        )];
+        let accs: Vec<&[Acc]> = accs.iter().map(|a| a.as_slice()).collect();
+        let aggs = agg_arrays(&self.aggs, &self.kinds, &self.schema, nkeys, &accs)?;
+        value.extend(
+            self.schema.fields()[nkeys..]
+                .iter()
+                .map(|f| f.as_ref().clone())
+                .zip(aggs),
+        );
+        DecodedState::new(
+            key_fields.into_iter().zip(key_cols).collect(),
+            value,
+            entries.len(),
+        )
     }
 }
 

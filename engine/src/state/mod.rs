@@ -8,6 +8,7 @@
 
 mod files;
 pub mod memory;
+pub mod read;
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
 
