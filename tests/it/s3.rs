@@ -1380,10 +1380,13 @@ fn batch_of(name: &str) -> i64 {
     file.strip_prefix("part-").unwrap()[..5].parse().unwrap()
 }
 
-#[test]
-fn the_page_views_pipeline_on_s3_killed_after_a_data_object_recovers_exactly() {
-    const NAME: &str =
-        "s3::the_page_views_pipeline_on_s3_killed_after_a_data_object_recovers_exactly";
+/// Kills a child running the page-views pipeline on S3 at `point` of the
+/// first batch with output, restarts it in another process, and checks the
+/// output through the manifest is an uninterrupted run's. Killed after a
+/// data object: the object is an orphan no manifest entry lists and no
+/// reader sees. Killed after the manifest entry: the re-run batch writes
+/// nothing new.
+fn killed_page_views_recovers_exactly(point: &str, name: &str) {
     if let Some((_, chk)) = child_phase() {
         // The child reaches S3 through the AWS_* environment, as a
         // user's process would.
@@ -1412,49 +1415,163 @@ fn the_page_views_pipeline_on_s3_killed_after_a_data_object_recovers_exactly() {
     ];
     let mut killed = aws_env();
     killed.extend(env.clone());
-    killed.push(("WEIR_FAILPOINT", format!("file_sink_after_data:{batch}")));
-    crate::common::run_child_killed_at_failpoint(NAME, &killed);
+    killed.push(("WEIR_FAILPOINT", format!("{point}:{batch}")));
+    crate::common::run_child_killed_at_failpoint(name, &killed);
     let out = open(&b, "out");
-    // Killed after its first data object: no manifest entry for the batch.
-    assert_eq!(
-        out.get(&format!("_spark_metadata/{batch}")).unwrap(),
-        None,
-        "batch {batch}"
-    );
-    run_child(NAME, &env);
+    let entry = format!("_spark_metadata/{batch}");
+    let logged_before = out.get(&entry).unwrap();
+    let data_objects = || {
+        assert_eq!(out.list("").unwrap(), Vec::<String>::new(), "all in pages");
+        let mut on_s3 = Vec::new();
+        for p in 0..3 {
+            let (dir, _) =
+                weir::sink::file::partition_dir_name("page", Some(&format!("/page/{p}")));
+            for name in out.list(&dir).unwrap() {
+                on_s3.push(format!("{dir}/{name}"));
+            }
+        }
+        on_s3.sort();
+        on_s3
+    };
+    let killed_batch_objects = data_objects();
+    run_child(name, &env);
     let (rows, committed) = committed_rows(&out);
     assert_eq!(
         rows, reference,
-        "through the manifest: an uninterrupted run's rows"
+        "{point}: through the manifest, an uninterrupted run's rows"
     );
-    // The killed run's data object is still there, an orphan no manifest
-    // entry lists.
-    assert_eq!(out.list("").unwrap(), Vec::<String>::new(), "all in pages");
-    let mut on_s3 = Vec::new();
-    for p in 0..3 {
-        let (dir, _) = weir::sink::file::partition_dir_name("page", Some(&format!("/page/{p}")));
-        for name in out.list(&dir).unwrap() {
-            on_s3.push(format!("{dir}/{name}"));
-        }
-    }
-    let orphans: Vec<&String> = on_s3.iter().filter(|n| !committed.contains(n)).collect();
-    assert!(
-        !orphans.is_empty(),
-        "the killed run left a data object: {on_s3:?}"
-    );
-    assert!(
-        orphans.iter().all(|n| batch_of(n) == batch),
-        "only the killed batch's: {orphans:?}"
-    );
+    let on_s3 = data_objects();
     assert!(committed.iter().all(|n| on_s3.contains(n)), "{committed:?}");
-    // Its manifest entry was written once, by the restart.
-    assert!(out
-        .get(&format!("_spark_metadata/{batch}"))
-        .unwrap()
-        .is_some());
-    // A reader through the manifest never sees the orphan.
+    let orphans: Vec<&String> = on_s3.iter().filter(|n| !committed.contains(n)).collect();
+    if point == "file_sink_after_data" {
+        // Killed after its first data object, before the manifest entry.
+        assert_eq!(logged_before, None, "batch {batch}");
+        assert!(
+            !orphans.is_empty(),
+            "the killed run left a data object: {on_s3:?}"
+        );
+        assert!(
+            orphans.iter().all(|n| batch_of(n) == batch),
+            "only the killed batch's: {orphans:?}"
+        );
+    } else {
+        // The entry was there: the re-run batch wrote nothing new, and the
+        // entry is the killed run's, unchanged.
+        assert!(logged_before.is_some(), "batch {batch}");
+        assert_eq!(out.get(&entry).unwrap(), logged_before);
+        assert!(orphans.is_empty(), "{orphans:?}");
+        let of_batch = |names: &[String]| -> Vec<String> {
+            names
+                .iter()
+                .filter(|n| batch_of(n) == batch)
+                .cloned()
+                .collect()
+        };
+        assert_eq!(of_batch(&on_s3), of_batch(&killed_batch_objects));
+    }
+    assert!(out.get(&entry).unwrap().is_some());
+    // A reader through the manifest never sees an orphan.
     assert_eq!(
         read_back_with_the_file_source(&format!("s3://{b}/out")),
         page_and_views(&reference)
     );
+}
+
+#[test]
+fn the_page_views_pipeline_on_s3_killed_after_a_data_object_recovers_exactly() {
+    killed_page_views_recovers_exactly(
+        "file_sink_after_data",
+        "s3::the_page_views_pipeline_on_s3_killed_after_a_data_object_recovers_exactly",
+    );
+}
+
+#[test]
+fn the_page_views_pipeline_on_s3_killed_after_the_manifest_recovers_exactly() {
+    killed_page_views_recovers_exactly(
+        "file_sink_after_manifest",
+        "s3::the_page_views_pipeline_on_s3_killed_after_the_manifest_recovers_exactly",
+    );
+}
+
+/// The file source on `s3://<b>/in` with its log at `chk/sources/0`.
+fn s3_file_source(b: &str, latest_first: bool) -> weir::source::FileSource {
+    use weir::source::{FileFormat, FileSource, Source, SourceContext, SourceStorage};
+    let mut s = FileSource::new(
+        format!("s3://{b}/in/"),
+        FileFormat::Json,
+        crate::common::fields(),
+    )
+    .max_files_per_trigger(1)
+    .latest_first(latest_first)
+    .log_compact_interval(2);
+    let log = if latest_first {
+        "chk/latest"
+    } else {
+        "chk/sources/0"
+    };
+    s.open_on(
+        &SourceContext {
+            metadata_dir: std::path::PathBuf::from("unused"),
+            sync: false,
+        },
+        &SourceStorage {
+            metadata: open(b, log),
+            s3: settings(),
+        },
+    )
+    .unwrap();
+    s
+}
+
+/// The `key` column of a source's batches.
+fn source_keys(batches: &[weir::arrow::record_batch::RecordBatch]) -> Vec<String> {
+    crate::common::rows_json(batches)
+        .iter()
+        .map(|r| r["key"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_file_source_on_an_s3_prefix_takes_each_object_once_in_order() {
+    use weir::source::{Offset, Source};
+    let b = new_bucket();
+    let input = open(&b, "in");
+    let click = |key: &str| format!(r#"{{"ts":"2024-01-01T12:00:00Z","key":"{key}","value":1}}"#);
+    input.put("a.json", click("a").as_bytes()).unwrap();
+    // S3 keeps modification times to the second.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    input.put("b.json", click("b").as_bytes()).unwrap();
+    // Hidden names and objects below the prefix's own are not read.
+    input.put("_SUCCESS", b"").unwrap();
+    input.put(".c.json", click("hidden").as_bytes()).unwrap();
+    input.put("sub/d.json", click("nested").as_bytes()).unwrap();
+    let mut s = s3_file_source(&b, false);
+    let o0 = s.latest_offset(None).unwrap().unwrap();
+    assert_eq!(source_keys(&s.get_batch(None, &o0).unwrap()), ["a"]);
+    let o1 = s.latest_offset(Some(&o0)).unwrap().unwrap();
+    assert_eq!(source_keys(&s.get_batch(Some(&o0), &o1).unwrap()), ["b"]);
+    assert_eq!(s.latest_offset(Some(&o1)).unwrap(), Some(o1.clone()));
+    // The seen-files log is on S3, compacted (every 2nd entry here).
+    assert_eq!(open(&b, "chk/sources/0").list("").unwrap(), ["1.compact"]);
+    // A restart on another "machine" skips both, re-reads a logged entry,
+    // and takes a new object.
+    let mut s2 = s3_file_source(&b, false);
+    assert_eq!(s2.latest_offset(Some(&o1)).unwrap(), Some(o1.clone()));
+    assert_eq!(
+        source_keys(&s2.get_batch(None, &Offset::from(0)).unwrap()),
+        ["a"]
+    );
+    input.put("e.json", click("e").as_bytes()).unwrap();
+    let o2 = s2.latest_offset(Some(&o1)).unwrap().unwrap();
+    assert_eq!(source_keys(&s2.get_batch(Some(&o1), &o2).unwrap()), ["e"]);
+    assert_eq!(
+        open(&b, "chk/sources/0").list("").unwrap(),
+        ["1.compact", "2"]
+    );
+    // latestFirst takes the newest object first (of two written in the
+    // same second, the greater name).
+    let mut newest = s3_file_source(&b, true);
+    let n0 = newest.latest_offset(None).unwrap().unwrap();
+    let first = source_keys(&newest.get_batch(None, &n0).unwrap());
+    assert_eq!(first, ["e"]);
 }
