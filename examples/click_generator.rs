@@ -30,55 +30,43 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
+/// Click events into a Kafka topic.
+#[derive(clap::Parser, Debug)]
 struct Args {
+    /// The Kafka brokers.
+    #[arg(long, env = "KAFKA_BOOTSTRAP", default_value = "127.0.0.1:39092")]
     bootstrap: String,
+    /// The topic (created when missing).
+    #[arg(long, default_value = "clicks")]
     topic: String,
+    /// The topic's partitions when it is created.
+    #[arg(long, default_value_t = 4)]
     partitions: i32,
+    /// Distinct pages.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pages: u64,
+    /// Clicks per second (0: as fast as possible).
+    #[arg(long, default_value_t = 1000.0)]
     rate: f64,
+    /// Event-time clicks per second (default: `--rate`, or 1000 when unpaced).
+    #[arg(long, default_value_t = 0.0)]
     event_rate: f64,
+    /// Stop after this many clicks.
+    #[arg(long)]
     count: Option<u64>,
+    /// Stop after this many seconds.
+    #[arg(long)]
     seconds: Option<f64>,
+    /// Event-time disorder, up to this many seconds.
+    #[arg(long = "disorder", default_value_t = 20.0)]
     disorder_s: f64,
+    /// The share of clicks 3 to 6 minutes late.
+    #[arg(long, default_value_t = 0.005)]
     late: f64,
 }
 
 fn args() -> Args {
-    let mut a = Args {
-        bootstrap: std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:39092".into()),
-        topic: "clicks".into(),
-        partitions: 4,
-        pages: 1000,
-        rate: 1000.0,
-        event_rate: 0.0,
-        count: None,
-        seconds: None,
-        disorder_s: 20.0,
-        late: 0.005,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let mut v = || it.next().unwrap_or_else(|| panic!("{k} needs a value"));
-        let num = |s: String| -> f64 {
-            s.parse()
-                .unwrap_or_else(|_| panic!("{k}: `{s}` is not a number"))
-        };
-        match k.as_str() {
-            "--bootstrap" => a.bootstrap = v(),
-            "--topic" => a.topic = v(),
-            "--partitions" => a.partitions = num(v()) as i32,
-            "--pages" => a.pages = num(v()).max(1.0) as u64,
-            "--rate" => a.rate = num(v()),
-            "--event-rate" => a.event_rate = num(v()),
-            "--count" => a.count = Some(num(v()) as u64),
-            "--seconds" => a.seconds = Some(num(v())),
-            "--disorder" => a.disorder_s = num(v()),
-            "--late" => a.late = num(v()),
-            other => panic!(
-                "unknown option {other} (see the doc comment of examples/click_generator.rs)"
-            ),
-        }
-    }
+    let mut a = <Args as clap::Parser>::parse();
     if a.event_rate <= 0.0 {
         a.event_rate = if a.rate > 0.0 { a.rate } else { 1000.0 };
     }

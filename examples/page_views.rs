@@ -83,67 +83,72 @@ impl weir::QueryListener for Totals {
     }
 }
 
+/// Where the page views go.
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+enum SinkKind {
+    /// The console.
+    Console,
+    /// A Kafka topic, exactly once.
+    Kafka,
+}
+
+/// Where a new checkpoint starts reading.
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+enum Start {
+    /// New records only.
+    Latest,
+    /// Everything in the topic.
+    Earliest,
+}
+
+/// Page views per page and minute from a Kafka topic of clicks.
+#[derive(clap::Parser, Debug)]
 struct Args {
+    /// The Kafka brokers.
+    #[arg(long, env = "KAFKA_BOOTSTRAP", default_value = "127.0.0.1:39092")]
     bootstrap: String,
+    /// The clicks topic.
+    #[arg(long, default_value = "clicks")]
     topic: String,
-    kafka_sink: bool,
+    /// Where the page views go.
+    #[arg(long, value_enum, default_value_t = SinkKind::Console)]
+    sink: SinkKind,
+    /// The output topic of `--sink kafka`.
+    #[arg(long, default_value = "page_views")]
     out_topic: String,
+    /// The Kafka sink without transactions.
+    #[arg(long)]
     at_least_once: bool,
+    /// The checkpoint location (default: `weir-page-views-chk[-kafka]` in the temp dir).
+    #[arg(long)]
     checkpoint: Option<String>,
-    earliest: bool,
+    /// Where a new checkpoint starts reading.
+    #[arg(long, value_enum, default_value_t = Start::Latest)]
+    starting_offsets: Start,
+    /// The trigger interval, e.g. "10 seconds" (default: 1 minute).
+    #[arg(long)]
     trigger: Option<String>,
+    /// At most this many offsets per trigger.
+    #[arg(long)]
     max_offsets: Option<u64>,
+    /// Process what is in the topic, then stop.
+    #[arg(long)]
     available_now: bool,
+    /// Stop after this many seconds.
+    #[arg(long)]
     seconds: Option<u64>,
+    /// Commit offsets to this consumer group (so Kafka's tools show the lag).
+    #[arg(long)]
     group_id: Option<String>,
+    /// Each batch's phase durations on stderr.
+    #[arg(long)]
     verbose: bool,
 }
 
-fn args() -> Args {
-    let mut a = Args {
-        bootstrap: std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:39092".into()),
-        topic: "clicks".into(),
-        kafka_sink: false,
-        out_topic: "page_views".into(),
-        at_least_once: false,
-        checkpoint: None,
-        earliest: false,
-        trigger: None,
-        max_offsets: None,
-        available_now: false,
-        seconds: None,
-        group_id: None,
-        verbose: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let mut v = || it.next().unwrap_or_else(|| panic!("{k} needs a value"));
-        match k.as_str() {
-            "--bootstrap" => a.bootstrap = v(),
-            "--topic" => a.topic = v(),
-            "--sink" => a.kafka_sink = v() == "kafka",
-            "--out-topic" => a.out_topic = v(),
-            "--at-least-once" => a.at_least_once = true,
-            "--checkpoint" => a.checkpoint = Some(v()),
-            "--starting-offsets" => a.earliest = v() == "earliest",
-            "--trigger" => a.trigger = Some(v()),
-            "--max-offsets" => a.max_offsets = v().parse().ok(),
-            "--available-now" => a.available_now = true,
-            "--seconds" => a.seconds = v().parse().ok(),
-            "--group-id" => a.group_id = Some(v()),
-            "--verbose" => a.verbose = true,
-            other => {
-                panic!("unknown option {other} (see the doc comment of examples/page_views.rs)")
-            }
-        }
-    }
-    a
-}
-
 fn main() -> weir::Result<()> {
-    let a = args();
+    let a = <Args as clap::Parser>::parse();
     let checkpoint = a.checkpoint.clone().unwrap_or_else(|| {
-        let name = if a.kafka_sink {
+        let name = if a.sink == SinkKind::Kafka {
             "weir-page-views-chk-kafka"
         } else {
             "weir-page-views-chk"
@@ -156,7 +161,7 @@ fn main() -> weir::Result<()> {
     let mut source = KafkaSource::new(&a.bootstrap)
         .subscribe(&a.topic)
         .fail_on_data_loss(false)
-        .starting_offsets(if a.earliest {
+        .starting_offsets(if a.starting_offsets == Start::Earliest {
             StartingOffsets::Earliest
         } else {
             StartingOffsets::Latest
@@ -177,7 +182,7 @@ fn main() -> weir::Result<()> {
     session.add_listener(totals.clone());
     let mut writer =
         PageViews::writer_from(&session, clicks.into())?.checkpoint_location(&checkpoint);
-    if a.kafka_sink {
+    if a.sink == SinkKind::Kafka {
         weir::source::KafkaAdmin::new(&a.bootstrap)?.create_topic(&a.out_topic, 1)?;
         let mut sink = KafkaSink::new(&a.bootstrap)
             .topic(&a.out_topic)
@@ -198,7 +203,7 @@ fn main() -> weir::Result<()> {
     println!(
         "page_views: {} -> {} (checkpoint {checkpoint})",
         a.topic,
-        if a.kafka_sink {
+        if a.sink == SinkKind::Kafka {
             format!("Kafka topic `{}`", a.out_topic)
         } else {
             "console".into()

@@ -18,19 +18,16 @@ use weir::sink::ConsoleSink;
 use weir::source::RateSource;
 use weir::{Session, Trigger};
 
+/// The seed's rate-source lab.
+#[derive(clap::Parser, Debug)]
+struct Args {
+    /// Stop after this many seconds.
+    #[arg(long, env = "WEIR_LAB_SECONDS", default_value_t = 60)]
+    seconds: u64,
+}
+
 fn seconds() -> u64 {
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        if a == "--seconds" {
-            if let Some(v) = args.next().and_then(|v| v.parse().ok()) {
-                return v;
-            }
-        }
-    }
-    std::env::var("WEIR_LAB_SECONDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(60)
+    <Args as clap::Parser>::parse().seconds
 }
 
 fn main() -> weir::Result<()> {

@@ -19,26 +19,55 @@ mod scenarios;
 
 use std::time::Instant;
 
+use clap::Parser;
+
+/// A scenario to run.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Scenario {
+    /// Rate-micro-batch, 200k rows/batch, a 10 s window count, update mode.
+    Lab,
+    /// 1000 pages, disorder, 1-minute windows, a 2-minute watermark.
+    #[value(name = "page_views")]
+    PageViews,
+    /// 30-minute windows sliding by 5 minutes over 1000 keys.
+    Sliding,
+    /// A stream-stream inner join: impressions x clicks within 2 minutes.
+    Join,
+    /// 5 rows per batch: the per-batch floor.
+    Tiny,
+    /// Process start to the first committed batch.
+    Startup,
+    /// A hand-written hash aggregation of the page views: the ceiling.
+    Baseline,
+}
+
+/// weir's benchmarks: each run prints one JSON object.
+#[derive(Parser, Debug)]
+#[command(name = "weir-bench")]
+struct Cli {
+    /// The scenario.
+    #[arg(value_enum)]
+    scenario: Scenario,
+    #[command(flatten)]
+    opts: scenarios::Opts,
+}
+
 fn main() {
     let started = Instant::now();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    const USAGE: &str = "usage: weir-bench <lab|page_views|sliding|join|tiny|startup|baseline> [--batches N] [--rows-per-batch N] [--mode update|append] [--state memory|rocksdb] [--fsync true|false] [--partitions N] [--workers N]";
-    let Some(scenario) = args.first().cloned() else {
-        eprintln!("{USAGE}");
-        std::process::exit(2);
+    let cli = Cli::parse();
+    let name = match cli.scenario {
+        Scenario::Lab => "lab",
+        Scenario::PageViews => "page_views",
+        Scenario::Sliding => "sliding",
+        Scenario::Join => "join",
+        Scenario::Tiny => "tiny",
+        Scenario::Startup => "startup",
+        Scenario::Baseline => "baseline",
     };
-    if scenario == "--help" || scenario == "-h" {
-        println!("{USAGE}");
-        return;
-    }
-    let opts = scenarios::Opts::parse(&args[1..]).unwrap_or_else(|e| {
-        eprintln!("weir-bench: {e}");
-        std::process::exit(2);
-    });
-    match scenarios::run(&scenario, &opts, started) {
+    match scenarios::run(name, &cli.opts, started) {
         Ok(v) => println!("{v}"),
         Err(e) => {
-            eprintln!("weir-bench {scenario}: {e}");
+            eprintln!("weir-bench {name}: {e}");
             std::process::exit(1);
         }
     }

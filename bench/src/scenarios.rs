@@ -17,58 +17,63 @@ use weir::sink::Sink;
 use weir::source::{Offset, RateMicroBatchSource, Source};
 use weir::{QueryListener, Session, SessionConfig, StreamingQueryProgress, WeirError};
 
-/// Command-line options.
+/// The state store a scenario runs on.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum StateStore {
+    /// The in-memory store (deltas and snapshots on disk).
+    Memory,
+    /// RocksDB (needs the `rocksdb` feature).
+    Rocksdb,
+}
+
+/// An output mode of the page-views scenario.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Mode {
+    /// Spark's update mode.
+    Update,
+    /// Spark's append mode.
+    Append,
+}
+
+/// Command-line options common to the scenarios.
+#[derive(clap::Args, Debug)]
 pub struct Opts {
+    /// Micro-batches to run (default: the scenario's).
+    #[arg(long, default_value_t = 0)]
     batches: i64,
+    /// Rows per micro-batch (default: the scenario's).
+    #[arg(long, default_value_t = 0)]
     rows_per_batch: u64,
-    mode: OutputMode,
-    state: String,
+    /// The page-views scenario's output mode.
+    #[arg(long, value_enum, default_value_t = Mode::Update)]
+    mode: Mode,
+    /// The state store.
+    #[arg(long, value_enum, default_value_t = StateStore::Memory)]
+    state: StateStore,
+    /// fsync the checkpoint's files (`true` or `false`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     fsync: bool,
     /// `spark.sql.shuffle.partitions` (default: the engine's, one per core).
+    #[arg(long)]
     partitions: Option<usize>,
     /// `weir.workerThreads` (default: the engine's, one per core).
+    #[arg(long)]
     workers: Option<usize>,
 }
 
 impl Opts {
-    /// Parses `--flag value` pairs.
-    pub fn parse(args: &[String]) -> Result<Opts, String> {
-        let mut o = Opts {
-            batches: 0,
-            rows_per_batch: 0,
-            mode: OutputMode::Update,
-            state: "memory".into(),
-            fsync: true,
-            partitions: None,
-            workers: None,
-        };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let v = it.next().ok_or_else(|| format!("{a} needs a value"))?;
-            match a.as_str() {
-                "--batches" => o.batches = v.parse().map_err(|_| format!("bad --batches {v}"))?,
-                "--rows-per-batch" => {
-                    o.rows_per_batch = v.parse().map_err(|_| format!("bad --rows-per-batch {v}"))?
-                }
-                "--mode" => {
-                    o.mode = match v.as_str() {
-                        "update" => OutputMode::Update,
-                        "append" => OutputMode::Append,
-                        _ => return Err(format!("bad --mode {v}")),
-                    }
-                }
-                "--state" => o.state = v.clone(),
-                "--fsync" => o.fsync = v == "true",
-                "--partitions" => {
-                    o.partitions = Some(v.parse().map_err(|_| format!("bad --partitions {v}"))?)
-                }
-                "--workers" => {
-                    o.workers = Some(v.parse().map_err(|_| format!("bad --workers {v}"))?)
-                }
-                _ => return Err(format!("unknown flag {a}")),
-            }
+    fn mode(&self) -> OutputMode {
+        match self.mode {
+            Mode::Update => OutputMode::Update,
+            Mode::Append => OutputMode::Append,
         }
-        Ok(o)
+    }
+
+    fn state(&self) -> &'static str {
+        match self.state {
+            StateStore::Memory => "memory",
+            StateStore::Rocksdb => "rocksdb",
+        }
     }
 
     fn or(&self, batches: i64, rows: u64) -> (i64, u64) {
@@ -398,7 +403,7 @@ fn session(opts: &Opts) -> weir::Result<Session> {
         polling_delay: Duration::from_millis(1),
         ..SessionConfig::default()
     };
-    conf.set("spark.sql.streaming.stateStore.providerClass", &opts.state)?;
+    conf.set("spark.sql.streaming.stateStore.providerClass", opts.state())?;
     if let Some(n) = opts.partitions {
         conf.set("spark.sql.shuffle.partitions", &n.to_string())?;
     }
@@ -456,7 +461,7 @@ pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Valu
                 .group_by(vec![window("event_ts", "1 minute"), col("page")])
                 .agg(vec![count_star("views")])
                 .write_stream()
-                .output_mode(opts.mode)
+                .output_mode(opts.mode())
                 .sink(NoopSink(sink_rows))
                 .checkpoint_location(&chk_path);
             measure(
@@ -464,7 +469,7 @@ pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Valu
                 &s,
                 w,
                 batches,
-                json!({"rows_per_batch": rows, "mode": format!("{:?}", opts.mode), "state": opts.state}),
+                json!({"rows_per_batch": rows, "mode": format!("{:?}", opts.mode()), "state": opts.state()}),
                 process_start,
             )
         }
