@@ -224,12 +224,27 @@ fn flattened(snapshot: &StateSnapshot, store: &str) -> Vec<Value> {
 /// complete mode are its state's values.
 #[test]
 fn every_scenarios_state_at_every_batch_has_num_rows_total_rows() {
+    every_scenarios_state_on("memory");
+}
+
+/// The same on the RocksDB state store (its versions are the same files).
+#[cfg(feature = "rocksdb")]
+#[test]
+fn every_scenarios_state_on_rocksdb_has_num_rows_total_rows() {
+    every_scenarios_state_on("rocksdb");
+}
+
+fn every_scenarios_state_on(provider: &str) {
     let mut checked = BTreeMap::new();
+    let mut values_checked = 0;
     for (name, sc) in scenarios() {
         let dir = tempfile::tempdir().unwrap();
         let chk = dir.path().join("chk").display().to_string();
         let plan: StreamPlan = serde_json::from_value(sc["plan"].clone()).unwrap();
-        let run = Scenario::new(&sc, conf(3, &plan), &chk);
+        let mut c = conf(3, &plan);
+        c.set("spark.sql.streaming.stateStore.providerClass", provider)
+            .unwrap();
+        let run = Scenario::new(&sc, c, &chk);
         let mut reads = 0;
         run.run(&sc, &mut |_q, ran| {
             for r in ran {
@@ -268,6 +283,7 @@ fn every_scenarios_state_at_every_batch_has_num_rows_total_rows() {
                                     .all(|(k, v)| st.get(k) == Some(v))
                             });
                             assert!(found, "{name} batch {}: {row} is not in {state:?}", r.id);
+                            values_checked += 1;
                         }
                     }
                 }
@@ -285,9 +301,21 @@ fn every_scenarios_state_at_every_batch_has_num_rows_total_rows() {
             }
             assert_eq!(meta.partitions, 3);
         }
+        if reads == 0 {
+            // A stateless query: no operator to read, and the error says so.
+            assert!(weir::state::read::read_metadata(&chk)
+                .unwrap()
+                .operators
+                .is_empty());
+            let err = weir::state::read::read(&chk, 0, None)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("keeps no state"), "{name}: {err}");
+        }
         checked.insert(name, reads);
     }
-    eprintln!("state reads per scenario: {checked:?}");
+    eprintln!("state reads per scenario on {provider}: {checked:?}");
+    assert!(values_checked > 10, "{values_checked} emitted rows checked");
     for must in [
         "key_count_complete",
         "dedup_with_watermark",
