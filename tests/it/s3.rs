@@ -263,23 +263,40 @@ fn start(stream: MemoryStream, chk: &str, out: Collected) -> weir::Result<weir::
         .start()
 }
 
+/// How long a child process running one query may take before it is
+/// killed and the test fails (a hung child must not hang the run).
+const CHILD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// Runs `cmd` (a child of this test binary) to its end within
+/// [`CHILD_DEADLINE`], its output kept in files; asserts it passed,
+/// showing its output when not.
+fn run_to_success(cmd: &mut std::process::Command, what: &str) {
+    let stdout = tempfile::NamedTempFile::new().unwrap();
+    let stderr = tempfile::NamedTempFile::new().unwrap();
+    cmd.stdout(stdout.reopen().unwrap())
+        .stderr(stderr.reopen().unwrap());
+    let status = crate::common::TestChild::spawn(cmd).wait_within(CHILD_DEADLINE, what);
+    assert!(
+        status.success(),
+        "{what} failed ({status}): {}\n{}",
+        std::fs::read_to_string(stdout.path()).unwrap_or_default(),
+        std::fs::read_to_string(stderr.path()).unwrap_or_default()
+    );
+}
+
 /// Runs test `name` of this binary in a child process with the test
 /// server in the `AWS_*` variables and `envs`; returns its collected
-/// batches (written by the child to a file) after asserting it passed.
+/// batches (written by the child to a file) after asserting it passed
+/// within [`CHILD_DEADLINE`].
 fn run_child(name: &str, envs: &[(&str, String)]) -> Vec<(i64, Vec<i64>)> {
     let out = tempfile::NamedTempFile::new().unwrap();
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .envs(aws_env())
-        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
-        .env("WEIR_S3_CHILD_OUT", out.path())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{name} child {envs:?} failed: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+    run_to_success(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .envs(aws_env())
+            .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("WEIR_S3_CHILD_OUT", out.path()),
+        &format!("{name} child {envs:?}"),
     );
     let text = std::fs::read_to_string(out.path()).unwrap();
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: child output {text:?}: {e}"))
@@ -1122,13 +1139,7 @@ fn session_s3_settings_reach_s3_without_the_aws_environment() {
     for k in AWS {
         cmd.env_remove(k);
     }
-    let output = cmd.output().unwrap();
-    assert!(
-        output.status.success(),
-        "child failed: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_to_success(&mut cmd, "the child with session S3 settings only");
     // The child's checkpoint is on S3: batch 0 is committed there.
     let st = open(&bucket, "q");
     assert!(st.get("commits/0").unwrap().is_some(), "no commits/0 on S3");
