@@ -29,15 +29,6 @@ pub struct MemoryStateStore {
     bytes: usize,
 }
 
-fn fnv(data: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in data {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
-}
-
 /// Encodes entries (value None: a deletion) with a header and checksum.
 pub(crate) fn encode<'a>(entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
@@ -52,7 +43,7 @@ pub(crate) fn encode<'a>(entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8
             None => out.extend_from_slice(&(-1i32).to_le_bytes()),
         }
     }
-    let sum = fnv(&out);
+    let sum = super::fnv64(&out);
     out.extend_from_slice(&sum.to_le_bytes());
     out
 }
@@ -69,7 +60,7 @@ pub(crate) fn decode(path: &Path, data: &[u8]) -> Result<Vec<Entry>> {
         return Err(bad("bad header"));
     }
     let (body, sum) = data.split_at(data.len() - 8);
-    if fnv(body).to_le_bytes() != sum {
+    if super::fnv64(body).to_le_bytes() != sum {
         return Err(bad("checksum mismatch"));
     }
     let mut out = Vec::new();

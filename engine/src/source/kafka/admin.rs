@@ -15,7 +15,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::retry::retry_transient;
+use super::retry::retry_transient_within;
 use crate::error::{Result, WeirError};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -178,7 +178,7 @@ impl KafkaAdmin {
         for p in 0..n as i32 {
             tpl.add_partition(topic, p);
         }
-        let got = retry_transient(TIMEOUT, || c.committed_offsets(tpl.clone(), TIMEOUT))
+        let got = retry_transient_within(TIMEOUT, |left| c.committed_offsets(tpl.clone(), left))
             .map_err(|e| err(format!("committed offsets of group `{group}`: {e}")))?;
         Ok(got
             .elements()

@@ -35,18 +35,11 @@ pub(crate) fn is_transient(e: &KafkaError) -> bool {
 
 /// Runs `op` until it succeeds, fails with an error that is not
 /// [transient](is_transient), or `within` has passed (then the last error
-/// is returned). Waits 20 ms, doubling up to 500 ms, between tries.
-pub(crate) fn retry_transient<T>(
-    within: Duration,
-    mut op: impl FnMut() -> Result<T, KafkaError>,
-) -> Result<T, KafkaError> {
-    retry_transient_within(within, |_| op())
-}
-
-/// [`retry_transient`] for a request that takes a timeout: each try gets
-/// the time left of the one deadline (`within` from now), so the whole
-/// call, tries and waits together, takes about `within` at most (a try
-/// given the whole of `within` each time could take twice that).
+/// is returned). Waits 20 ms, doubling up to 500 ms, between tries. Each
+/// try gets the time left of the one deadline (`within` from now) as its
+/// request timeout, so the whole call, tries and waits together, takes
+/// about `within` at most (a try given the whole of `within` each time
+/// could take twice that).
 pub(crate) fn retry_transient_within<T>(
     within: Duration,
     mut op: impl FnMut(Duration) -> Result<T, KafkaError>,
@@ -74,7 +67,7 @@ mod tests {
     fn transient_errors_are_retried_until_success_and_others_are_not() {
         let coordinator_loading = || KafkaError::MetadataFetch(RDKafkaErrorCode::NotCoordinator);
         let mut tries = 0;
-        let got = retry_transient(Duration::from_secs(5), || {
+        let got = retry_transient_within(Duration::from_secs(5), |_| {
             tries += 1;
             if tries < 3 {
                 Err(coordinator_loading())
@@ -85,7 +78,7 @@ mod tests {
         assert_eq!(got.unwrap(), 3);
 
         let mut tries = 0;
-        let got: Result<(), _> = retry_transient(Duration::from_secs(5), || {
+        let got: Result<(), _> = retry_transient_within(Duration::from_secs(5), |_| {
             tries += 1;
             Err(KafkaError::MetadataFetch(
                 RDKafkaErrorCode::TopicAuthorizationFailed,
@@ -96,7 +89,7 @@ mod tests {
 
         let start = Instant::now();
         let got: Result<(), _> =
-            retry_transient(Duration::from_millis(200), || Err(coordinator_loading()));
+            retry_transient_within(Duration::from_millis(200), |_| Err(coordinator_loading()));
         assert!(
             got.is_err(),
             "a transient error still fails once the time is up"
