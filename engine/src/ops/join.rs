@@ -54,7 +54,7 @@ struct Stored {
     row: Vec<u8>,
 }
 
-/// One side of a join: its shape (its rows live in [`SideState`]s, one
+/// One side of a join: its shape (its rows live in `SideState`s, one
 /// per state partition).
 pub struct JoinSide {
     schema: SchemaRef,
