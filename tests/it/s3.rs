@@ -1586,3 +1586,114 @@ fn the_file_source_on_an_s3_prefix_takes_each_object_once_in_order() {
     let first = source_keys(&newest.get_batch(None, &n0).unwrap());
     assert_eq!(first, ["e"]);
 }
+
+#[test]
+fn a_file_sink_batch_on_s3_costs_one_put_per_object_and_one_for_its_manifest() {
+    const NAME: &str =
+        "s3::a_file_sink_batch_on_s3_costs_one_put_per_object_and_one_for_its_manifest";
+    if let Some((_, out)) = child_phase() {
+        use weir::sink::{FileFormat, FileSink};
+        // A local checkpoint: only the sink talks to S3.
+        let chk = tempfile::tempdir().unwrap();
+        let s = MemoryStream::new(&crate::common::fields());
+        let row = |k: &str| serde_json::json!({"ts": "2024-01-01T12:00:00Z", "key": k, "value": 1});
+        s.add_json(&[row("a")]).unwrap();
+        let q = crate::common::session()
+            .read_stream(s.clone())
+            .write_stream()
+            .sink(FileSink::new(&out, FileFormat::Json).partition_by(vec!["key".into()]))
+            .checkpoint_location(chk.path().to_str().unwrap())
+            .start()
+            .unwrap();
+        q.process_all_available().unwrap();
+        let before = object_requests();
+        // Two batches: one key, then two keys.
+        s.add_json(&[row("b")]).unwrap();
+        q.process_all_available().unwrap();
+        s.add_json(&[row("c"), row("d")]).unwrap();
+        q.process_all_available().unwrap();
+        let used = object_requests().since(&before);
+        q.stop().unwrap();
+        assert!(q.exception().is_none(), "{:?}", q.exception());
+        assert_eq!(
+            used,
+            Requests {
+                puts: 1 + 1 + 2 + 1,
+                gets: 0,
+                lists: 0,
+                deletes: 0
+            },
+            "objects, then the manifest entry, per batch; nothing read"
+        );
+        child_done(&Arc::default());
+        return;
+    }
+    let b = new_bucket();
+    run_child(
+        NAME,
+        &[
+            ("WEIR_S3_CHILD_PHASE", "run".into()),
+            ("WEIR_S3_CHILD_CHK", format!("s3://{b}/out")),
+        ],
+    );
+    let out = open(&b, "out");
+    let committed = weir::sink::file::committed_objects(&out).unwrap();
+    let dirs: Vec<&str> = committed
+        .iter()
+        .map(|n| n.split_once('/').unwrap().0)
+        .collect();
+    assert_eq!(dirs, ["key=a", "key=b", "key=c", "key=d"]);
+    assert_eq!(
+        open(&b, "out/_spark_metadata").list("").unwrap(),
+        [".weir-sink", "0", "1", "2"]
+    );
+}
+
+#[test]
+fn a_spark_written_manifest_on_s3_is_read_through_its_s3a_uris() {
+    let b = new_bucket();
+    let out = open(&b, "spark/out");
+    out.put("k=a%2Fb/part-0.json", b"{}").unwrap();
+    out.put("part-1.json", b"{}").unwrap();
+    out.put("orphan.json", b"{}").unwrap();
+    // Spark writes percent-encoded s3a:// URIs, and compacts.
+    let meta = out.child("_spark_metadata").unwrap();
+    meta.put(
+        "0",
+        format!(
+            "v1\n{{\"path\":\"s3a://{b}/spark/out/k=a%252Fb/part-0.json\",\"action\":\"add\"}}"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    meta.put(
+        "1",
+        format!("v1\n{{\"path\":\"s3://{b}/spark/out/part-1.json\",\"action\":\"add\"}}")
+            .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(
+        weir::sink::file::committed_objects(&out).unwrap(),
+        ["k=a%2Fb/part-0.json", "part-1.json"]
+    );
+    // A `delete` action removes an entry.
+    meta.put("2", b"v1\n{\"path\":\"part-1.json\",\"action\":\"delete\"}")
+        .unwrap();
+    assert_eq!(
+        weir::sink::file::committed_objects(&out).unwrap(),
+        ["k=a%2Fb/part-0.json"]
+    );
+    // An entry outside the sink's directory is refused, naming it.
+    meta.put(
+        "3",
+        format!("v1\n{{\"path\":\"s3a://{b}/elsewhere/x.json\",\"action\":\"add\"}}").as_bytes(),
+    )
+    .unwrap();
+    let err = weir::sink::file::committed_objects(&out)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("elsewhere/x.json") && err.contains("not below"),
+        "{err}"
+    );
+}

@@ -665,20 +665,21 @@ fn manifest_object(root: &Storage, entry: &str) -> Result<String> {
             ),
         }
     };
-    let decoded = unescape_uri(entry);
     let (
         Ok(Location::S3 { bucket, prefix }),
         Location::S3 {
             bucket: b,
             prefix: p,
         },
-    ) = (Location::parse(&decoded), root.location())
+    ) = (Location::parse(entry), root.location())
     else {
         return Err(outside());
     };
     if bucket != *b {
         return Err(outside());
     }
+    // The key as stored (`%25` in the URI is the `%` of an escaped name).
+    let prefix = unescape_uri(&prefix);
     let rel = if p.is_empty() {
         Some(prefix.as_str())
     } else {
