@@ -59,6 +59,11 @@ pub struct Opts {
     /// `weir.workerThreads` (default: the engine's, one per core).
     #[arg(long)]
     workers: Option<usize>,
+    /// Where checkpoints go: a directory or an object store prefix such as
+    /// `s3://bucket/bench` (S3 settings from the `AWS_*` environment); each
+    /// run makes its own checkpoint under it. Default: a temp directory.
+    #[arg(long)]
+    checkpoint: Option<String>,
 }
 
 impl Opts {
@@ -355,12 +360,14 @@ fn measure(
     let timings = Arc::new(Timings::default());
     session.add_listener(timings.clone());
     let (cpu0, _) = rusage();
+    let requests0 = weir::storage::object_requests();
     let t0 = Instant::now();
     let q = writer.start()?;
     q.process_all_available()?;
     q.stop()?;
     let secs = t0.elapsed().as_secs_f64();
     let (cpu1, rss) = rusage();
+    let requests = weir::storage::object_requests().since(&requests0);
     let ends = timings.ends.lock().unwrap().clone();
     let rows: i64 = ends.iter().map(|e| e.1).sum();
     let mut lat: Vec<f64> = Vec::new();
@@ -390,6 +397,11 @@ fn measure(
         "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
         "partitions": session.conf().shuffle_partitions.unwrap_or_else(weir::session::available_cores),
         "workers": session.conf().worker_threads,
+        // Object store requests (checkpoints on s3://), per batch.
+        "object_puts_per_batch": requests.puts as f64 / ends.len().max(1) as f64,
+        "object_gets_per_batch": requests.gets as f64 / ends.len().max(1) as f64,
+        "object_lists_per_batch": requests.lists as f64 / ends.len().max(1) as f64,
+        "object_deletes_per_batch": requests.deletes as f64 / ends.len().max(1) as f64,
     });
     if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
         m.extend(e);
@@ -434,7 +446,18 @@ fn rate_window_count(
 /// Runs one scenario.
 pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Value> {
     let chk = tempfile::tempdir().map_err(|e| WeirError::io("tempdir", e))?;
-    let chk_path = chk.path().to_str().unwrap_or("/tmp").to_string();
+    let chk_path = match &opts.checkpoint {
+        Some(base) => format!(
+            "{}/{name}-{}-{}",
+            base.trim_end_matches('/'),
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0)
+        ),
+        None => chk.path().to_str().unwrap_or("/tmp").to_string(),
+    };
     let sink_rows = Arc::new(Mutex::new(0));
     let s = session(opts)?;
     match name {

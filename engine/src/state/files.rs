@@ -112,6 +112,7 @@ impl VersionFiles {
     }
 
     /// The bytes of version `version`'s delta, if it is there.
+    #[cfg(feature = "rocksdb")]
     pub(crate) fn delta_bytes(&self, version: u64) -> Result<Option<Vec<u8>>> {
         self.storage.get(&name(version, "delta"))
     }
