@@ -43,6 +43,8 @@ pub mod source;
 pub mod state;
 pub mod storage;
 pub mod table;
+#[cfg(feature = "testing")]
+pub mod testing;
 #[cfg(feature = "ui")]
 pub mod ui;
 

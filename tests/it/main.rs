@@ -20,6 +20,8 @@ mod s3;
 mod sessions;
 mod sinks;
 mod state_read;
+#[cfg(feature = "testing")]
+mod testing_kit;
 mod triggers;
 #[cfg(feature = "ui")]
 mod ui;
