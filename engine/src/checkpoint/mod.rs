@@ -221,7 +221,8 @@ fn one() -> usize {
 
 /// An open checkpoint: a local directory or an object store prefix
 /// (`s3://bucket/prefix`). Its logs, `metadata` and state live on the
-/// storage layer; source metadata still needs a local directory.
+/// storage layer, and so does the file source's log; the logs of other
+/// sources (Kafka, rate, socket) still need a local directory.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
     /// The local directory, or (object storage) the URL, for messages.
@@ -317,10 +318,12 @@ impl Checkpoint {
 
     /// For a checkpoint on object storage, refuses a query whose sources or
     /// sinks keep files under the checkpoint directory, which only a local
-    /// checkpoint has so far: only memory sources and the console, memory,
-    /// foreach, foreach-batch and file sinks (the file sink writes to its
-    /// own path) run with such a checkpoint; stateful operators do, their
-    /// state on the object store. A local checkpoint supports everything.
+    /// checkpoint has so far: memory sources, sources that keep their log
+    /// on the checkpoint's storage ([`crate::source::Source::log_on_storage`]:
+    /// the file source) and the console, memory, foreach, foreach-batch and
+    /// file sinks (the file sink writes to its own path) run with such a
+    /// checkpoint; stateful operators do, their state on the object store.
+    /// A local checkpoint supports everything.
     pub fn check_supported<'a>(
         &self,
         sources: impl IntoIterator<Item = (&'a str, &'a BoxSource)>,
@@ -330,7 +333,7 @@ impl Checkpoint {
             return Ok(());
         }
         for (name, s) in sources {
-            if s.description() != "MemoryStream" {
+            if s.description() != "MemoryStream" && !s.log_on_storage() {
                 self.require_local(&format!(
                     "source `{name}` ({}), which keeps its own log under the checkpoint",
                     s.description()

@@ -116,13 +116,9 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     let schemas: Vec<_> = sources.iter().map(|(_, s)| s.schema()).collect();
     let mut pipeline = Pipeline::compile(&plan, &schemas, &stream.statics)?;
     // What a checkpoint on object storage cannot keep yet is refused before
-    // anything is written to it. Sources that keep their log on the
-    // checkpoint's storage (the file source) run with any checkpoint.
+    // anything is written to it.
     chk.check_supported(
-        sources
-            .iter()
-            .filter(|(_, s)| !s.log_on_storage())
-            .map(|(n, s)| (n.as_str(), s)),
+        sources.iter().map(|(n, s)| (n.as_str(), s)),
         std::iter::once(&sink).chain(late_sink.as_ref()),
     )?;
     let meta = chk.load_or_init_metadata(&plan, conf.shuffle_partitions)?;

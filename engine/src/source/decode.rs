@@ -467,6 +467,20 @@ impl Source for Decode {
         self.inner_mut().open(ctx)
     }
 
+    fn open_on(&mut self, ctx: &SourceContext, storage: &super::SourceStorage) -> Result<()> {
+        if let Some(e) = &self.error {
+            return Err(self.err(e.clone()));
+        }
+        self.inner_mut().open_on(ctx, storage)
+    }
+
+    fn log_on_storage(&self) -> bool {
+        self.inner
+            .lock()
+            .map(|s| s.log_on_storage())
+            .unwrap_or_else(|e| e.into_inner().log_on_storage())
+    }
+
     fn latest_offset(&mut self, start: Option<&Offset>) -> Result<Option<Offset>> {
         self.malformed_batch = 0;
         self.inner_mut().latest_offset(start)
