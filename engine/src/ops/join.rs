@@ -23,6 +23,9 @@
 //! its state, in one partition.
 
 use crate::hash::FastMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -45,14 +48,22 @@ use crate::progress::StateOperatorProgress;
 use crate::row::timestamp_type;
 use crate::state::{partition_of, PartitionedStore, StateStore};
 
-/// One stored row.
-#[derive(Clone, Debug)]
-struct Stored {
+/// What the index keeps of one stored row: enough to find it in the store
+/// (`store_key(join key, seq)`) and to evict it; the row itself is read
+/// from the store when it is joined or emitted.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
     seq: u64,
-    ts: Option<i64>,
+    /// Event time in µs; [`NO_TIME`]: none (never evicted by time).
+    ts: i64,
     matched: bool,
-    row: Vec<u8>,
 }
+
+/// The stored event time of a row without one (as on disk).
+const NO_TIME: i64 = i64::MIN;
+
+/// Bytes before the row in a stored value: event time, matched flag.
+const VALUE_HEADER: usize = 9;
 
 /// One side of a join: its shape (its rows live in `SideState`s, one
 /// per state partition).
@@ -82,116 +93,289 @@ impl JoinSide {
             state_bound_ms: None,
         })
     }
+
+    /// True when this side's rows are evicted by event time.
+    fn evictable(&self) -> bool {
+        self.state_bound_ms.is_some() && self.time.is_some()
+    }
+}
+
+/// Sets `buf` to the stored key of `seq` under join key `key`: the join
+/// key, length-prefixed, then the sequence number (big-endian).
+fn set_store_key(buf: &mut Vec<u8>, key: &[u8], seq: u64) {
+    buf.clear();
+    buf.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    buf.extend_from_slice(key);
+    buf.extend_from_slice(&seq.to_be_bytes());
 }
 
 fn store_key(key: &[u8], seq: u64) -> Vec<u8> {
-    let mut k = (key.len() as u32).to_le_bytes().to_vec();
-    k.extend_from_slice(key);
-    k.extend_from_slice(&seq.to_be_bytes());
+    let mut k = Vec::with_capacity(4 + key.len() + 8);
+    set_store_key(&mut k, key, seq);
     k
 }
 
-fn store_value(s: &Stored) -> Vec<u8> {
-    let mut v = s.ts.unwrap_or(i64::MIN).to_le_bytes().to_vec();
-    v.push(s.matched as u8);
-    v.extend_from_slice(&s.row);
+/// A stored value: event time, matched flag, the row (Arrow row format).
+fn store_value(ts: i64, matched: bool, row: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(VALUE_HEADER + row.len());
+    v.extend_from_slice(&ts.to_le_bytes());
+    v.push(matched as u8);
+    v.extend_from_slice(row);
     v
 }
 
+fn damaged() -> WeirError {
+    WeirError::Config("damaged join state entry (written by a different query?)".into())
+}
+
+/// The row of a stored value.
+fn stored_row(value: &[u8]) -> Result<&[u8]> {
+    value.get(VALUE_HEADER..).ok_or_else(damaged)
+}
+
+/// One row taken out of a side's index by [`SideState::evict`].
+struct Evicted {
+    key: Arc<[u8]>,
+    seq: u64,
+    matched: bool,
+}
+
 /// One side's rows in one state partition: an index of the partition's
-/// store for that side, by join key. Sequence numbers are per partition
-/// (a stored key is the join key and its sequence number, unique per key).
+/// store for that side (which holds the rows), by join key, and for
+/// eviction by event time. Sequence numbers are per partition (a stored
+/// key is the join key and its sequence number, unique per key).
 #[derive(Default)]
 struct SideState {
-    index: FastMap<Vec<u8>, Vec<Stored>>,
+    /// Join key -> its rows, in sequence order.
+    index: FastMap<Arc<[u8]>, VecDeque<Entry>>,
+    /// Rows with an event time, by (event time, seq), when the side is
+    /// evicted by time (the key shared with `index`).
+    by_time: BTreeMap<(i64, u64), Arc<[u8]>>,
+    evictable: bool,
     count: usize,
     next_seq: u64,
 }
 
 impl SideState {
-    /// The index of one partition's store.
-    fn load(store: &dyn StateStore) -> Result<SideState> {
-        let mut st = SideState::default();
-        let bad =
-            || WeirError::Config("damaged join state entry (written by a different query?)".into());
+    /// The index of one partition's store; `evictable`: rows are evicted
+    /// by event time (and indexed by it).
+    fn load(store: &dyn StateStore, evictable: bool) -> Result<SideState> {
+        let mut st = SideState {
+            evictable,
+            ..SideState::default()
+        };
         for (k, v) in store.iter() {
-            let key = length_prefixed_key(&k).ok_or_else(bad)?.to_vec();
+            let key = length_prefixed_key(&k).ok_or_else(damaged)?;
             let seq = u64::from_be_bytes(
                 k.get(4 + key.len()..)
-                    .ok_or_else(bad)?
+                    .ok_or_else(damaged)?
                     .try_into()
-                    .map_err(|_| bad())?,
+                    .map_err(|_| damaged())?,
             );
-            let ts = i64::from_le_bytes(v.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
-            let matched = *v.get(8).ok_or_else(bad)? == 1;
-            let row = v[9..].to_vec();
+            let ts = i64::from_le_bytes(
+                v.get(..8)
+                    .ok_or_else(damaged)?
+                    .try_into()
+                    .map_err(|_| damaged())?,
+            );
+            let matched = *v.get(8).ok_or_else(damaged)? == 1;
             st.next_seq = st.next_seq.max(seq.saturating_add(1));
-            st.index.entry(key).or_default().push(Stored {
-                seq,
-                ts: (ts != i64::MIN).then_some(ts),
-                matched,
-                row,
-            });
-            st.count += 1;
+            st.insert(key, Entry { seq, ts, matched });
         }
         // A failed read while loading must not pass for missing state.
         store.check()?;
         for v in st.index.values_mut() {
-            v.sort_by_key(|s| s.seq);
+            v.make_contiguous().sort_unstable_by_key(|e| e.seq);
         }
         Ok(st)
     }
 
-    fn add(
-        &mut self,
-        store: &mut dyn StateStore,
-        key: Vec<u8>,
-        ts: Option<i64>,
-        matched: bool,
-        row: Vec<u8>,
-    ) {
-        let s = Stored {
-            seq: self.next_seq,
-            ts,
-            matched,
-            row,
+    /// Indexes `e` under `key` (at the end of the key's rows).
+    fn insert(&mut self, key: &[u8], e: Entry) {
+        let shared = match self.index.get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => {
+                let k: Arc<[u8]> = Arc::from(key);
+                // One row per key is common: no room for more until needed.
+                self.index.insert(k.clone(), VecDeque::with_capacity(1));
+                k
+            }
         };
-        self.next_seq += 1;
-        store.put(store_key(&key, s.seq), store_value(&s));
-        self.index.entry(key).or_default().push(s);
+        if self.evictable && e.ts != NO_TIME {
+            self.by_time.insert((e.ts, e.seq), shared.clone());
+        }
+        if let Some(rows) = self.index.get_mut(&shared) {
+            rows.push_back(e);
+        }
         self.count += 1;
     }
 
-    fn mark_matched(&mut self, store: &mut dyn StateStore, key: &[u8], seq: u64) {
-        if let Some(v) = self.index.get_mut(key) {
-            if let Some(s) = v.iter_mut().find(|s| s.seq == seq) {
-                if !s.matched {
-                    s.matched = true;
-                    store.put(store_key(key, seq), store_value(s));
-                }
-            }
+    /// Stores a new row (`value`: see [`store_value`]) under `key`.
+    fn add(
+        &mut self,
+        store: &mut dyn StateStore,
+        key: &[u8],
+        ts: i64,
+        matched: bool,
+        value: Vec<u8>,
+    ) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        store.put(store_key(key, seq), value);
+        self.insert(key, Entry { seq, ts, matched });
+    }
+
+    /// Flags the stored row `seq` of `key` as matched; `value` is its
+    /// stored value (read while joining).
+    fn mark_matched(
+        &mut self,
+        store: &mut dyn StateStore,
+        key: &[u8],
+        seq: u64,
+        mut value: Vec<u8>,
+    ) {
+        let Some(rows) = self.index.get_mut(key) else {
+            return;
+        };
+        let Ok(i) = rows.binary_search_by_key(&seq, |e| e.seq) else {
+            return;
+        };
+        if !rows[i].matched && value.len() >= VALUE_HEADER {
+            rows[i].matched = true;
+            value[8] = 1;
+            store.put(store_key(key, seq), value);
         }
     }
 
-    /// Removes rows with event time <= `bound_us`; returns the removed rows.
-    fn evict(&mut self, store: &mut dyn StateStore, bound_us: i64) -> Vec<Stored> {
-        let mut out = Vec::new();
-        self.index.retain(|key, rows| {
-            if rows.iter().any(|s| s.ts.is_some_and(|t| t <= bound_us)) {
-                // The expired rows move out (no copy); the rest stay in order.
-                let (gone, keep): (Vec<Stored>, Vec<Stored>) = std::mem::take(rows)
-                    .into_iter()
-                    .partition(|s| s.ts.is_some_and(|t| t <= bound_us));
-                for s in &gone {
-                    store.remove(&store_key(key, s.seq));
-                }
-                out.extend(gone);
-                *rows = keep;
+    /// Takes rows with event time <= `bound_us` out of the index (not the
+    /// store: the caller reads what it emits, then removes them), in
+    /// sequence order. Costs what it removes (plus, for a key whose expired
+    /// rows are not its oldest, a pass over that key's rows).
+    fn evict(&mut self, bound_us: i64) -> Vec<Evicted> {
+        let mut gone: Vec<(Arc<[u8]>, u64)> = Vec::new();
+        while let Some(first) = self.by_time.first_entry() {
+            if first.key().0 > bound_us {
+                break;
             }
-            !rows.is_empty()
-        });
+            let ((_, seq), key) = first.remove_entry();
+            gone.push((key, seq));
+        }
+        if gone.is_empty() {
+            return Vec::new();
+        }
+        // Group by key (one shared key per join key), in sequence order.
+        gone.sort_unstable_by_key(|(k, seq)| (Arc::as_ptr(k) as *const u8 as usize, *seq));
+        let mut out = Vec::with_capacity(gone.len());
+        for group in gone.chunk_by(|a, b| Arc::ptr_eq(&a.0, &b.0)) {
+            let key = &group[0].0;
+            let Some(rows) = self.index.get_mut(&**key) else {
+                continue;
+            };
+            let m = group.len();
+            let taken = |e: Entry| Evicted {
+                key: key.clone(),
+                seq: e.seq,
+                matched: e.matched,
+            };
+            if rows.len() >= m && rows.iter().zip(group).all(|(e, g)| e.seq == g.1) {
+                // The key's oldest rows: off the front.
+                out.extend(rows.drain(..m).map(taken));
+            } else {
+                let mut g = 0;
+                rows.retain(|e| {
+                    while g < m && group[g].1 < e.seq {
+                        g += 1;
+                    }
+                    if g < m && group[g].1 == e.seq {
+                        out.push(taken(*e));
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+            if rows.is_empty() {
+                self.index.remove(&**key);
+            }
+        }
         self.count -= out.len();
+        out.sort_unstable_by_key(|e| e.seq);
         out
+    }
+}
+
+/// One side of a candidate pair: a new row of this batch (its index) or a
+/// stored row read for it (its index in the side's [`Probes`]).
+#[derive(Clone, Copy)]
+enum Ref {
+    New(usize),
+    State(usize),
+}
+
+/// Stored rows of one side read while joining one partition's batch: each
+/// join key's rows are read once, however many new rows of the other side
+/// meet them (borrowed where the store can, e.g. the memory store).
+#[derive(Default)]
+struct Probes<'k, 's> {
+    keys: Vec<&'k [u8]>,
+    entries: Vec<Entry>,
+    values: Vec<Cow<'s, [u8]>>,
+    read: FastMap<&'k [u8], Range<usize>>,
+}
+
+impl<'k, 's> Probes<'k, 's> {
+    /// The stored rows of `key` in `side` (indexes into these probes).
+    fn fetch(
+        &mut self,
+        side: &SideState,
+        store: &'s dyn StateStore,
+        key: &'k [u8],
+        kbuf: &mut Vec<u8>,
+    ) -> Result<Range<usize>> {
+        if let Some(r) = self.read.get(key) {
+            return Ok(r.clone());
+        }
+        let Some(rows) = side.index.get(key) else {
+            return Ok(0..0);
+        };
+        let start = self.values.len();
+        for e in rows {
+            set_store_key(kbuf, key, e.seq);
+            // A failed read (a store on disk) answers absent and is found
+            // by `check` before the batch's output leaves.
+            let Some(v) = store.get(kbuf) else { continue };
+            if v.len() < VALUE_HEADER {
+                return Err(damaged());
+            }
+            self.keys.push(key);
+            self.entries.push(*e);
+            self.values.push(v);
+        }
+        let r = start..self.values.len();
+        self.read.insert(key, r.clone());
+        Ok(r)
+    }
+
+    fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// The row of probe `p`.
+    fn row(&self, p: usize) -> &[u8] {
+        &self.values[p][VALUE_HEADER..]
+    }
+
+    /// The probes `hit` that were not matched before: key, seq and stored
+    /// value, to flag as matched.
+    fn newly_matched(self, hit: &[bool]) -> Vec<(&'k [u8], u64, Vec<u8>)> {
+        self.keys
+            .into_iter()
+            .zip(self.entries)
+            .zip(self.values)
+            .zip(hit)
+            .filter(|(((_, e), _), h)| **h && !e.matched)
+            .map(|(((k, e), v), _)| (k, e.seq, v.into_owned()))
+            .collect()
     }
 }
 
@@ -211,15 +395,54 @@ struct PartitionOutput {
     removals_ms: i64,
 }
 
-/// New rows of one side in this batch.
+/// New rows of one side in this batch, in flat buffers (no allocation per
+/// row): row `i`'s join key is `keys[i]` in `key_bytes` (None: a null in a
+/// key column), its row (Arrow row format) `rows[i]` in `row_bytes`.
 #[derive(Default)]
 struct NewRows {
-    keys: Vec<Option<Vec<u8>>>,
-    rows: Vec<Vec<u8>>,
+    keys: Vec<Option<Range<usize>>>,
+    key_bytes: Vec<u8>,
+    rows: Vec<Range<usize>>,
+    row_bytes: Vec<u8>,
     ts: Vec<Option<i64>>,
 }
 
 impl NewRows {
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn key(&self, i: usize) -> Option<&[u8]> {
+        self.keys[i].clone().map(|r| &self.key_bytes[r])
+    }
+
+    fn row(&self, i: usize) -> &[u8] {
+        &self.row_bytes[self.rows[i].clone()]
+    }
+
+    fn push(&mut self, key: Option<&[u8]>, row: &[u8], ts: Option<i64>) {
+        self.keys.push(key.map(|k| {
+            let at = self.key_bytes.len();
+            self.key_bytes.extend_from_slice(k);
+            at..self.key_bytes.len()
+        }));
+        let at = self.row_bytes.len();
+        self.row_bytes.extend_from_slice(row);
+        self.rows.push(at..self.row_bytes.len());
+        self.ts.push(ts);
+    }
+
+    /// Appends `other`'s rows after these.
+    fn append(&mut self, other: NewRows) {
+        if self.len() == 0 {
+            *self = other;
+            return;
+        }
+        for i in 0..other.len() {
+            self.push(other.key(i), other.row(i), other.ts[i]);
+        }
+    }
+
     /// The rows of each of `n` state partitions, routed by the hash of
     /// their join key, in input order. A row without a key (a null in a key
     /// column) matches nothing and touches no state: it goes to partition 0.
@@ -230,11 +453,10 @@ impl NewRows {
             return vec![self];
         }
         let mut parts: Vec<NewRows> = (0..n).map(|_| NewRows::default()).collect();
-        for ((k, r), t) in self.keys.into_iter().zip(self.rows).zip(self.ts) {
-            let p = k.as_deref().map_or(0, |k| partition_of(k, n));
-            parts[p].keys.push(k);
-            parts[p].rows.push(r);
-            parts[p].ts.push(t);
+        for i in 0..self.len() {
+            let k = self.key(i);
+            let p = k.map_or(0, |k| partition_of(k, n));
+            parts[p].push(k, self.row(i), self.ts[i]);
         }
         parts
     }
@@ -561,7 +783,8 @@ impl JoinOp {
                 right.partitions()
             )))
         } else {
-            Self::load(&mut left, &mut right)
+            let evictable = (self.left.evictable(), self.right.evictable());
+            Self::load(&mut left, &mut right, evictable)
         };
         self.left_store.set(left);
         self.right_store.set(right);
@@ -569,7 +792,11 @@ impl JoinOp {
         Ok(())
     }
 
-    fn load(left: &mut PartitionedStore, right: &mut PartitionedStore) -> Result<Vec<PartState>> {
+    fn load(
+        left: &mut PartitionedStore,
+        right: &mut PartitionedStore,
+        evictable: (bool, bool),
+    ) -> Result<Vec<PartState>> {
         rehome(left, length_prefixed_key)?;
         rehome(right, length_prefixed_key)?;
         left.parts()
@@ -577,8 +804,8 @@ impl JoinOp {
             .zip(right.parts())
             .map(|(l, r)| {
                 Ok(PartState {
-                    left: SideState::load(l.as_ref())?,
-                    right: SideState::load(r.as_ref())?,
+                    left: SideState::load(l.as_ref(), evictable.0)?,
+                    right: SideState::load(r.as_ref(), evictable.1)?,
                 })
             })
             .collect()
@@ -591,9 +818,7 @@ impl JoinOp {
 
     /// True when a watermark advance can evict state (Spark runs a no-data batch then).
     pub fn needs_no_data_batch(&self) -> bool {
-        self.is_stateful()
-            && ((self.left.state_bound_ms.is_some() && self.left.time.is_some())
-                || (self.right.state_bound_ms.is_some() && self.right.time.is_some()))
+        self.is_stateful() && (self.left.evictable() || self.right.evictable())
     }
 
     fn new_rows(
@@ -633,33 +858,28 @@ impl JoinOp {
             .zip(&self.key_types)
             .map(|(i, t)| Ok(cast(batch.column(*i), t)?))
             .collect::<Result<Vec<ArrayRef>>>()?;
+        let all = side.rows_conv.convert_columns(batch.columns())?;
+        let n = batch.num_rows();
+        let mut out = NewRows {
+            keys: Vec::with_capacity(n),
+            rows: Vec::with_capacity(n),
+            ts: Vec::with_capacity(n),
+            ..NewRows::default()
+        };
         // No equi-join key (a time-range condition only): every row has
         // the same, empty key (Arrow's row format has no rows without columns).
         if key_cols.is_empty() {
-            let all = side.rows_conv.convert_columns(batch.columns())?;
-            return Ok(NewRows {
-                keys: vec![Some(Vec::new()); batch.num_rows()],
-                rows: (0..batch.num_rows())
-                    .map(|r| all.row(r).data().to_vec())
-                    .collect(),
-                ts,
-            });
+            for (r, t) in ts.into_iter().enumerate() {
+                out.push(Some(&[]), all.row(r).data(), t);
+            }
+            return Ok(out);
         }
         let key_rows = self.key_conv.convert_columns(&key_cols)?;
-        let keys = (0..batch.num_rows())
-            .map(|r| {
-                if key_cols.iter().any(|c| c.is_null(r)) {
-                    None
-                } else {
-                    Some(key_rows.row(r).data().to_vec())
-                }
-            })
-            .collect();
-        let all = side.rows_conv.convert_columns(batch.columns())?;
-        let rows = (0..batch.num_rows())
-            .map(|r| all.row(r).data().to_vec())
-            .collect();
-        Ok(NewRows { keys, rows, ts })
+        for (r, t) in ts.into_iter().enumerate() {
+            let key = (!key_cols.iter().any(|c| c.is_null(r))).then(|| key_rows.row(r).data());
+            out.push(key, all.row(r).data(), t);
+        }
+        Ok(out)
     }
 
     fn decode(side: &JoinSide, rows: &[&[u8]]) -> Result<Vec<ArrayRef>> {
@@ -835,26 +1055,21 @@ impl JoinOp {
             let ln = self.new_rows(&self.left, &lb, None, &mut 0)?;
             let rn = self.new_rows(&self.right, &stat, None, &mut 0)?;
             let mut by_key: FastMap<&[u8], Vec<usize>> = FastMap::default();
-            for (i, k) in rn.keys.iter().enumerate() {
-                if let Some(k) = k {
-                    by_key.entry(k.as_slice()).or_default().push(i);
+            for j in 0..rn.len() {
+                if let Some(k) = rn.key(j) {
+                    by_key.entry(k).or_default().push(j);
                 }
             }
             let mut pairs = Vec::new();
             let mut owner = Vec::new();
-            for (i, k) in ln.keys.iter().enumerate() {
-                for j in k
-                    .as_ref()
-                    .and_then(|k| by_key.get(k.as_slice()))
-                    .into_iter()
-                    .flatten()
-                {
-                    pairs.push((ln.rows[i].as_slice(), rn.rows[*j].as_slice()));
+            for i in 0..ln.len() {
+                for j in ln.key(i).and_then(|k| by_key.get(k)).into_iter().flatten() {
+                    pairs.push((ln.row(i), rn.row(*j)));
                     owner.push(i);
                 }
             }
             let (mask, joined) = self.matches(&pairs)?;
-            let mut matched = vec![false; ln.rows.len()];
+            let mut matched = vec![false; ln.len()];
             for (p, ok) in owner.iter().zip(&mask) {
                 if *ok {
                     matched[*p] = true;
@@ -862,12 +1077,9 @@ impl JoinOp {
             }
             if self.how == JoinType::LeftSemi || self.how == JoinType::LeftAnti {
                 let want = self.how == JoinType::LeftSemi;
-                let rows: Vec<&[u8]> = ln
-                    .rows
-                    .iter()
-                    .zip(&matched)
-                    .filter(|(_, m)| **m == want)
-                    .map(|(r, _)| r.as_slice())
+                let rows: Vec<&[u8]> = (0..ln.len())
+                    .filter(|i| matched[*i] == want)
+                    .map(|i| ln.row(i))
                     .collect();
                 if !rows.is_empty() {
                     out.push(self.null_padded(true, &rows)?);
@@ -876,12 +1088,9 @@ impl JoinOp {
             }
             out.extend(self.matched_output(&mask, joined)?);
             if self.how == JoinType::LeftOuter {
-                let rows: Vec<&[u8]> = ln
-                    .rows
-                    .iter()
-                    .zip(&matched)
-                    .filter(|(_, m)| !**m)
-                    .map(|(r, _)| r.as_slice())
+                let rows: Vec<&[u8]> = (0..ln.len())
+                    .filter(|i| !matched[*i])
+                    .map(|i| ln.row(i))
                     .collect();
                 if !rows.is_empty() {
                     out.push(self.null_padded(true, &rows)?);
@@ -953,9 +1162,7 @@ impl JoinOp {
         for (task_parts, d) in per_task {
             dropped += d;
             for (p, rows) in parts.iter_mut().zip(task_parts) {
-                p.keys.extend(rows.keys);
-                p.rows.extend(rows.rows);
-                p.ts.extend(rows.ts);
+                p.append(rows);
             }
         }
         Ok((parts, dropped))
@@ -1004,101 +1211,117 @@ impl JoinOp {
         wm: Watermarks,
     ) -> Result<PartitionOutput> {
         let mut po = PartitionOutput::default();
-        let out = &mut po.out;
-        // Candidate pairs: (left ref, right ref) where a ref is New(i) or State(key, seq).
-        #[derive(Clone, Copy)]
-        enum Ref<'a> {
-            New(usize),
-            State(&'a [u8], u64, &'a [u8]),
-        }
-        let mut pairs: Vec<(Ref, Ref)> = Vec::new();
-        for (i, k) in ln.keys.iter().enumerate() {
-            let Some(k) = k else { continue };
-            for s in st.right.index.get(k).into_iter().flatten() {
-                pairs.push((Ref::New(i), Ref::State(k, s.seq, &s.row)));
+        let semi = self.how == JoinType::LeftSemi;
+        // Candidate pairs, each side a new row or a stored row read for
+        // this batch; what matched; the stored rows newly matched (with
+        // their values, flag to set).
+        let (l_new_matched, r_new_matched, l_marks, r_marks) = {
+            let (ls, rs): (&dyn StateStore, &dyn StateStore) = (&*lstore, &*rstore);
+            let mut kbuf = Vec::new();
+            let mut l_state = Probes::default();
+            let mut r_state = Probes::default();
+            let mut pairs: Vec<(Ref, Ref)> = Vec::new();
+            for i in 0..ln.len() {
+                let Some(k) = ln.key(i) else { continue };
+                for p in r_state.fetch(&st.right, rs, k, &mut kbuf)? {
+                    pairs.push((Ref::New(i), Ref::State(p)));
+                }
             }
-        }
-        let mut left_new_by_key: FastMap<&[u8], Vec<usize>> = FastMap::default();
-        for (i, k) in ln.keys.iter().enumerate() {
-            if let Some(k) = k {
-                left_new_by_key.entry(k.as_slice()).or_default().push(i);
-            }
-        }
-        for (j, k) in rn.keys.iter().enumerate() {
-            let Some(k) = k else { continue };
-            for s in st.left.index.get(k).into_iter().flatten() {
-                pairs.push((Ref::State(k, s.seq, &s.row), Ref::New(j)));
-            }
-            for i in left_new_by_key.get(k.as_slice()).into_iter().flatten() {
-                pairs.push((Ref::New(*i), Ref::New(j)));
-            }
-        }
-        let bytes: Vec<(&[u8], &[u8])> = pairs
-            .iter()
-            .map(|(l, r)| {
-                let lb: &[u8] = match l {
-                    Ref::New(i) => &ln.rows[*i],
-                    Ref::State(_, _, row) => row,
-                };
-                let rb: &[u8] = match r {
-                    Ref::New(j) => &rn.rows[*j],
-                    Ref::State(_, _, row) => row,
-                };
-                (lb, rb)
-            })
-            .collect();
-        let (mask, joined) = self.matches(&bytes)?;
-        let mut l_new_matched = vec![false; ln.rows.len()];
-        let mut r_new_matched = vec![false; rn.rows.len()];
-        let mut l_state_matched: Vec<(Vec<u8>, u64)> = Vec::new();
-        let mut r_state_matched: Vec<(Vec<u8>, u64)> = Vec::new();
-        let mut semi_emit: Vec<Vec<u8>> = Vec::new();
-        for ((l, r), ok) in pairs.iter().zip(&mask) {
-            if !*ok {
-                continue;
-            }
-            match l {
-                Ref::New(i) => l_new_matched[*i] = true,
-                Ref::State(k, s, row) => {
-                    if self.how == JoinType::LeftSemi
-                        && !st.left.index[*k].iter().any(|x| x.seq == *s && x.matched)
-                        && !l_state_matched.iter().any(|(kk, ss)| kk == k && ss == s)
-                    {
-                        semi_emit.push(row.to_vec());
+            // This batch's left rows by key: a chain through `next`, in
+            // input order from each key's first row.
+            const END: usize = usize::MAX;
+            let mut first: FastMap<&[u8], usize> = FastMap::default();
+            let mut next = vec![END; ln.len()];
+            if rn.len() > 0 {
+                for i in (0..ln.len()).rev() {
+                    if let Some(k) = ln.key(i) {
+                        next[i] = first.insert(k, i).unwrap_or(END);
                     }
-                    l_state_matched.push((k.to_vec(), *s))
                 }
             }
-            match r {
-                Ref::New(j) => r_new_matched[*j] = true,
-                Ref::State(k, s, _) => r_state_matched.push((k.to_vec(), *s)),
-            }
-        }
-        if self.how == JoinType::LeftSemi {
-            for (i, matched) in l_new_matched.iter().enumerate() {
-                if *matched {
-                    semi_emit.push(ln.rows[i].clone());
+            for j in 0..rn.len() {
+                let Some(k) = rn.key(j) else { continue };
+                for p in l_state.fetch(&st.left, ls, k, &mut kbuf)? {
+                    pairs.push((Ref::State(p), Ref::New(j)));
+                }
+                let mut i = first.get(k).copied().unwrap_or(END);
+                while i != END {
+                    pairs.push((Ref::New(i), Ref::New(j)));
+                    i = next[i];
                 }
             }
-            if !semi_emit.is_empty() {
-                let refs: Vec<&[u8]> = semi_emit.iter().map(Vec::as_slice).collect();
-                out.push(self.null_padded(true, &refs)?);
+            let bytes: Vec<(&[u8], &[u8])> = pairs
+                .iter()
+                .map(|(l, r)| {
+                    let lb = match *l {
+                        Ref::New(i) => ln.row(i),
+                        Ref::State(p) => l_state.row(p),
+                    };
+                    let rb = match *r {
+                        Ref::New(j) => rn.row(j),
+                        Ref::State(p) => r_state.row(p),
+                    };
+                    (lb, rb)
+                })
+                .collect();
+            let (mask, joined) = self.matches(&bytes)?;
+            drop(bytes);
+            let mut l_new_matched = vec![false; ln.len()];
+            let mut r_new_matched = vec![false; rn.len()];
+            let mut l_hit = vec![false; l_state.len()];
+            let mut r_hit = vec![false; r_state.len()];
+            let mut semi_emit: Vec<&[u8]> = Vec::new();
+            for ((l, r), ok) in pairs.iter().zip(&mask) {
+                if !*ok {
+                    continue;
+                }
+                match *l {
+                    Ref::New(i) => l_new_matched[i] = true,
+                    Ref::State(p) => {
+                        // A left semi join emits a stored row when it first matches.
+                        if semi && !l_hit[p] && !l_state.entries[p].matched {
+                            semi_emit.push(l_state.row(p));
+                        }
+                        l_hit[p] = true;
+                    }
+                }
+                match *r {
+                    Ref::New(j) => r_new_matched[j] = true,
+                    Ref::State(p) => r_hit[p] = true,
+                }
             }
-        } else {
-            out.extend(self.matched_output(&mask, joined)?);
+            if semi {
+                semi_emit.extend(
+                    (0..ln.len())
+                        .filter(|i| l_new_matched[*i])
+                        .map(|i| ln.row(i)),
+                );
+                if !semi_emit.is_empty() {
+                    po.out.push(self.null_padded(true, &semi_emit)?);
+                }
+            } else {
+                po.out.extend(self.matched_output(&mask, joined)?);
+            }
+            drop(semi_emit);
+            (
+                l_new_matched,
+                r_new_matched,
+                l_state.newly_matched(&l_hit),
+                r_state.newly_matched(&r_hit),
+            )
+        };
+        for (k, seq, v) in l_marks {
+            st.left.mark_matched(lstore, k, seq, v);
         }
-        for (k, s) in l_state_matched {
-            st.left.mark_matched(lstore, &k, s);
-        }
-        for (k, s) in r_state_matched {
-            st.right.mark_matched(rstore, &k, s);
+        for (k, seq, v) in r_marks {
+            st.right.mark_matched(rstore, k, seq, v);
         }
         // Store new rows unless they are already below their side's state watermark.
         let ev_us = wm.evict_ms.map(|w| w.saturating_mul(1000));
         let left_outer = matches!(self.how, JoinType::LeftOuter | JoinType::FullOuter);
         let right_outer = matches!(self.how, JoinType::RightOuter | JoinType::FullOuter);
-        let mut unstored_unmatched: (Vec<Vec<u8>>, Vec<Vec<u8>>) = (vec![], vec![]);
-        for (is_left, nr, matched) in [(true, ln, l_new_matched), (false, rn, r_new_matched)] {
+        let mut unstored_unmatched: (Vec<&[u8]>, Vec<&[u8]>) = (vec![], vec![]);
+        for (is_left, nr, matched) in [(true, &ln, &l_new_matched), (false, &rn, &r_new_matched)] {
             let (side, state, store): (&JoinSide, &mut SideState, &mut dyn StateStore) = if is_left
             {
                 (&self.left, &mut st.left, &mut *lstore)
@@ -1110,34 +1333,34 @@ impl JoinOp {
             } else {
                 &mut unstored_unmatched.1
             };
-            for (((k, row), ts), matched) in
-                nr.keys.into_iter().zip(nr.rows).zip(nr.ts).zip(matched)
-            {
+            for (i, (ts, matched)) in nr.ts.iter().zip(matched.iter()).enumerate() {
                 let below = match (side.state_bound_ms, ts, ev_us) {
-                    (Some(c), Some(t), Some(ev)) => t <= ev.saturating_add(c.saturating_mul(1000)),
+                    (Some(c), Some(t), Some(ev)) => *t <= ev.saturating_add(c.saturating_mul(1000)),
                     _ => false,
                 };
-                match k {
+                match nr.key(i) {
                     Some(k) if !below => {
-                        state.add(store, k, ts, matched, row);
+                        let t = ts.unwrap_or(NO_TIME);
+                        let value = store_value(t, *matched, nr.row(i));
+                        state.add(store, k, t, *matched, value);
                         po.updated += 1;
                     }
-                    _ if !matched => unstored.push(row),
+                    _ if !*matched => unstored.push(nr.row(i)),
                     _ => {}
                 }
             }
         }
         if left_outer && !unstored_unmatched.0.is_empty() {
-            let r: Vec<&[u8]> = unstored_unmatched.0.iter().map(Vec::as_slice).collect();
-            out.push(self.null_padded(true, &r)?);
+            po.out.push(self.null_padded(true, &unstored_unmatched.0)?);
         }
         if right_outer && !unstored_unmatched.1.is_empty() {
-            let r: Vec<&[u8]> = unstored_unmatched.1.iter().map(Vec::as_slice).collect();
-            out.push(self.null_padded(false, &r)?);
+            po.out.push(self.null_padded(false, &unstored_unmatched.1)?);
         }
-        // Evict what can never match again; outer sides emit their unmatched rows.
+        // Evict what can never match again; outer sides emit their unmatched
+        // rows (in the order they were stored).
         let t = Instant::now();
         if let Some(ev) = ev_us {
+            let mut kbuf = Vec::new();
             for is_left in [true, false] {
                 let (side, state, store): (&JoinSide, &mut SideState, &mut dyn StateStore) =
                     if is_left {
@@ -1145,24 +1368,35 @@ impl JoinOp {
                     } else {
                         (&self.right, &mut st.right, &mut *rstore)
                     };
-                let (Some(c), Some(_)) = (side.state_bound_ms, side.time) else {
+                if !side.evictable() {
+                    continue;
+                }
+                let Some(c) = side.state_bound_ms else {
                     continue;
                 };
-                let removed = state.evict(store, ev.saturating_add(c.saturating_mul(1000)));
+                let gone = state.evict(ev.saturating_add(c.saturating_mul(1000)));
                 let outer = if is_left { left_outer } else { right_outer };
                 if !outer {
                     // Spark counts removals of the outer side's state elsewhere (not in numRowsRemoved).
-                    po.removed += removed.len() as i64;
-                }
-                if outer {
-                    let rows: Vec<&[u8]> = removed
-                        .iter()
-                        .filter(|s| !s.matched)
-                        .map(|s| s.row.as_slice())
-                        .collect();
-                    if !rows.is_empty() {
-                        out.push(self.null_padded(is_left, &rows)?);
+                    po.removed += gone.len() as i64;
+                } else {
+                    let mut values = Vec::new();
+                    for e in gone.iter().filter(|e| !e.matched) {
+                        set_store_key(&mut kbuf, &e.key, e.seq);
+                        // A failed read (a store on disk) is found by `check` below.
+                        values.extend(store.get(&kbuf));
                     }
+                    let rows = values
+                        .iter()
+                        .map(|v| stored_row(v))
+                        .collect::<Result<Vec<&[u8]>>>()?;
+                    if !rows.is_empty() {
+                        po.out.push(self.null_padded(is_left, &rows)?);
+                    }
+                }
+                for e in &gone {
+                    set_store_key(&mut kbuf, &e.key, e.seq);
+                    store.remove(&kbuf);
                 }
             }
         }
@@ -1481,6 +1715,141 @@ mod tests {
         let home = partition_of(&[], 4);
         assert_eq!((l.len(), r.len()), (2, 2));
         assert!(l.iter().chain(&r).all(|(p, ..)| *p == home));
+    }
+
+    /// The (key, seq, event time, matched) of every row a side's index holds, sorted.
+    fn indexed(side: &SideState) -> Vec<(Vec<u8>, u64, i64, bool)> {
+        let mut out: Vec<_> = side
+            .index
+            .iter()
+            .flat_map(|(k, rows)| {
+                rows.iter()
+                    .map(move |e| (k.to_vec(), e.seq, e.ts, e.matched))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Eviction takes out exactly the rows at or below the bound, over many
+    /// keys (a key's expired rows its oldest, or among later ones; rows
+    /// without an event time never), in the order they were stored, and
+    /// keeps the rest: the index afterwards is what the store reloads to.
+    #[test]
+    fn eviction_removes_exactly_the_rows_at_or_below_the_bound() {
+        let mut store = partitioned(1);
+        let mut side = SideState {
+            evictable: true,
+            ..SideState::default()
+        };
+        // (key, seq, event time, matched) of every stored row.
+        let mut all = Vec::new();
+        for k in 0u8..40 {
+            for r in 0..5i64 {
+                let ts = match (k % 4, r) {
+                    (0, 4) => NO_TIME,
+                    // Later rows of the key have earlier event times.
+                    (1, _) => 100 - r * 10 + k as i64,
+                    _ => r * 10 + k as i64,
+                };
+                let (key, matched) = ([k, k ^ 0x5a], r % 2 == 0);
+                all.push((key.to_vec(), side.next_seq, ts, matched));
+                let value = store_value(ts, matched, &[k, r as u8]);
+                side.add(&mut store, &key, ts, matched, value);
+            }
+        }
+        let bound = 45;
+        let expired = |t: i64| t != NO_TIME && t <= bound;
+        let gone = side.evict(bound);
+        let taken: Vec<_> = gone
+            .iter()
+            .map(|e| (e.key.to_vec(), e.seq, e.matched))
+            .collect();
+        let want: Vec<_> = all
+            .iter()
+            .filter(|r| expired(r.2))
+            .map(|(k, s, _, m)| (k.clone(), *s, *m))
+            .collect();
+        assert!(want.len() > 40 && want.len() < all.len() - 40);
+        assert_eq!(taken, want, "the expired rows, in stored order");
+        let mut kept: Vec<_> = all.iter().filter(|r| !expired(r.2)).cloned().collect();
+        kept.sort();
+        assert_eq!(indexed(&side), kept);
+        assert_eq!(side.count, kept.len());
+        assert_eq!(
+            side.by_time.len(),
+            kept.iter().filter(|r| r.2 != NO_TIME).count()
+        );
+        // The caller removes them from the store; a reload agrees.
+        for e in &gone {
+            StateStore::remove(&mut store, &store_key(&e.key, e.seq));
+        }
+        let back = SideState::load(&store, true).unwrap();
+        assert_eq!(indexed(&back), kept);
+        assert_eq!(back.by_time, side.by_time);
+        assert_eq!((back.count, back.next_seq), (side.count, side.next_seq));
+        // Nothing at or below the bound is left to evict; then every row
+        // with an event time goes, and only the ones without one stay.
+        assert!(side.evict(bound).is_empty());
+        side.evict(i64::MAX);
+        assert_eq!(side.count, 10);
+        assert!(side.by_time.is_empty());
+        assert!(indexed(&side).iter().all(|r| r.2 == NO_TIME));
+    }
+
+    /// A left outer join's stored rows, over many keys, leave the state
+    /// exactly when the watermark passes them: the unmatched ones are
+    /// emitted with nulls in the order they arrived, the matched ones
+    /// silently; the rest stay and still match.
+    #[test]
+    fn expired_rows_of_an_outer_side_are_emitted_once_in_arrival_order() {
+        let mut j = op(1, true);
+        // Key k at minute k % 8, then again at minute 20 + k % 3.
+        let left: Vec<(i64, i64)> = (0..30)
+            .map(|k| (k, k % 8))
+            .chain((0..30).map(|k| (k, 20 + k % 3)))
+            .collect();
+        j.process(&[rows("l", &left)], &[], Watermarks::default())
+            .unwrap();
+        // Even keys are clicked within the range of their first row.
+        let clicks: Vec<(i64, i64)> = (0..30).step_by(2).map(|k| (k, k % 8 + 1)).collect();
+        let matched = j
+            .process(&[], &[rows("r", &clicks)], Watermarks::default())
+            .unwrap();
+        assert_eq!(printed(&matched).len(), 15);
+        // Left rows at or before minute 5 expire (10 minutes and 1 ms
+        // before the watermark).
+        let wm = Watermarks {
+            late_ms: None,
+            evict_ms: Some(15 * 60_000 + 1),
+        };
+        let closed = j.process(&[], &[], wm).unwrap();
+        let emitted: Vec<(i64, i64)> = closed
+            .iter()
+            .flat_map(|b| {
+                let k = b.column(0).as_primitive::<arrow::datatypes::Int64Type>();
+                let t = b.column(1).as_primitive::<TimestampMicrosecondType>();
+                (0..b.num_rows())
+                    .map(|i| (k.value(i), t.value(i) / 60_000_000))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let want: Vec<(i64, i64)> = left
+            .iter()
+            .filter(|(k, m)| *m <= 5 && k % 2 == 1)
+            .copied()
+            .collect();
+        assert_eq!(emitted, want);
+        assert!(closed
+            .iter()
+            .all(|b| b.column(2).null_count() == b.num_rows()));
+        let [l, r] = entries(&mut j);
+        assert_eq!(l.len(), left.iter().filter(|(_, m)| *m > 5).count());
+        assert!(r.is_empty(), "every click is behind the watermark");
+        assert_eq!(j.metrics().num_rows_total as usize, l.len());
+        // What stays still joins.
+        let late_click = j.process(&[], &[rows("r", &[(3, 21)])], wm).unwrap();
+        assert_eq!(printed(&late_click).len(), 1, "key 3 at minute 20");
     }
 
     #[test]
