@@ -727,9 +727,9 @@ enum Check {
 fn diff(expected: &[String], actual: &[String], sorted: bool) -> String {
     let mut s = String::new();
     let order = if sorted {
-        "in order (the query sorts)"
+        "compared in order: the query sorts"
     } else {
-        "in any order"
+        "compared in any order"
     };
     let _ = writeln!(
         s,

@@ -384,3 +384,59 @@ fn conformance_restart_tumbling_append_wm() {
         last_batch_is(9),
     ]);
 }
+
+#[test]
+fn a_sorted_query_is_checked_in_its_order() {
+    let input = events();
+    let top = |input: &MemoryStream| {
+        let i = input.clone();
+        StreamTest::new(move |s| {
+            Ok(s.read_stream(i.clone())
+                .group_by(vec![col("key")])
+                .agg(vec![count_star("n")])
+                .order_by(vec![("n", true)])
+                .write_stream()
+                .output_mode(OutputMode::Complete))
+        })
+    };
+    let rows = json!([
+        ev("12:00:00", "a", 1),
+        ev("12:00:00", "b", 1),
+        ev("12:00:00", "b", 1)
+    ]);
+    top(&input).run(vec![
+        add_data(&input, rows.clone()),
+        check_answer(json!([{"key": "b", "n": 2}, {"key": "a", "n": 1}])),
+    ]);
+    let input = events();
+    let text = panic_text(move || {
+        top(&input).run(vec![
+            add_data(&input, rows),
+            check_answer(json!([{"key": "a", "n": 1}, {"key": "b", "n": 2}])),
+        ]);
+    });
+    assert!(
+        text.contains("rows differ (compared in order: the query sorts)")
+            && text.contains("same rows, different order"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_kept_checkpoint_can_be_read_after_the_test() {
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let input = events();
+    let i = input.clone();
+    StreamTest::new(move |s| keyed_count(s, &i))
+        .checkpoint_location(&chk)
+        .run(vec![
+            add_data(
+                &input,
+                json!([ev("12:00:00", "a", 1), ev("12:00:00", "b", 1)]),
+            ),
+            check_new_answer(json!([{"key": "a", "n": 1}, {"key": "b", "n": 1}])),
+        ]);
+    let state = weir::state::read::read(chk.to_str().unwrap(), 0, None).unwrap();
+    assert_eq!(state.num_rows(), 2, "one state row per key");
+}
