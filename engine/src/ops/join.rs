@@ -140,6 +140,89 @@ struct Evicted {
     matched: bool,
 }
 
+/// One join key's rows, in sequence order: inline while there is one (the
+/// common case: no allocation), else a queue (the oldest leave first).
+enum KeyRows {
+    One(Entry),
+    Many(VecDeque<Entry>),
+}
+
+impl KeyRows {
+    /// The rows, as one or two slices in order.
+    fn as_slices(&self) -> (&[Entry], &[Entry]) {
+        match self {
+            KeyRows::One(e) => (std::slice::from_ref(e), &[]),
+            KeyRows::Many(q) => q.as_slices(),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Entry> {
+        let (a, b) = self.as_slices();
+        a.iter().chain(b)
+    }
+
+    fn push(&mut self, e: Entry) {
+        match self {
+            KeyRows::One(first) => *self = KeyRows::Many(VecDeque::from([*first, e])),
+            KeyRows::Many(q) => q.push_back(e),
+        }
+    }
+
+    /// Row `seq`.
+    fn get_mut(&mut self, seq: u64) -> Option<&mut Entry> {
+        match self {
+            KeyRows::One(e) => (e.seq == seq).then_some(e),
+            KeyRows::Many(q) => {
+                let i = q.binary_search_by_key(&seq, |e| e.seq).ok()?;
+                q.get_mut(i)
+            }
+        }
+    }
+
+    /// Puts the rows in sequence order (after loading in store order).
+    fn sort(&mut self) {
+        if let KeyRows::Many(q) = self {
+            q.make_contiguous().sort_unstable_by_key(|e| e.seq);
+        }
+    }
+
+    /// Takes out the rows `seqs` (ascending) into `out`; true when none
+    /// are left. The key's oldest rows leave from the front; others cost
+    /// a pass over the key's rows.
+    fn take(&mut self, seqs: &[u64], mut out: impl FnMut(Entry)) -> bool {
+        let q = match self {
+            KeyRows::One(e) => {
+                if seqs.contains(&e.seq) {
+                    out(*e);
+                    return true;
+                }
+                return false;
+            }
+            KeyRows::Many(q) => q,
+        };
+        let m = seqs.len();
+        if q.len() >= m && q.iter().zip(seqs).all(|(e, s)| e.seq == *s) {
+            q.drain(..m).for_each(&mut out);
+        } else {
+            let mut g = 0;
+            q.retain(|e| {
+                while g < m && seqs[g] < e.seq {
+                    g += 1;
+                }
+                let gone = g < m && seqs[g] == e.seq;
+                if gone {
+                    out(*e);
+                }
+                !gone
+            });
+        }
+        if q.len() == 1 {
+            *self = KeyRows::One(q[0]);
+        }
+        matches!(self, KeyRows::Many(q) if q.is_empty())
+    }
+}
+
 /// One side's rows in one state partition: an index of the partition's
 /// store for that side (which holds the rows), by join key, and for
 /// eviction by event time. Sequence numbers are per partition (a stored
@@ -147,7 +230,7 @@ struct Evicted {
 #[derive(Default)]
 struct SideState {
     /// Join key -> its rows, in sequence order.
-    index: FastMap<Arc<[u8]>, VecDeque<Entry>>,
+    index: FastMap<Arc<[u8]>, KeyRows>,
     /// Rows with an event time, by (event time, seq), when the side is
     /// evicted by time (the key shared with `index`).
     by_time: BTreeMap<(i64, u64), Arc<[u8]>>,
@@ -185,27 +268,28 @@ impl SideState {
         // A failed read while loading must not pass for missing state.
         store.check()?;
         for v in st.index.values_mut() {
-            v.make_contiguous().sort_unstable_by_key(|e| e.seq);
+            v.sort();
         }
         Ok(st)
     }
 
     /// Indexes `e` under `key` (at the end of the key's rows).
     fn insert(&mut self, key: &[u8], e: Entry) {
-        let shared = match self.index.get_key_value(key) {
-            Some((k, _)) => k.clone(),
+        let shared = match self.index.get_key_value(key).map(|(k, _)| k.clone()) {
+            Some(k) => {
+                if let Some(rows) = self.index.get_mut(&k) {
+                    rows.push(e);
+                }
+                k
+            }
             None => {
                 let k: Arc<[u8]> = Arc::from(key);
-                // One row per key is common: no room for more until needed.
-                self.index.insert(k.clone(), VecDeque::with_capacity(1));
+                self.index.insert(k.clone(), KeyRows::One(e));
                 k
             }
         };
         if self.evictable && e.ts != NO_TIME {
-            self.by_time.insert((e.ts, e.seq), shared.clone());
-        }
-        if let Some(rows) = self.index.get_mut(&shared) {
-            rows.push_back(e);
+            self.by_time.insert((e.ts, e.seq), shared);
         }
         self.count += 1;
     }
@@ -234,14 +318,11 @@ impl SideState {
         seq: u64,
         mut value: Vec<u8>,
     ) {
-        let Some(rows) = self.index.get_mut(key) else {
+        let Some(e) = self.index.get_mut(key).and_then(|rows| rows.get_mut(seq)) else {
             return;
         };
-        let Ok(i) = rows.binary_search_by_key(&seq, |e| e.seq) else {
-            return;
-        };
-        if !rows[i].matched && value.len() >= VALUE_HEADER {
-            rows[i].matched = true;
+        if !e.matched && value.len() >= VALUE_HEADER {
+            e.matched = true;
             value[8] = 1;
             store.put(store_key(key, seq), value);
         }
@@ -266,35 +347,22 @@ impl SideState {
         // Group by key (one shared key per join key), in sequence order.
         gone.sort_unstable_by_key(|(k, seq)| (Arc::as_ptr(k) as *const u8 as usize, *seq));
         let mut out = Vec::with_capacity(gone.len());
+        let mut seqs = Vec::new();
         for group in gone.chunk_by(|a, b| Arc::ptr_eq(&a.0, &b.0)) {
             let key = &group[0].0;
             let Some(rows) = self.index.get_mut(&**key) else {
                 continue;
             };
-            let m = group.len();
-            let taken = |e: Entry| Evicted {
-                key: key.clone(),
-                seq: e.seq,
-                matched: e.matched,
-            };
-            if rows.len() >= m && rows.iter().zip(group).all(|(e, g)| e.seq == g.1) {
-                // The key's oldest rows: off the front.
-                out.extend(rows.drain(..m).map(taken));
-            } else {
-                let mut g = 0;
-                rows.retain(|e| {
-                    while g < m && group[g].1 < e.seq {
-                        g += 1;
-                    }
-                    if g < m && group[g].1 == e.seq {
-                        out.push(taken(*e));
-                        false
-                    } else {
-                        true
-                    }
-                });
-            }
-            if rows.is_empty() {
+            seqs.clear();
+            seqs.extend(group.iter().map(|g| g.1));
+            let emptied = rows.take(&seqs, |e| {
+                out.push(Evicted {
+                    key: key.clone(),
+                    seq: e.seq,
+                    matched: e.matched,
+                })
+            });
+            if emptied {
                 self.index.remove(&**key);
             }
         }
@@ -339,7 +407,7 @@ impl<'k, 's> Probes<'k, 's> {
             return Ok(0..0);
         };
         let start = self.values.len();
-        for e in rows {
+        for e in rows.iter() {
             set_store_key(kbuf, key, e.seq);
             // A failed read (a store on disk) answers absent and is found
             // by `check` before the batch's output leaves.
@@ -1748,8 +1816,9 @@ mod tests {
             for r in 0..5i64 {
                 let ts = match (k % 4, r) {
                     (0, 4) => NO_TIME,
-                    // Later rows of the key have earlier event times.
-                    (1, _) => 100 - r * 10 + k as i64,
+                    // Later rows of the key have earlier event times: its
+                    // expired rows are not its oldest.
+                    (1, _) => 60 - r * 10 + k as i64 / 4,
                     _ => r * 10 + k as i64,
                 };
                 let (key, matched) = ([k, k ^ 0x5a], r % 2 == 0);
@@ -1771,6 +1840,10 @@ mod tests {
             .map(|(k, s, _, m)| (k.clone(), *s, *m))
             .collect();
         assert!(want.len() > 40 && want.len() < all.len() - 40);
+        assert!(
+            want.iter().any(|r| r.0[0] % 4 == 1),
+            "some expire after newer rows"
+        );
         assert_eq!(taken, want, "the expired rows, in stored order");
         let mut kept: Vec<_> = all.iter().filter(|r| !expired(r.2)).cloned().collect();
         kept.sort();
@@ -1850,6 +1923,58 @@ mod tests {
         // What stays still joins.
         let late_click = j.process(&[], &[rows("r", &[(3, 21)])], wm).unwrap();
         assert_eq!(printed(&late_click).len(), 1, "key 3 at minute 20");
+    }
+
+    /// A left semi join emits each left row once, when it first matches:
+    /// a stored row met by two new right rows in one batch, a new row by
+    /// a new right row, never again once matched.
+    #[test]
+    fn a_left_semi_join_emits_each_left_row_once() {
+        let mut j = JoinOp::new(
+            0,
+            &ExprPlanner::new(),
+            JoinType::LeftSemi,
+            side_schema("l"),
+            side_schema("r"),
+            Some("l_key = r_key AND r_ts >= l_ts AND r_ts <= l_ts + INTERVAL '10 minutes'"),
+            None,
+            Some("l_ts"),
+            Some("r_ts"),
+            None,
+        )
+        .unwrap();
+        j.set_stores(partitioned(2), partitioned(2)).unwrap();
+        let none = Watermarks::default();
+        let keys = |out: &[RecordBatch]| -> Vec<i64> {
+            let mut k: Vec<i64> = out
+                .iter()
+                .flat_map(|b| {
+                    b.column(0)
+                        .as_primitive::<arrow::datatypes::Int64Type>()
+                        .values()
+                        .to_vec()
+                })
+                .collect();
+            k.sort();
+            k
+        };
+        let out = j
+            .process(&[rows("l", &[(1, 0), (2, 0)])], &[], none)
+            .unwrap();
+        assert!(keys(&out).is_empty());
+        let out = j
+            .process(
+                &[rows("l", &[(3, 1)])],
+                &[rows("r", &[(1, 1), (1, 2), (3, 2), (3, 3)])],
+                none,
+            )
+            .unwrap();
+        assert_eq!(keys(&out), vec![1, 3]);
+        assert_eq!(out[0].num_columns(), 2, "left columns only");
+        let out = j
+            .process(&[], &[rows("r", &[(1, 3), (3, 4), (2, 5)])], none)
+            .unwrap();
+        assert_eq!(keys(&out), vec![2]);
     }
 
     #[test]
