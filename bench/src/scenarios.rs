@@ -200,6 +200,10 @@ impl Source for PageViewSource {
     fn description(&self) -> String {
         "PageViewGenerator".into()
     }
+    /// It keeps no log at all, so it runs with a checkpoint on S3 too.
+    fn log_on_storage(&self) -> bool {
+        true
+    }
     fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
         let next = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
         Ok(Some(Offset::from(next.min(self.batches - 1))))

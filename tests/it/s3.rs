@@ -472,6 +472,49 @@ fn what_an_s3_checkpoint_cannot_keep_yet_is_refused_before_writing() {
                 && err.contains("keeps its own log"),
             "{err}"
         );
+        // A sink that keeps files under the checkpoint is refused too ...
+        #[cfg(feature = "kafka")]
+        {
+            let err = crate::common::session()
+                .read_stream(stream(&[&[1]]))
+                .select(vec![("CAST(value AS STRING)", "value")])
+                .write_stream()
+                .sink(weir::sink::KafkaSink::new("127.0.0.1:1").topic("t"))
+                .checkpoint_location(&chk)
+                .start()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("not yet supported on object storage: the sink KafkaSink"),
+                "{err}"
+            );
+        }
+        // ... while a user's own sink, which keeps nothing there, runs.
+        struct Counting(Collected);
+        impl weir::sink::Sink for Counting {
+            fn description(&self) -> String {
+                "Counting".into()
+            }
+            fn add_batch(
+                &mut self,
+                id: i64,
+                batches: &[weir::arrow::record_batch::RecordBatch],
+            ) -> weir::Result<()> {
+                self.0.lock().unwrap().push((id, values(batches)));
+                Ok(())
+            }
+        }
+        let got: Collected = Arc::default();
+        let q = crate::common::session()
+            .read_stream(stream(&[&[1, 2]]))
+            .write_stream()
+            .sink(Counting(got.clone()))
+            .checkpoint_location(&format!("{chk}-own-sink"))
+            .start()
+            .unwrap();
+        q.process_all_available().unwrap();
+        q.stop().unwrap();
+        assert_eq!(*got.lock().unwrap(), vec![(0, vec![1, 2])]);
         child_done(&Arc::default());
         return;
     }

@@ -320,10 +320,11 @@ impl Checkpoint {
     /// sinks keep files under the checkpoint directory, which only a local
     /// checkpoint has so far: memory sources, sources that keep their log
     /// on the checkpoint's storage ([`crate::source::Source::log_on_storage`]:
-    /// the file source) and the console, memory, foreach, foreach-batch and
-    /// file sinks (the file sink writes to its own path) run with such a
-    /// checkpoint; stateful operators do, their state on the object store.
-    /// A local checkpoint supports everything.
+    /// the file source) and every sink but those that say they need a local
+    /// checkpoint ([`crate::sink::Sink::needs_local_checkpoint`]: Kafka,
+    /// PostgreSQL, Redis) run with such a checkpoint; stateful operators do,
+    /// their state on the object store. A local checkpoint supports
+    /// everything.
     pub fn check_supported<'a>(
         &self,
         sources: impl IntoIterator<Item = (&'a str, &'a BoxSource)>,
@@ -341,12 +342,7 @@ impl Checkpoint {
             }
         }
         for s in sinks {
-            use weir_plan::SinkKind;
-            let ok = matches!(
-                s.kind(),
-                SinkKind::Console | SinkKind::Memory | SinkKind::ForeachBatch | SinkKind::File
-            ) || s.description() == "ForeachSink";
-            if !ok {
+            if s.needs_local_checkpoint() {
                 self.require_local(&format!(
                     "the sink {}, which reads or writes files under the checkpoint",
                     s.description()

@@ -825,6 +825,10 @@ fn headers(list: &dyn Array) -> OwnedHeaders {
 }
 
 impl Sink for KafkaSink {
+    /// Yes: its exactly-once marker topic is recorded under the checkpoint.
+    fn needs_local_checkpoint(&self) -> bool {
+        true
+    }
     fn description(&self) -> String {
         let mode = match self.guarantee {
             DeliveryGuarantee::ExactlyOnce => "exactly-once",

@@ -66,6 +66,13 @@ pub trait Sink: Send {
     fn kind(&self) -> weir_plan::SinkKind {
         weir_plan::SinkKind::Other
     }
+    /// Whether the sink keeps files under the checkpoint directory (a batch
+    /// marker, or the query id it reads from `metadata`), which only a local
+    /// checkpoint has so far: such a sink is refused with a checkpoint on
+    /// object storage. Default false.
+    fn needs_local_checkpoint(&self) -> bool {
+        false
+    }
     /// Called once when the query starts; reject unsupported modes here.
     fn open(&mut self, _ctx: &SinkContext) -> Result<()> {
         Ok(())

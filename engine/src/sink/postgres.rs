@@ -1007,6 +1007,10 @@ enum WriteError {
 }
 
 impl Sink for PostgresSink {
+    /// Yes: it reads the query id from the checkpoint's `metadata` file.
+    fn needs_local_checkpoint(&self) -> bool {
+        true
+    }
     fn description(&self) -> String {
         let at = match Config::from_str(&self.conn_str) {
             Ok(c) => format!(

@@ -932,6 +932,10 @@ fn query_id(checkpoint_dir: &std::path::Path) -> Result<String> {
 }
 
 impl Sink for RedisSink {
+    /// Yes: it reads the query id from the checkpoint's `metadata` file.
+    fn needs_local_checkpoint(&self) -> bool {
+        true
+    }
     fn description(&self) -> String {
         let at = Client::open(self.url.as_str())
             .map(|c| Self::address(&c))
