@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod checkpoint;
+pub mod clock;
 pub mod dataset;
 pub mod error;
 pub mod failpoint;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use weir_plan::WatermarkPolicy;
 
+use crate::clock::{Clock, SystemClock};
 use crate::dataset::DataStream;
 use crate::error::{Result, WeirError};
 use crate::progress::QueryListener;
@@ -69,6 +70,10 @@ pub struct SessionConfig {
     /// [`crate::storage::S3_SETTINGS`]), over the environment's `AWS_*`, for
     /// checkpoints on `s3://`.
     pub s3: crate::storage::S3Settings,
+    /// The clock the session's queries read time from: processing-time
+    /// triggers, batch timestamps and the rate source (default: the
+    /// system clock; a [`crate::clock::ManualClock`] in tests).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for SessionConfig {
@@ -90,6 +95,7 @@ impl Default for SessionConfig {
             stop_on_signal: true,
             stop_timeout: Duration::ZERO,
             s3: crate::storage::S3Settings::default(),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -111,6 +117,7 @@ impl std::fmt::Debug for SessionConfig {
             .field("stop_on_signal", &self.stop_on_signal)
             .field("stop_timeout", &self.stop_timeout)
             .field("s3", &self.s3)
+            .field("clock", &self.clock.name())
             .finish()
     }
 }

@@ -7,7 +7,8 @@
 //! sink would receive, and runs a list of [`Action`]s against it:
 //! [`add_data`], [`check_answer`], [`check_new_answer`],
 //! [`check_last_batch`], [`stop_stream`], [`start_stream`] (a restart on the
-//! same checkpoint), [`assert_on_query`] and [`expect_failure`]. A failed
+//! same checkpoint), [`assert_on_query`], [`expect_failure`] and
+//! [`advance_manual_clock`]. A failed
 //! check panics with the expected and actual rows, the latest batch id and
 //! the action list with the failing one marked.
 //!
@@ -23,6 +24,14 @@
 //! processed, so each `add_data` is one micro-batch (plus the no-data batches
 //! it makes due) and batch ids are the same on every run; [`stop_stream`]
 //! also processes what was added first.
+//!
+//! A test with an [`advance_manual_clock`] action runs its session on a
+//! [`ManualClock`] starting at 0 (Unix epoch), unless the test's config
+//! already has one: processing-time triggers, batch timestamps and the
+//! rate source then follow that clock. With a processing-time trigger the
+//! query runs a batch only when the clock is advanced to its next tick, so
+//! [`add_data`] and the checks do not wait for a batch; each
+//! `advance_manual_clock` waits for the batch it triggers.
 //!
 //! ```
 //! use weir_engine::functions::count_star;
@@ -55,6 +64,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{DataType as ArrowType, SchemaRef, TimestampMicrosecondType};
@@ -62,12 +72,13 @@ use arrow::record_batch::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use weir_plan::OutputMode;
 
+use crate::clock::{Clock, ManualClock};
 use crate::error::{Result, WeirError};
 use crate::progress::{QueryListener, StreamingQueryProgress};
 use crate::row::Row;
 use crate::sink::{Sink, SinkContext};
 use crate::source::{BoxSource, MemoryStream};
-use crate::{Session, SessionConfig, StreamWriter, StreamingQuery, Timestamp};
+use crate::{Session, SessionConfig, StreamWriter, StreamingQuery, Timestamp, Trigger};
 
 /// Rows handed to [`add_data`] or expected by a check: typed rows, an Arrow
 /// batch, or JSON objects.
@@ -184,7 +195,7 @@ type QueryCheck = Box<dyn Fn(&StreamingQuery) -> bool>;
 /// One step of a [`StreamTest`] (Spark's `StreamAction`). Build them with
 /// [`add_data`], [`check_answer`], [`check_new_answer`],
 /// [`check_last_batch`], [`stop_stream`], [`start_stream`],
-/// [`assert_on_query`] and [`expect_failure`].
+/// [`assert_on_query`], [`expect_failure`] and [`advance_manual_clock`].
 pub struct Action(ActionKind);
 
 enum ActionKind {
@@ -196,6 +207,7 @@ enum ActionKind {
     StartStream,
     AssertOnQuery(String, QueryCheck),
     ExpectFailure(String),
+    AdvanceManualClock(Duration),
 }
 
 impl Action {
@@ -209,6 +221,7 @@ impl Action {
             ActionKind::StartStream => "StartStream".into(),
             ActionKind::AssertOnQuery(m, _) => format!("AssertOnQuery({m})"),
             ActionKind::ExpectFailure(m) => format!("ExpectFailure({m:?})"),
+            ActionKind::AdvanceManualClock(d) => format!("AdvanceManualClock({d:?})"),
         }
     }
 }
@@ -271,6 +284,19 @@ pub fn expect_failure(message: &str) -> Action {
     Action(ActionKind::ExpectFailure(message.to_string()))
 }
 
+/// Advances the session's [`ManualClock`] by `d` (Spark's
+/// `AdvanceManualClock`) and waits for the batch it triggers: with a
+/// processing-time trigger, until the query waits on the clock again;
+/// otherwise until what is available is processed. A test with this action
+/// runs on a manual clock (see the module docs).
+pub fn advance_manual_clock(d: Duration) -> Action {
+    Action(ActionKind::AdvanceManualClock(d))
+}
+
+/// How long the kit waits in real time for a query to come back to wait
+/// on the manual clock.
+const CLOCK_WAIT: Duration = Duration::from_secs(60);
+
 type BuildWriter = Box<dyn Fn(&Session) -> Result<StreamWriter>>;
 
 /// A query under test (Spark's `testStream`): how to build it, and its
@@ -329,7 +355,8 @@ impl StreamTest {
     }
 
     /// The session's settings (default: 2 shuffle partitions, no fsync, no
-    /// signal handling).
+    /// signal handling). With [`advance_manual_clock`] among the actions,
+    /// a clock that is not a [`ManualClock`] is replaced by one.
     pub fn config(mut self, config: SessionConfig) -> StreamTest {
         self.config = config;
         self
@@ -358,7 +385,13 @@ impl StreamTest {
     /// Runs the actions in order, panicking at the first that fails; then
     /// processes what is left and stops the query. Returns every batch the
     /// sink received.
-    pub fn run(self, actions: Vec<Action>) -> Outcome {
+    pub fn run(mut self, actions: Vec<Action>) -> Outcome {
+        let advances = actions
+            .iter()
+            .any(|a| matches!(a.0, ActionKind::AdvanceManualClock(_)));
+        if advances && self.config.clock.as_manual().is_none() {
+            self.config.clock = Arc::new(ManualClock::new(0));
+        }
         let mut runner = Runner::new(self);
         for i in 0..actions.len() {
             if let Err(message) = runner.step(&actions[i]) {
@@ -471,6 +504,9 @@ struct Runner {
     started_once: bool,
     start_error: Option<WeirError>,
     sorted: bool,
+    /// A processing-time trigger on a manual clock: batches run only when
+    /// the clock is advanced, so nothing waits for them but the advance.
+    clock_driven: bool,
     last_checked: Option<i64>,
     events: Vec<(Option<i64>, Event)>,
 }
@@ -497,6 +533,7 @@ impl Runner {
             started_once: false,
             start_error: None,
             sorted: false,
+            clock_driven: false,
             last_checked: None,
             events: Vec::new(),
         }
@@ -524,6 +561,8 @@ impl Runner {
                 .iter()
                 .flat_map(|n| &n.ops)
                 .any(|op| matches!(op, weir_plan::Op::Sort { .. }));
+            self.clock_driven = matches!(w.trigger, Trigger::ProcessingTime(_))
+                && self.session.conf().clock.as_manual().is_some();
             let checkpoint = self.checkpoint.to_string_lossy().into_owned();
             w.sink(CaptureSink(self.captured.clone()))
                 .checkpoint_location(&checkpoint)
@@ -533,7 +572,53 @@ impl Runner {
             Ok(q) => self.query = Some(q),
             Err(e) => self.start_error = Some(e),
         }
+        // The trigger due at start runs first, so rows added next wait for
+        // an advance of the clock.
+        let clock = self.session.conf().clock.clone();
+        match clock.as_manual() {
+            Some(manual) if self.clock_driven => self.await_clock_waiter(manual, manual.now_ms()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits until the query waits on `clock` at `at_ms` or later (or has
+    /// ended: a failure is left for the next action).
+    fn await_clock_waiter(
+        &self,
+        clock: &ManualClock,
+        at_ms: i64,
+    ) -> std::result::Result<(), String> {
+        let Some(q) = &self.query else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + CLOCK_WAIT;
+        while !clock.is_waiting_at(at_ms) && q.is_active() {
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the query did not come back to wait on the manual clock (at {at_ms} ms) within {CLOCK_WAIT:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
         Ok(())
+    }
+
+    fn advance(&mut self, d: Duration) -> std::result::Result<(), String> {
+        let clock = self.session.conf().clock.clone();
+        let manual = clock.as_manual().ok_or(
+            "advance_manual_clock: the session's clock is not a ManualClock (the kit makes one when the actions advance it)",
+        )?;
+        self.running()?;
+        manual.advance(d);
+        if self.clock_driven {
+            self.await_clock_waiter(manual, manual.now_ms())
+        } else {
+            // A failure is left for the next action (expect_failure).
+            if let Some(q) = &self.query {
+                let _ = q.process_all_available();
+            }
+            Ok(())
+        }
     }
 
     /// The running query, or why there is none.
@@ -551,7 +636,15 @@ impl Runner {
         if self.query.is_none() && self.start_error.is_none() {
             return Ok(());
         }
+        let clock_driven = self.clock_driven;
         let q = self.running()?;
+        if clock_driven {
+            // Batches ran when the clock was advanced; none runs before the next advance.
+            return match q.exception() {
+                Some(e) => Err(format!("the query failed: {e}")),
+                None => Ok(()),
+            };
+        }
         q.process_all_available()
             .map_err(|e| format!("the query failed: {e}"))
     }
@@ -569,7 +662,7 @@ impl Runner {
                 };
                 added.map_err(|e| format!("the rows do not fit the stream: {e}"))?;
                 // A failure is left for the next action (expect_failure).
-                if let Some(q) = &self.query {
+                if let Some(q) = self.query.as_ref().filter(|_| !self.clock_driven) {
                     let _ = q.process_all_available();
                 }
                 Ok(())
@@ -596,6 +689,7 @@ impl Runner {
                 }
             }
             ActionKind::ExpectFailure(expected) => self.expect_failure(expected),
+            ActionKind::AdvanceManualClock(d) => self.advance(*d),
         }
     }
 
@@ -603,6 +697,14 @@ impl Runner {
         let error = match (self.start_error.take(), &self.query) {
             (Some(e), _) => e,
             (None, None) => return Err("expected a failure, but the query is not running".into()),
+            (None, Some(q)) if self.clock_driven => match q.exception() {
+                Some(e) => WeirError::QueryFailed(e),
+                None => {
+                    return Err(format!(
+                        "expected a failure containing {expected:?}, but the query runs (waiting for the manual clock)"
+                    ))
+                }
+            },
             (None, Some(q)) => match q.process_all_available() {
                 Ok(()) => {
                     return Err(format!(
@@ -666,7 +768,11 @@ impl Runner {
             return Err(format!("the query failed to start: {e}"));
         }
         if let Some(q) = self.query.take() {
-            let processed = q.process_all_available();
+            let processed = match q.exception() {
+                Some(e) if self.clock_driven => Err(WeirError::QueryFailed(e)),
+                _ if self.clock_driven => Ok(()),
+                _ => q.process_all_available(),
+            };
             let _ = q.stop();
             processed.map_err(|e| format!("the query failed: {e}"))?;
         }

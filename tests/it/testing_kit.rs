@@ -440,3 +440,121 @@ fn a_kept_checkpoint_can_be_read_after_the_test() {
     let state = weir::state::read::read(chk.to_str().unwrap(), 0, None).unwrap();
     assert_eq!(state.num_rows(), 2, "one state row per key");
 }
+
+fn keyed_count_every_10s(session: &Session, input: &MemoryStream) -> weir::Result<StreamWriter> {
+    Ok(
+        keyed_count(session, input)?.trigger(weir::Trigger::ProcessingTime(
+            std::time::Duration::from_secs(10),
+        )),
+    )
+}
+
+fn batches_so_far(n: usize) -> Action {
+    assert_on_query(&format!("{n} batches ran"), move |q| {
+        q.recent_progress().len() == n
+    })
+}
+
+#[test]
+fn a_processing_time_trigger_runs_only_when_the_manual_clock_reaches_its_tick() {
+    use std::time::Duration;
+    let input = events();
+    let i = input.clone();
+    let out = StreamTest::new(move |s| keyed_count_every_10s(s, &i)).run(vec![
+        add_data(&input, json!([{"key": "a"}])),
+        // 9 s of the 10 s interval: the clock has not reached the tick.
+        advance_manual_clock(Duration::from_secs(9)),
+        check_answer(Rows::none()),
+        batches_so_far(0),
+        advance_manual_clock(Duration::from_secs(1)),
+        check_new_answer(json!([{"key": "a", "n": 1}])),
+        batches_so_far(1),
+        assert_on_query("the batch is timed by the manual clock", |q| {
+            q.last_progress().map(|p| p.timestamp) == Some("1970-01-01T00:00:10.000Z".into())
+        }),
+        // Real time does not trigger anything either.
+        add_data(&input, json!([{"key": "a"}, {"key": "b"}])),
+        assert_on_query("no batch in real time", |_| {
+            std::thread::sleep(Duration::from_millis(100));
+            true
+        }),
+        check_new_answer(Rows::none()),
+        batches_so_far(1),
+        // Past the next tick (20 s, now 25 s): one batch; the schedule
+        // stays on multiples of 10 s, so the next tick is 30 s.
+        advance_manual_clock(Duration::from_secs(15)),
+        check_new_answer(json!([{"key": "a", "n": 2}, {"key": "b", "n": 1}])),
+        batches_so_far(2),
+        add_data(&input, json!([{"key": "b"}])),
+        advance_manual_clock(Duration::from_secs(4)),
+        check_new_answer(Rows::none()),
+        advance_manual_clock(Duration::from_secs(1)),
+        check_new_answer(json!([{"key": "b", "n": 2}])),
+    ]);
+    let ids: Vec<i64> = out.batches.iter().map(|b| b.batch_id).collect();
+    assert_eq!(ids, vec![0, 1, 2]);
+}
+
+#[test]
+fn the_rate_source_follows_the_manual_clock() {
+    use std::time::Duration;
+    let out = StreamTest::new(|s| {
+        Ok(
+            s.read_stream(weir::source::RateSource::new().rows_per_second(5))
+                .write_stream()
+                .trigger(weir::Trigger::ProcessingTime(Duration::from_secs(1))),
+        )
+    })
+    .run(vec![
+        // Created at 0 on the manual clock: one second gives 5 rows, timed
+        // 200 ms apart by that clock.
+        advance_manual_clock(Duration::from_secs(1)),
+        check_new_answer(json!([
+            {"timestamp": "1970-01-01T00:00:00.000Z", "value": 0},
+            {"timestamp": "1970-01-01T00:00:00.200Z", "value": 1},
+            {"timestamp": "1970-01-01T00:00:00.400Z", "value": 2},
+            {"timestamp": "1970-01-01T00:00:00.600Z", "value": 3},
+            {"timestamp": "1970-01-01T00:00:00.800Z", "value": 4},
+        ])),
+        advance_manual_clock(Duration::from_secs(2)),
+        advance_manual_clock(Duration::from_millis(500)),
+    ]);
+    // Batch 0 at start reads the empty first second; then rowsPerSecond ×
+    // the seconds advanced (a half second is not a row yet).
+    let rows: Vec<i64> = out.batches.iter().map(|b| b.num_input_rows).collect();
+    assert_eq!(rows, vec![0, 5, 10]);
+    let values: usize = out.batches.iter().map(|b| b.lines().len()).sum();
+    assert_eq!(values, 15);
+}
+
+#[test]
+fn the_rate_source_follows_the_manual_clock_with_the_default_trigger() {
+    use std::time::Duration;
+    let out = StreamTest::new(|s| {
+        Ok(
+            s.read_stream(weir::source::RateSource::new().rows_per_second(3))
+                .write_stream(),
+        )
+    })
+    .run(vec![
+        advance_manual_clock(Duration::from_secs(4)),
+        advance_manual_clock(Duration::from_secs(1)),
+    ]);
+    let rows: i64 = out.batches.iter().map(|b| b.num_input_rows).sum();
+    assert_eq!(rows, 3 * 5);
+    assert_eq!(out.batches.last().map(|b| b.num_input_rows), Some(3));
+}
+
+#[test]
+fn advancing_the_clock_of_a_stopped_query_says_so() {
+    let input = events();
+    let i = input.clone();
+    let text = panic_text(move || {
+        StreamTest::new(move |s| keyed_count_every_10s(s, &i)).run(vec![
+            stop_stream(),
+            advance_manual_clock(std::time::Duration::from_secs(10)),
+        ]);
+    });
+    assert!(text.contains("AdvanceManualClock"), "{text}");
+    assert!(text.contains("the query is not running"), "{text}");
+}

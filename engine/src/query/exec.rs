@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use weir_plan::{OutputMode, StreamPlan, WatermarkPolicy};
@@ -36,13 +36,6 @@ use crate::session::Session;
 use crate::sink::{BoxSink, SinkContext};
 use crate::source::{BoxSource, Offset, SourceContext, SourceStorage};
 use crate::state::PartitionedStore;
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// A batch logged in `offsets/N` but not committed: it runs again as logged.
 struct PendingBatch {
@@ -188,6 +181,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     })?;
     pipeline.set_partitions(partitions.max(1));
     for (i, (_, s)) in sources.iter_mut().enumerate() {
+        s.use_clock(conf.clock.clone());
         s.open_on(
             &SourceContext {
                 metadata_dir: chk.source_dir(i),
@@ -444,24 +438,39 @@ impl Runner {
     }
 
     fn run_loop(&mut self) -> Result<()> {
-        let started = Instant::now();
-        let mut tick = 0u32;
+        // Time is the session's clock: a manual clock moves only when a
+        // test advances it, and the loop waits on it (checking for a stop
+        // every polling delay) instead of sleeping.
+        let clock = self.session.conf().clock.clone();
+        let polling_delay = self.session.conf().polling_delay;
+        let started = clock.now_ms();
+        let mut tick = 0i64;
         loop {
             if self.stopping() {
                 return Ok(());
             }
             if let Trigger::ProcessingTime(interval) = self.trigger {
                 // Fixed schedule: wait for the next tick; a late batch starts the next at once.
-                let next = started + interval * tick;
-                while Instant::now() < next && !self.stopping() {
+                let interval_ms = interval.as_millis() as i64;
+                let next = started.saturating_add(interval_ms.saturating_mul(tick));
+                loop {
+                    let now = clock.now_ms();
+                    if now >= next || self.stopping() {
+                        break;
+                    }
                     self.set_status("Waiting for next trigger", false, false);
-                    self.wait(next - Instant::now());
+                    match clock.as_manual() {
+                        Some(manual) => {
+                            manual.wait_till(next, polling_delay);
+                        }
+                        None => self.wait(Duration::from_millis((next - now) as u64)),
+                    }
                 }
                 if self.stopping() {
                     return Ok(());
                 }
-                let elapsed = started.elapsed();
-                tick = (elapsed.as_nanos() / interval.as_nanos().max(1)) as u32 + 1;
+                let elapsed = (clock.now_ms() - started).max(0);
+                tick = elapsed / interval_ms.max(1) + 1;
             }
             let epoch = self.shared.request_epoch.load(Ordering::SeqCst);
             let ran = self.run_batch()?;
@@ -499,7 +508,7 @@ impl Runner {
     /// Plans and runs one batch; false when there was nothing to do.
     fn run_batch(&mut self) -> Result<bool> {
         let trigger_start = Instant::now();
-        let trigger_ms = now_ms();
+        let trigger_ms = self.session.conf().clock.now_ms();
         let mut durations: BTreeMap<String, i64> = BTreeMap::new();
         let has_wm = self.pipeline.watermark_count() > 0;
         let batch_id = self.batch_id;

@@ -61,7 +61,12 @@ pub trait Source: Send {
     fn schema(&self) -> SchemaRef;
     /// A short description for progress reports (Spark's `description`).
     fn description(&self) -> String;
-    /// Called once when the query starts, before any other call.
+    /// Called when the query starts, before [`Source::open`]: the
+    /// session's clock, for a source whose data follows time (the rate
+    /// source). Default: ignored.
+    fn use_clock(&mut self, _clock: std::sync::Arc<dyn crate::clock::Clock>) {}
+    /// Called once when the query starts, before any other call (but
+    /// [`Source::use_clock`]).
     fn open(&mut self, _ctx: &SourceContext) -> Result<()> {
         Ok(())
     }

@@ -12,6 +12,7 @@ use weir_plan::{DataType, Field};
 
 use super::{Offset, Source, SourceContext};
 use crate::checkpoint::write_atomic;
+use crate::clock::{Clock, SystemClock};
 use crate::error::{Result, WeirError};
 
 /// Spark's rate source.
@@ -22,6 +23,8 @@ pub struct RateSource {
     num_partitions: u32,
     creation_ms: Option<i64>,
     error: Option<String>,
+    /// The session's clock (rows per second follow it).
+    clock: Arc<dyn Clock>,
 }
 
 impl Default for RateSource {
@@ -40,6 +43,7 @@ impl RateSource {
             num_partitions: 1,
             creation_ms: None,
             error: None,
+            clock: Arc::new(SystemClock),
         }
     }
 
@@ -89,13 +93,6 @@ impl RateSource {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 impl Source for RateSource {
     fn schema(&self) -> SchemaRef {
         crate::row::arrow_schema(&Self::fields())
@@ -106,6 +103,10 @@ impl Source for RateSource {
             "RateStreamV2[rowsPerSecond={}, rampUpTimeSeconds={}, numPartitions={}]",
             self.rows_per_second, self.ramp_up_secs, self.num_partitions
         )
+    }
+
+    fn use_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.clock = clock;
     }
 
     fn open(&mut self, ctx: &SourceContext) -> Result<()> {
@@ -125,7 +126,7 @@ impl Source for RateSource {
                 self.creation_ms = v.get("creationTimeMs").and_then(|v| v.as_i64());
             }
             Err(_) => {
-                let ms = now_ms();
+                let ms = self.clock.now_ms();
                 write_atomic(
                     &path,
                     format!("v1\n{{\"creationTimeMs\":{ms}}}").as_bytes(),
@@ -138,8 +139,9 @@ impl Source for RateSource {
     }
 
     fn latest_offset(&mut self, _start: Option<&Offset>) -> Result<Option<Offset>> {
-        let created = self.creation_ms.unwrap_or_else(now_ms);
-        let secs = (now_ms() - created).max(0) / 1000;
+        let now = self.clock.now_ms();
+        let created = self.creation_ms.unwrap_or(now);
+        let secs = (now - created).max(0) / 1000;
         Ok(Some(Offset::from(secs)))
     }
 
@@ -193,6 +195,17 @@ mod tests {
             .unwrap();
         assert_eq!(t.value(0), 1_002_000_000);
         assert_eq!(t.value(1), 1_002_200_000);
+    }
+
+    #[test]
+    fn offsets_follow_the_session_clock() {
+        let clock = Arc::new(crate::clock::ManualClock::new(5_000));
+        let mut r = RateSource::new().rows_per_second(3);
+        r.use_clock(clock.clone());
+        r.creation_ms = Some(5_000);
+        assert_eq!(r.latest_offset(None).unwrap(), Some(Offset::from(0)));
+        clock.advance(std::time::Duration::from_millis(2_500));
+        assert_eq!(r.latest_offset(None).unwrap(), Some(Offset::from(2)));
     }
 
     #[test]
