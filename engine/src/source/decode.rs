@@ -467,6 +467,10 @@ impl Source for Decode {
         self.inner_mut().open(ctx)
     }
 
+    fn use_clock(&mut self, clock: std::sync::Arc<dyn crate::clock::Clock>) {
+        self.inner_mut().use_clock(clock)
+    }
+
     fn open_on(&mut self, ctx: &SourceContext, storage: &super::SourceStorage) -> Result<()> {
         if let Some(e) = &self.error {
             return Err(self.err(e.clone()));
