@@ -17,6 +17,7 @@ mod properties;
 mod recovery;
 mod reliability;
 mod s3;
+mod s3_tables;
 mod sessions;
 mod sinks;
 mod state_read;

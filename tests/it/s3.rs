@@ -17,7 +17,7 @@ use weir::source::MemoryStream;
 use weir::storage::{object_requests, Created, Requests, S3Settings, Storage};
 
 /// The S3 endpoint of the test server.
-fn endpoint() -> String {
+pub(crate) fn endpoint() -> String {
     std::env::var("WEIR_S3_ENDPOINT").unwrap_or_else(|_| {
         panic!(
             "WEIR_S3_ENDPOINT is not set: these tests need an S3 API server. Run `bash scripts/s3.sh start` and `export WEIR_S3_ENDPOINT=http://127.0.0.1:39900` (scripts/test.sh does both)"
@@ -27,7 +27,7 @@ fn endpoint() -> String {
 
 /// Settings for the test server, given in the session's way (so they do not
 /// depend on this process's environment).
-fn settings() -> S3Settings {
+pub(crate) fn settings() -> S3Settings {
     let mut s = S3Settings::default();
     for (k, v) in [
         ("spark.hadoop.fs.s3a.endpoint", endpoint().as_str()),
@@ -53,7 +53,7 @@ fn aws_env() -> Vec<(&'static str, String)> {
 }
 
 /// A name no other test (or run) uses.
-fn unique() -> String {
+pub(crate) fn unique() -> String {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -68,7 +68,7 @@ fn unique() -> String {
 
 /// Creates a fresh bucket (an unsigned `PUT /bucket`, which moto accepts)
 /// and returns its name.
-fn new_bucket() -> String {
+pub(crate) fn new_bucket() -> String {
     let name = format!("weir-test-{}", unique());
     let ep = endpoint();
     let host = ep
