@@ -193,6 +193,8 @@ impl DataStream {
         on: impl Into<JoinOn>,
         how: JoinType,
     ) -> DataStream {
+        // The session's S3 settings, unless the table has its own.
+        let table = table.or_s3_settings(&self.session.conf().s3);
         let name = self.fresh(name);
         self.plan.statics.insert(
             name.clone(),

@@ -268,3 +268,86 @@ fn a_missing_bucket_or_prefix_is_an_error_when_the_query_starts() {
     let err = start_error(s3_users(&b));
     assert!(err.contains("there are no objects at"), "{err}");
 }
+
+/// A static table without S3 settings of its own reads S3 through the
+/// session's `spark.hadoop.fs.s3a.*` settings: checked in a child process
+/// with no `AWS_*` variable at all.
+#[test]
+fn a_static_table_uses_the_sessions_s3_settings() {
+    const AWS: [&str; 6] = [
+        "AWS_ENDPOINT_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_ALLOW_HTTP",
+    ];
+    if let Ok(b) = std::env::var("WEIR_S3_TABLES_CHILD_BUCKET") {
+        for k in AWS {
+            assert!(std::env::var(k).is_err(), "{k} is set in the child");
+        }
+        let mut conf = weir::SessionConfig {
+            fsync_checkpoint: false,
+            ..weir::SessionConfig::default()
+        };
+        for (k, v) in [
+            ("spark.hadoop.fs.s3a.endpoint", endpoint().as_str()),
+            ("spark.hadoop.fs.s3a.access.key", "test"),
+            ("spark.hadoop.fs.s3a.secret.key", "test"),
+            ("spark.hadoop.fs.s3a.endpoint.region", "us-east-1"),
+            ("weir.s3.allowHttp", "true"),
+        ] {
+            conf.set(k, v).unwrap();
+        }
+        let events = page_views();
+        let sink = MemorySink::new("");
+        let table = sink.table();
+        let users = StaticTable::files(
+            format!("s3://{b}/dim/users/"),
+            FileFormat::Parquet,
+            user_fields(),
+        );
+        let q = weir::Session::with_config(conf)
+            .read_stream(events.clone())
+            .join_static("users", users, ["user_id"], JoinType::LeftOuter)
+            .write_stream()
+            .sink(sink)
+            .start()
+            .unwrap();
+        events
+            .add_json(&[json!({"user_id": "u1", "page": "/home"})])
+            .unwrap();
+        q.process_all_available().unwrap();
+        q.stop().unwrap();
+        let rows: Vec<String> = table
+            .batches()
+            .iter()
+            .flat_map(|(_, b)| rows_json(b))
+            .map(|r| r.to_string())
+            .collect();
+        assert_eq!(
+            rows,
+            vec![json!({"user_id": "u1", "page": "/home", "tier": "gold"}).to_string()]
+        );
+        return;
+    }
+    let b = new_bucket();
+    let s3 = Storage::open(&format!("s3://{b}/dim/users"), &settings(), false).unwrap();
+    for (name, bytes) in users_files() {
+        s3.put(name, &bytes).unwrap();
+    }
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "s3_tables::a_static_table_uses_the_sessions_s3_settings",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("WEIR_S3_TABLES_CHILD_BUCKET", &b);
+    for k in AWS {
+        cmd.env_remove(k);
+    }
+    let status = crate::common::TestChild::spawn(&mut cmd)
+        .wait_within(std::time::Duration::from_secs(120), "the child reading S3");
+    assert!(status.success(), "the child failed: {status}");
+}
