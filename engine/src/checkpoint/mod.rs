@@ -318,9 +318,9 @@ impl Checkpoint {
 
     /// For a checkpoint on object storage, refuses a query whose sources or
     /// sinks keep files under the checkpoint directory, which only a local
-    /// checkpoint has so far: memory sources, sources that keep their log
-    /// on the checkpoint's storage ([`crate::source::Source::log_on_storage`]:
-    /// the file source) and every sink but those that say they need a local
+    /// checkpoint has so far: sources that keep no log or keep it on the
+    /// checkpoint's storage ([`crate::source::Source::log_on_storage`]: the
+    /// memory, file, rate-micro-batch and socket sources) and every sink but those that say they need a local
     /// checkpoint ([`crate::sink::Sink::needs_local_checkpoint`]: Kafka,
     /// PostgreSQL, Redis) run with such a checkpoint; stateful operators do,
     /// their state on the object store. A local checkpoint supports
@@ -334,7 +334,7 @@ impl Checkpoint {
             return Ok(());
         }
         for (name, s) in sources {
-            if s.description() != "MemoryStream" && !s.log_on_storage() {
+            if !s.log_on_storage() {
                 self.require_local(&format!(
                     "source `{name}` ({}), which keeps its own log under the checkpoint",
                     s.description()

@@ -101,6 +101,10 @@ fn as_index(o: &Offset) -> Result<i64> {
 }
 
 impl Source for MemoryStream {
+    /// Yes: it keeps no log: its data lives in the process.
+    fn log_on_storage(&self) -> bool {
+        true
+    }
     fn schema(&self) -> SchemaRef {
         self.schema.clone()
     }

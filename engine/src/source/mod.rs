@@ -77,9 +77,10 @@ pub trait Source: Send {
     fn open_on(&mut self, ctx: &SourceContext, _storage: &SourceStorage) -> Result<()> {
         self.open(ctx)
     }
-    /// Whether the source keeps its own log only through
-    /// [`Source::open_on`]'s storage, so it runs with a checkpoint on object
-    /// storage (default false: such a source needs a local checkpoint).
+    /// Whether the source runs with a checkpoint on object storage: it keeps
+    /// no log of its own, or keeps it only through [`Source::open_on`]'s
+    /// storage (default false: a source that may write under
+    /// `SourceContext::metadata_dir` needs a local checkpoint).
     fn log_on_storage(&self) -> bool {
         false
     }

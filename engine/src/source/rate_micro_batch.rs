@@ -59,6 +59,10 @@ impl RateMicroBatchSource {
 }
 
 impl Source for RateMicroBatchSource {
+    /// Yes: it keeps no log: a batch's rows follow from its offsets.
+    fn log_on_storage(&self) -> bool {
+        true
+    }
     fn schema(&self) -> SchemaRef {
         crate::row::arrow_schema(&super::rate::RateSource::fields())
     }

@@ -174,6 +174,10 @@ fn read_lines(stream: TcpStream, shared: Arc<Shared>, cap: usize, who: String) {
 }
 
 impl Source for SocketSource {
+    /// Yes: it keeps no log (and, as in Spark, is not fault-tolerant).
+    fn log_on_storage(&self) -> bool {
+        true
+    }
     fn schema(&self) -> SchemaRef {
         crate::row::arrow_schema(&Self::fields())
     }
