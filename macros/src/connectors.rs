@@ -33,6 +33,9 @@ enum Kind {
     Checked(fn(&str) -> Result<(), String>),
     /// A string, or `env("VAR")` read at run time.
     Setting,
+    /// A storage location string: a local path, `file:///...` or
+    /// `s3://bucket/prefix` ([`weir_plan::StorageLocation::parse`]).
+    Location,
 }
 
 /// One option of a connector.
@@ -78,7 +81,7 @@ const SOURCES: &[(&str, &[Spec])] = &[
     (
         "files",
         &[
-            req("path", Kind::Str),
+            req("path", Kind::Location),
             req("format", Kind::Choice(FORMATS)),
             opt(
                 "max_files_per_trigger",
@@ -150,7 +153,7 @@ const SINKS: &[(&str, &[Spec])] = &[
     (
         "files",
         &[
-            req("path", Kind::Str),
+            req("path", Kind::Location),
             opt("format", Kind::Choice(FORMATS)),
             opt("partition_by", Kind::Columns),
         ],
@@ -386,6 +389,26 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
     Ok(Some(SinkDecl { ident, kind }))
 }
 
+/// Checks a storage location literal by the engine's own rule, reporting a
+/// malformed one on the literal: true when it is valid.
+pub fn check_location(lit: &syn::LitStr, what: &str, errs: &mut Errors) -> bool {
+    match weir_plan::StorageLocation::parse(&lit.value()) {
+        Ok(_) => true,
+        Err(e) => {
+            errs.spanned_help(
+                lit,
+                format!(
+                    "invalid storage location `{}` for {what}: {}",
+                    e.location(),
+                    e.reason()
+                ),
+                weir_plan::location::ACCEPTED_LOCATIONS,
+            );
+            false
+        }
+    }
+}
+
 /// Spark's `assign`: `{"topic":[0,1],...}`.
 fn check_assign(s: &str) -> Result<(), String> {
     let v: serde_json::Value = serde_json::from_str(s)
@@ -528,7 +551,7 @@ fn read_options(
         .filter(|s| s.required && !seen.iter().any(|n| n == s.name))
     {
         let example = match s.kind {
-            Kind::Str => format!("{} = \"...\"", s.name),
+            Kind::Str | Kind::Location => format!("{} = \"...\"", s.name),
             Kind::Choice(c) => format!("{} = {}", s.name, c.join("|")),
             _ => format!("{} = 9999", s.name),
         };
@@ -595,6 +618,18 @@ fn check_value(spec: &Spec, value: &Expr, errs: &mut Errors) -> Option<Val> {
                 Ok(()) => return Some(Val::Str(b.clone())),
                 Err(e) => errs.spanned(value, format!("`{name}`: {e}")),
             },
+            _ => errs.spanned(
+                value,
+                format!("`{name}` takes a string, e.g. {name} = \"...\""),
+            ),
+        },
+        Kind::Location => match lit {
+            Some(Lit::Str(s)) if !s.value().is_empty() => {
+                if check_location(s, &format!("`{name}`"), errs) {
+                    return Some(Val::Str(s.value()));
+                }
+            }
+            Some(Lit::Str(_)) => errs.spanned(value, format!("`{name}` must not be empty")),
             _ => errs.spanned(
                 value,
                 format!("`{name}` takes a string, e.g. {name} = \"...\""),
@@ -751,6 +786,46 @@ mod tests {
                 port: 9999
             })
         );
+    }
+
+    #[test]
+    fn file_paths_are_storage_locations_checked_at_compile_time() {
+        let (s, e) = source(quote!(files(path = "s3a://logs/incoming/", format = json)));
+        assert!(e.is_empty(), "{e:?}");
+        assert!(matches!(s, Some(Source::Files { path, .. }) if path == "s3a://logs/incoming/"));
+        for ok in ["data/in", "/abs/in", "file:///abs/in", "s3://dim/users"] {
+            let (_, e) = source(quote!(files(path = #ok, format = csv)));
+            assert!(e.is_empty(), "{ok}: {e:?}");
+        }
+        let (_, e) = source(quote!(files(path = "s3:///incoming", format = json)));
+        assert_eq!(
+            e,
+            ["\"s3:///incoming\": invalid storage location `s3:///incoming` for `path`: no bucket: write s3://bucket/prefix\nhelp: weir accepts a local path, file:///absolute/path or s3://bucket/prefix"]
+        );
+        let mut errs = Errors::new();
+        parse_sink(
+            quote!(files(path = "gs://out/views", format = parquet)),
+            &mut errs,
+        )
+        .unwrap();
+        let e: Vec<&str> = errs
+            .diagnostics()
+            .iter()
+            .map(|d| d.message.as_str())
+            .collect();
+        assert_eq!(
+            e,
+            ["invalid storage location `gs://out/views` for `path`: the scheme `gs://` is not supported\nhelp: weir accepts a local path, file:///absolute/path or s3://bucket/prefix"]
+        );
+        // Credentials are refused and not repeated in the message.
+        let (_, e) = source(quote!(files(
+            path = "s3a://KEY:s3cr3t@logs/in",
+            format = json
+        )));
+        assert_eq!(e.len(), 1);
+        let message = e[0].split_once(": ").unwrap().1;
+        assert!(message.contains("carries credentials"), "{message}");
+        assert!(!message.contains("s3cr3t"), "{message}");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use weir_plan::duration::parse_positive_duration_ms;
 use weir_plan::{AggFn, JoinType, OutputMode};
 
 use crate::ast::*;
-use crate::connectors::{parse_sink, parse_source};
+use crate::connectors::{check_location, parse_sink, parse_source};
 use crate::errors::{suggestion_help, Errors};
 use crate::types::parse_rust_type;
 
@@ -295,7 +295,14 @@ fn parse_entry(
         }
         "checkpoint" => (|i: ParseStream| parse_nonempty_str(i, errs, "checkpoint"))
             .parse2(value)
-            .map(|s| q.checkpoint = s),
+            .map(|s| {
+                // A malformed location is reported on its literal; the
+                // checkpoint stays declared (no "needs a checkpoint" error).
+                if let Some(lit) = &s {
+                    check_location(lit, "`checkpoint:`", errs);
+                }
+                q.checkpoint = s
+            }),
         _ => (|i: ParseStream| parse_nonempty_str(i, errs, "name"))
             .parse2(value)
             .map(|s| q.name = s),
@@ -1214,6 +1221,27 @@ mod tests {
                 "\"0 seconds\": invalid checkpoint interval \"0 seconds\": the duration must be greater than zero\nhelp: write a positive duration like \"1 second\"",
             ]
         );
+    }
+
+    #[test]
+    fn checkpoint_is_a_storage_location_checked_at_compile_time() {
+        let (q, e) = parse(quote! {
+            query Q { source: rate, sink: console, checkpoint: "s3://chk/page_views/" }
+        });
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(
+            q.unwrap().checkpoint.unwrap().value(),
+            "s3://chk/page_views/"
+        );
+        let (q, e) = parse(quote! {
+            query Q { source: rate, sink: console, checkpoint: "s3://Chk_Bucket/q" }
+        });
+        assert_eq!(
+            e,
+            ["\"s3://Chk_Bucket/q\": invalid storage location `s3://Chk_Bucket/q` for `checkpoint:`: `Chk_Bucket` is not a valid S3 bucket name (3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit)\nhelp: weir accepts a local path, file:///absolute/path or s3://bucket/prefix"]
+        );
+        // Still declared: no second "needs a checkpoint" error follows.
+        assert!(q.unwrap().checkpoint.is_some());
     }
 
     #[test]

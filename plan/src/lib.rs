@@ -16,6 +16,7 @@
 
 pub mod check;
 pub mod duration;
+pub mod location;
 pub mod plan;
 pub mod resolve;
 pub mod sql;
@@ -23,6 +24,7 @@ pub mod types;
 
 pub use check::{check, Location, Rule, Violation};
 pub use duration::{parse_duration_ms, DurationError};
+pub use location::{LocationError, StorageLocation};
 pub use plan::*;
 pub use resolve::{resolve, Column, NodeSchema, ResolveError};
 pub use types::{DataType, Field};

@@ -60,6 +60,9 @@ mod pass_page_views;
 #[path = "../../ui-tests/pass/rate_lab.rs"]
 mod pass_rate_lab;
 #[allow(dead_code)]
+#[path = "../../ui-tests/pass/s3_paths.rs"]
+mod pass_s3_paths;
+#[allow(dead_code)]
 #[path = "../../ui-tests/pass/shop_totals.rs"]
 mod pass_shop_totals;
 #[allow(dead_code)]

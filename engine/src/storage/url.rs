@@ -1,9 +1,12 @@
 //! Where a checkpoint, a file source or sink, or a table lives: a plain
 //! local path, a `file:///` URL, or an `s3://bucket/prefix` URL (`s3a://` is
-//! accepted too, as Spark users write it).
+//! accepted too, as Spark users write it). The parsing rule lives in
+//! `weir_plan::location`, shared with the `stream_query!` macro.
 
 use std::fmt;
 use std::path::PathBuf;
+
+use weir_plan::StorageLocation;
 
 use crate::error::{Result, WeirError};
 
@@ -30,67 +33,13 @@ impl Location {
     ///
     /// Credentials in the URL (Hadoop's `s3a://KEY:SECRET@bucket/path`) are
     /// refused, and never shown in the error: they belong in the settings.
+    /// The rule is [`weir_plan::StorageLocation::parse`], the one
+    /// `stream_query!` checks its literal paths with at compile time.
     pub fn parse(location: &str) -> Result<Location> {
-        let (shown, credentials) = without_credentials(location);
-        let bad = |what: String| {
-            WeirError::Config(format!(
-                "invalid storage location `{shown}`: {what}. weir accepts a local path, file:///absolute/path or s3://bucket/prefix"
-            ))
-        };
-        if location.trim().is_empty() {
-            return Err(bad("it is empty".into()));
-        }
-        if credentials {
-            return Err(bad(
-                "it carries credentials (`user:password@`, not shown here), which weir refuses in a location: they would end up in logs and the UI. Remove them from the URL and set spark.hadoop.fs.s3a.access.key and spark.hadoop.fs.s3a.secret.key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) instead".into(),
-            ));
-        }
-        let Some((scheme, rest)) = split_scheme(location) else {
-            return Ok(Location::Local(PathBuf::from(location)));
-        };
-        match scheme.to_ascii_lowercase().as_str() {
-            "file" => {
-                let path = match rest.strip_prefix("localhost") {
-                    Some(p) if p.starts_with('/') => p,
-                    _ => rest,
-                };
-                if !path.starts_with('/') {
-                    return Err(bad(
-                        "a file:// URL names an absolute local path, as in file:///tmp/chk (three slashes)".into(),
-                    ));
-                }
-                if path.contains(['?', '#']) {
-                    return Err(bad("a file:// URL has no query or fragment".into()));
-                }
-                Ok(Location::Local(PathBuf::from(
-                    percent_decode(path).map_err(bad)?,
-                )))
-            }
-            "s3" | "s3a" => {
-                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-                if bucket.is_empty() {
-                    return Err(bad("no bucket: write s3://bucket/prefix".into()));
-                }
-                check_bucket(bucket).map_err(bad)?;
-                if prefix.contains(['?', '#']) {
-                    return Err(bad("an S3 location has no query or fragment".into()));
-                }
-                let prefix = prefix.trim_end_matches('/');
-                if !prefix.is_empty() {
-                    for seg in prefix.split('/') {
-                        if seg.is_empty() || seg == "." || seg == ".." {
-                            return Err(bad(format!(
-                                "the key prefix `{prefix}` has an empty, `.` or `..` segment"
-                            )));
-                        }
-                    }
-                }
-                Ok(Location::S3 {
-                    bucket: bucket.to_string(),
-                    prefix: prefix.to_string(),
-                })
-            }
-            other => Err(bad(format!("the scheme `{other}://` is not supported"))),
+        match StorageLocation::parse(location) {
+            Ok(StorageLocation::Local(path)) => Ok(Location::Local(path)),
+            Ok(StorageLocation::S3 { bucket, prefix }) => Ok(Location::S3 { bucket, prefix }),
+            Err(e) => Err(WeirError::Config(e.to_string())),
         }
     }
 
@@ -108,79 +57,6 @@ impl fmt::Display for Location {
             Location::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
         }
     }
-}
-
-/// `scheme` and the rest after `scheme://`, when the string starts with a
-/// URL scheme (a letter, then letters, digits, `+`, `-` or `.`).
-fn split_scheme(s: &str) -> Option<(&str, &str)> {
-    let (scheme, rest) = s.split_once("://")?;
-    let mut chars = scheme.chars();
-    let first = chars.next()?;
-    (first.is_ascii_alphabetic()
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
-    .then_some((scheme, rest))
-}
-
-/// `location` without the `user:password@` part after its scheme (as in
-/// Hadoop's `s3a://KEY:SECRET@bucket/path`), and whether it had one. A
-/// secret may hold `/` or `@` (AWS secret keys hold `/`): a `:` before the
-/// first `/` (no bucket name has one) starts credentials that run to the
-/// next `@`; an `@` before the first `/` ends them at the last such `@`.
-fn without_credentials(location: &str) -> (std::borrow::Cow<'_, str>, bool) {
-    let Some((scheme, rest)) = split_scheme(location) else {
-        return (location.into(), false);
-    };
-    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
-    let at = if authority.contains('@') {
-        authority.rfind('@')
-    } else if authority.contains(':') {
-        rest.find('@')
-    } else {
-        None
-    };
-    match at {
-        Some(i) => (format!("{scheme}://{}", &rest[i + 1..]).into(), true),
-        None => (location.into(), false),
-    }
-}
-
-/// S3's bucket naming rules: 3 to 63 characters, lowercase letters, digits,
-/// dots and hyphens, starting and ending with a letter or digit.
-fn check_bucket(b: &str) -> std::result::Result<(), String> {
-    let ok = (3..=63).contains(&b.len())
-        && b.bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'.' || c == b'-')
-        && b.as_bytes()[0].is_ascii_alphanumeric()
-        && b.as_bytes()[b.len() - 1].is_ascii_alphanumeric()
-        && !b.contains("..");
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "`{b}` is not a valid S3 bucket name (3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit)"
-        ))
-    }
-}
-
-/// Decodes `%XX` escapes of a `file://` URL's path.
-fn percent_decode(s: &str) -> std::result::Result<String, String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("a bad %-escape at `{}`", &s[i..]))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| "the %-escapes do not decode to UTF-8".to_string())
 }
 
 #[cfg(test)]
