@@ -72,7 +72,8 @@ pub(crate) fn admin() -> KafkaAdmin {
     KafkaAdmin::new(&bootstrap()).expect("admin client")
 }
 
-fn new_topic(name: &str, partitions: i32) -> String {
+/// A new topic of `partitions` partitions, its name unique to this run.
+pub(crate) fn new_topic(name: &str, partitions: i32) -> String {
     let t = unique(name);
     admin().create_topic(&t, partitions).unwrap();
     t
@@ -816,7 +817,8 @@ pub(crate) fn read_records(topic: &str, isolation: &str) -> Vec<Out> {
 }
 
 /// Reads a whole topic as (key, value) pairs with the given isolation level.
-fn read_topic(topic: &str, isolation: &str) -> Vec<(Option<String>, String)> {
+/// Every record's (key, value) in `topic`, read with `isolation`.
+pub(crate) fn read_topic(topic: &str, isolation: &str) -> Vec<(Option<String>, String)> {
     read_records(topic, isolation)
         .into_iter()
         .map(|o| (o.key, o.value))
@@ -843,7 +845,9 @@ fn page_views_to_kafka(input: &str, output: &str, chk: &Path, sink: KafkaSink) -
         .unwrap()
 }
 
-fn produce_minute_clicks(topic: &str, from: usize, to: usize) {
+/// Produces clicks `from..to` (7 s apart from `T0`, pages `/p0`..`/p2`,
+/// alternating over partitions 0 and 1).
+pub(crate) fn produce_minute_clicks(topic: &str, from: usize, to: usize) {
     let recs: Vec<Rec<'_>> = (from..to)
         .map(|i| rec((i % 2) as i32, click(i % 3, T0 + i as i64 * 7_000)))
         .collect();
@@ -889,7 +893,7 @@ fn sink_with_crash(sink: impl Fn(&str) -> KafkaSink) -> (String, Vec<(Option<Str
 }
 
 /// (window start, page) -> the views of each update, in order.
-fn updates(recs: &[(Option<String>, String)]) -> BTreeMap<(String, String), Vec<i64>> {
+pub(crate) fn updates(recs: &[(Option<String>, String)]) -> BTreeMap<(String, String), Vec<i64>> {
     let mut m: BTreeMap<(String, String), Vec<i64>> = BTreeMap::new();
     for (key, value) in recs {
         let v: serde_json::Value = serde_json::from_str(value).unwrap();
@@ -1596,7 +1600,9 @@ fn a_sink_whose_broker_is_down_fails_within_its_delivery_timeout() {
 
 /// Views per page and minute from `input` (5 offsets a batch, available
 /// now) to an exactly-once Kafka sink on `output`.
-fn views_in_small_batches(input: &str, output: &str, chk: &Path) {
+/// Views per page and minute, 5 clicks a batch, available-now, into the
+/// Kafka sink exactly once (the seed's pipeline); `chk` may be an `s3://` URL.
+pub(crate) fn views_in_small_batches(input: &str, output: &str, chk: &Path) {
     let q = Session::new()
         .read_stream(
             source(input)

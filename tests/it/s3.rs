@@ -456,11 +456,63 @@ fn a_second_run_on_the_same_local_checkpoint_is_refused() {
     assert!(offsets_1.ends_with("\n2"), "{offsets_1}");
 }
 
+/// A user's source that keeps a log of its own (it does not say
+/// `log_on_storage`): only a local checkpoint has room for it.
+struct OwnLog;
+
+impl weir::source::Source for OwnLog {
+    fn schema(&self) -> weir::arrow::datatypes::SchemaRef {
+        std::sync::Arc::new(weir::arrow::datatypes::Schema::new(vec![
+            weir::arrow::datatypes::Field::new(
+                "value",
+                weir::arrow::datatypes::DataType::Int64,
+                true,
+            ),
+        ]))
+    }
+    fn description(&self) -> String {
+        "OwnLog".into()
+    }
+    fn latest_offset(
+        &mut self,
+        _start: Option<&weir::source::Offset>,
+    ) -> weir::Result<Option<weir::source::Offset>> {
+        Ok(None)
+    }
+    fn get_batch(
+        &mut self,
+        _start: Option<&weir::source::Offset>,
+        _end: &weir::source::Offset,
+    ) -> weir::Result<Vec<weir::arrow::record_batch::RecordBatch>> {
+        Ok(vec![])
+    }
+}
+
+/// A user's sink that writes under `checkpoint_dir` itself (it says
+/// `needs_local_checkpoint`).
+struct LocalFiles;
+
+impl weir::sink::Sink for LocalFiles {
+    fn description(&self) -> String {
+        "LocalFiles".into()
+    }
+    fn needs_local_checkpoint(&self) -> bool {
+        true
+    }
+    fn add_batch(
+        &mut self,
+        _id: i64,
+        _batches: &[weir::arrow::record_batch::RecordBatch],
+    ) -> weir::Result<()> {
+        Ok(())
+    }
+}
+
 #[test]
 fn what_an_s3_checkpoint_cannot_keep_yet_is_refused_before_writing() {
     if let Some((_, chk)) = child_phase() {
         let err = crate::common::session()
-            .read_stream(weir::source::RateSource::new().rows_per_second(1))
+            .read_stream(OwnLog)
             .write_stream()
             .foreach_batch(|_, _| Ok(()))
             .checkpoint_location(&chk)
@@ -469,26 +521,23 @@ fn what_an_s3_checkpoint_cannot_keep_yet_is_refused_before_writing() {
             .to_string();
         assert!(
             err.contains("not yet supported on object storage: source")
+                && err.contains("OwnLog")
                 && err.contains("keeps its own log"),
             "{err}"
         );
-        // A sink that keeps files under the checkpoint is refused too ...
-        #[cfg(feature = "kafka")]
-        {
-            let err = crate::common::session()
-                .read_stream(stream(&[&[1]]))
-                .select(vec![("CAST(value AS STRING)", "value")])
-                .write_stream()
-                .sink(weir::sink::KafkaSink::new("127.0.0.1:1").topic("t"))
-                .checkpoint_location(&chk)
-                .start()
-                .unwrap_err()
-                .to_string();
-            assert!(
-                err.contains("not yet supported on object storage: the sink KafkaSink"),
-                "{err}"
-            );
-        }
+        // A sink that keeps files under the checkpoint directory is refused too ...
+        let err = crate::common::session()
+            .read_stream(stream(&[&[1]]))
+            .write_stream()
+            .sink(LocalFiles)
+            .checkpoint_location(&chk)
+            .start()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("not yet supported on object storage: the sink LocalFiles"),
+            "{err}"
+        );
         // ... while a user's own sink, which keeps nothing there, runs.
         struct Counting(Collected);
         impl weir::sink::Sink for Counting {
@@ -515,6 +564,16 @@ fn what_an_s3_checkpoint_cannot_keep_yet_is_refused_before_writing() {
         q.process_all_available().unwrap();
         q.stop().unwrap();
         assert_eq!(*got.lock().unwrap(), vec![(0, vec![1, 2])]);
+        // The rate source keeps its start time on the checkpoint's storage.
+        let q = crate::common::session()
+            .read_stream(weir::source::RateSource::new().rows_per_second(1))
+            .write_stream()
+            .foreach_batch(|_, _| Ok(()))
+            .checkpoint_location(&format!("{chk}-rate"))
+            .start()
+            .unwrap();
+        q.process_all_available().unwrap();
+        q.stop().unwrap();
         child_done(&Arc::default());
         return;
     }
@@ -535,6 +594,137 @@ fn what_an_s3_checkpoint_cannot_keep_yet_is_refused_before_writing() {
         open(&b, "chk/stateful").list("offsets").unwrap(),
         Vec::<String>::new()
     );
+    // The rate source's start time is in S3, as Spark writes it locally.
+    let start = open(&b, "chk/stateful-rate").get("sources/0/0").unwrap();
+    let start = String::from_utf8(start.expect("sources/0/0 on S3")).unwrap();
+    assert!(start.starts_with("v1\n{\"creationTimeMs\":"), "{start}");
+}
+
+/// The seed's main pipeline, Kafka -> `from_json` -> page views per
+/// 1-minute window -> Kafka exactly once, with its checkpoint on S3: a run
+/// killed after the sink committed batch 1 (before `commits/1`) and
+/// restarted in another process leaves in the output topic, read
+/// `read_committed`, exactly what an uninterrupted run writes.
+#[cfg(feature = "kafka")]
+#[test]
+fn kafka_page_views_exactly_once_on_s3_killed_after_the_commit_recover_exactly() {
+    use crate::kafka::{new_topic, produce_minute_clicks, read_topic, updates};
+    const TEST: &str =
+        "s3::kafka_page_views_exactly_once_on_s3_killed_after_the_commit_recover_exactly";
+    if let Some((_, chk)) = child_phase() {
+        let input = std::env::var("WEIR_S3_KAFKA_IN").unwrap();
+        let output = std::env::var("WEIR_S3_KAFKA_OUT").unwrap();
+        crate::kafka::views_in_small_batches(&input, &output, std::path::Path::new(&chk));
+        child_done(&Arc::default());
+        return;
+    }
+    let input = new_topic("s3-clicks", 2);
+    produce_minute_clicks(&input, 0, 20);
+    let dir = tempfile::tempdir().unwrap();
+    let reference = new_topic("s3-views-expected", 1);
+    crate::kafka::views_in_small_batches(&input, &reference, &dir.path().join("chk"));
+    let expected = updates(&read_topic(&reference, "read_committed"));
+    assert!(expected.values().any(|v| v.len() > 1), "several batches");
+    let b = new_bucket();
+    let output = new_topic("s3-views", 1);
+    let env: Vec<(&str, String)> = vec![
+        ("WEIR_S3_CHILD_PHASE", "run".into()),
+        ("WEIR_S3_CHILD_CHK", format!("s3://{b}/chk/page_views")),
+        ("WEIR_S3_KAFKA_IN", input.clone()),
+        ("WEIR_S3_KAFKA_OUT", output.clone()),
+    ];
+    let mut killed = aws_env();
+    killed.extend(env.iter().cloned());
+    killed.push(("WEIR_FAILPOINT", "kafka_after_commit:1".into()));
+    crate::common::run_child_killed_at_failpoint(TEST, &killed);
+    let s = open(&b, "chk/page_views");
+    assert_eq!(
+        s.list("commits").unwrap(),
+        vec!["0"],
+        "killed before commits/1"
+    );
+    // The starting offsets are kept in S3, in the file a local checkpoint has.
+    let initial = String::from_utf8(s.get("sources/0/initial-offsets").unwrap().unwrap()).unwrap();
+    assert!(
+        initial.starts_with("v1\n") && initial.contains(&input),
+        "{initial}"
+    );
+    run_child(TEST, &env);
+    assert_eq!(
+        updates(&read_topic(&output, "read_committed")),
+        expected,
+        "every update once, as without the kill"
+    );
+}
+
+/// A PostgreSQL sink on an S3 checkpoint takes the query id from the
+/// checkpoint's metadata in S3: a batch run again after a crash (its commit
+/// lost) is recognised by the sink's marker and not written twice.
+#[cfg(feature = "postgres")]
+#[test]
+fn a_postgres_sink_on_an_s3_checkpoint_restarts_without_duplicating() {
+    use weir::sink::postgres::client::{Client, NoTls};
+    use weir::sink::PostgresSink;
+    let url = std::env::var("WEIR_POSTGRES_URL")
+        .expect("WEIR_POSTGRES_URL is not set: start PostgreSQL with `eval \"$(bash scripts/services.sh start)\"`");
+    let table = format!("weir_s3_{}", unique().replace('-', "_"));
+    let b = new_bucket();
+    let chk = format!("s3://{b}/chk/pg");
+    // Starts with `history` in the stream, then adds `more`, one batch each.
+    let run = |history: &[&[i64]], more: &[&[i64]]| {
+        let session = weir::Session::with_config(weir::SessionConfig {
+            fsync_checkpoint: false,
+            s3: settings(),
+            ..weir::SessionConfig::default()
+        });
+        let input = stream(history);
+        let q = session
+            .read_stream(input.clone())
+            .write_stream()
+            .sink(PostgresSink::new(&url, &table).create_table(true))
+            .checkpoint_location(&chk)
+            .start()
+            .unwrap();
+        q.process_all_available().unwrap();
+        for rows in more {
+            let json: Vec<_> = rows
+                .iter()
+                .map(|v| serde_json::json!({ "value": v }))
+                .collect();
+            input.add_json(&json).unwrap();
+            q.process_all_available().unwrap();
+        }
+        q.stop().unwrap();
+    };
+    run(&[&[1, 2, 3]], &[&[4, 5]]);
+    // A crash after the sink wrote batch 1, before the commit log had it.
+    let s = open(&b, "chk/pg");
+    assert_eq!(s.list("commits").unwrap(), vec!["0", "1"]);
+    s.delete("commits/1").unwrap();
+    run(&[&[1, 2, 3], &[4, 5], &[6]], &[]);
+    let mut c = Client::connect(&url, NoTls).unwrap();
+    let rows: Vec<i64> = c
+        .query(&format!("SELECT value FROM {table} ORDER BY value"), &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(rows, vec![1, 2, 3, 4, 5, 6], "batch 1 written once");
+    let meta: serde_json::Value =
+        serde_json::from_slice(&s.get("metadata").unwrap().unwrap()).unwrap();
+    let id = meta["id"].as_str().unwrap().to_string();
+    let marker: i64 = c
+        .query_one(
+            "SELECT batch_id FROM weir_sink_commits WHERE sink = $1 AND query_id = $2",
+            &[&table, &id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(marker, 2, "the marker is keyed by the query id in S3");
+    c.batch_execute(&format!(
+        "DROP TABLE {table}; DELETE FROM weir_sink_commits WHERE sink = '{table}'"
+    ))
+    .unwrap();
 }
 
 #[test]

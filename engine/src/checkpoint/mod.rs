@@ -319,12 +319,11 @@ impl Checkpoint {
     /// For a checkpoint on object storage, refuses a query whose sources or
     /// sinks keep files under the checkpoint directory, which only a local
     /// checkpoint has so far: sources that keep no log or keep it on the
-    /// checkpoint's storage ([`crate::source::Source::log_on_storage`]: the
-    /// memory, file, rate-micro-batch and socket sources) and every sink but those that say they need a local
-    /// checkpoint ([`crate::sink::Sink::needs_local_checkpoint`]: Kafka,
-    /// PostgreSQL, Redis) run with such a checkpoint; stateful operators do,
-    /// their state on the object store. A local checkpoint supports
-    /// everything.
+    /// checkpoint's storage ([`crate::source::Source::log_on_storage`]: every
+    /// built-in source) and every sink but those that say they need a local
+    /// checkpoint ([`crate::sink::Sink::needs_local_checkpoint`]: no built-in
+    /// sink) run with such a checkpoint; stateful operators do, their state
+    /// on the object store. A local checkpoint supports everything.
     pub fn check_supported<'a>(
         &self,
         sources: impl IntoIterator<Item = (&'a str, &'a BoxSource)>,

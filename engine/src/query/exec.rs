@@ -199,6 +199,8 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     sink.open(&SinkContext {
         query_name: name.clone(),
         checkpoint_dir: chk.root().to_path_buf(),
+        query_id: meta.id.clone(),
+        checkpoint: chk.storage().clone(),
         output_mode: mode,
         schema: pipeline.schema(),
         memory_tables: session.inner.memory_tables.clone(),
@@ -211,6 +213,8 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         l.open(&SinkContext {
             query_name: name.clone().map(|n| format!("{n}_late_rows")),
             checkpoint_dir: chk.root().to_path_buf(),
+            query_id: meta.id.clone(),
+            checkpoint: chk.storage().clone(),
             output_mode: OutputMode::Append,
             schema: pipeline.late_schema()?,
             memory_tables: session.inner.memory_tables.clone(),

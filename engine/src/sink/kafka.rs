@@ -77,7 +77,6 @@
 //! | `kafka.*` | `option` | passed to librdkafka's producer |
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -93,10 +92,10 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use rdkafka::{ClientConfig, Offset as KafkaOffset, TopicPartitionList};
 
 use super::{Sink, SinkContext};
-use crate::checkpoint::write_atomic;
 use crate::error::{Result, WeirError};
 use crate::failpoint::failpoint;
 use crate::source::kafka::retry::retry_transient_within;
+use crate::storage::{Created, Storage};
 
 /// The default bound on one batch's delivery: the Java producer's
 /// `delivery.timeout.ms` default.
@@ -172,8 +171,14 @@ struct Marker {
     consumer: BaseConsumer,
     group: String,
     topic: Option<String>,
-    file: PathBuf,
+    /// `sinks/kafka/` on the checkpoint's storage, where
+    /// [`MARKER_TOPIC`] is recorded.
+    file: Storage,
 }
+
+/// The file under `sinks/kafka/` naming the topic the batch markers go to
+/// (with a `topic` column and no marker topic configured).
+const MARKER_TOPIC: &str = "marker-topic";
 
 /// Writes each batch's rows to Kafka.
 pub struct KafkaSink {
@@ -759,7 +764,19 @@ impl KafkaSink {
                 message: "the first row has a null topic".into(),
             });
         };
-        write_atomic(&m.file, t.as_bytes(), true)?;
+        // Create-once: a restart reads it back (and never writes it again),
+        // so every marker of the query is looked up in the topic it went
+        // to. A different topic recorded meanwhile is another run's.
+        match m.file.put_create(MARKER_TOPIC, t.as_bytes())? {
+            Created::Created => {}
+            Created::Exists if m.file.get(MARKER_TOPIC)?.as_deref() == Some(t.as_bytes()) => {}
+            Created::Exists => {
+                return Err(WeirError::checkpoint(
+                    m.file.display_path(MARKER_TOPIC),
+                    "another run of this query recorded a different marker topic at the same time: only one run may use a checkpoint location; stop the other run",
+                ))
+            }
+        }
         m.topic = Some(t);
         Ok(())
     }
@@ -825,10 +842,6 @@ fn headers(list: &dyn Array) -> OwnedHeaders {
 }
 
 impl Sink for KafkaSink {
-    /// Yes: its exactly-once marker topic is recorded under the checkpoint.
-    fn needs_local_checkpoint(&self) -> bool {
-        true
-    }
     fn description(&self) -> String {
         let mode = match self.guarantee {
             DeliveryGuarantee::ExactlyOnce => "exactly-once",
@@ -861,17 +874,7 @@ impl Sink for KafkaSink {
             }
         };
         let layout = self.layout(&ctx.schema)?;
-        let meta_path = ctx.checkpoint_dir.join("metadata");
-        let query_id = std::fs::read_to_string(&meta_path)
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
-            .ok_or_else(|| {
-                WeirError::checkpoint(
-                    &meta_path,
-                    "the Kafka sink needs the query id from the checkpoint's metadata",
-                )
-            })?;
+        let query_id = ctx.query_id.clone();
         let mut conf = ClientConfig::new();
         let exactly_once = self.guarantee == DeliveryGuarantee::ExactlyOnce;
         let mut timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as u64;
@@ -916,20 +919,13 @@ impl Sink for KafkaSink {
             let group = format!("weir-{query_id}");
             let consumer = marker_consumer(&bootstrap, &group)
                 .map_err(|e| self.kerr("cannot create the marker consumer", e))?;
-            let file = ctx
-                .checkpoint_dir
-                .join("sinks")
-                .join("kafka")
-                .join("marker-topic");
-            let topic = self
-                .marker_topic
-                .clone()
-                .or_else(|| self.topic.clone())
-                .or_else(|| {
-                    std::fs::read_to_string(&file)
-                        .ok()
-                        .map(|t| t.trim().to_string())
-                });
+            let file = ctx.checkpoint.child("sinks/kafka")?;
+            let topic = match self.marker_topic.clone().or_else(|| self.topic.clone()) {
+                Some(t) => Some(t),
+                None => file
+                    .get(MARKER_TOPIC)?
+                    .map(|b| String::from_utf8_lossy(&b).trim().to_string()),
+            };
             marker = Some(Marker {
                 consumer,
                 group,

@@ -41,8 +41,16 @@ pub use redis::RedisSink;
 pub struct SinkContext {
     /// The query's name.
     pub query_name: Option<String>,
-    /// The checkpoint directory.
+    /// The checkpoint directory (for an `s3://` checkpoint, its URL as a
+    /// path: read and write through [`SinkContext::checkpoint`] instead).
     pub checkpoint_dir: PathBuf,
+    /// The query's id (the checkpoint's `metadata`, stable across
+    /// restarts): what exactly-once sinks key their batch markers by.
+    pub query_id: String,
+    /// The checkpoint's root on its storage (a local directory or an
+    /// `s3://` prefix), for a sink that keeps a file of its own under
+    /// `sinks/`.
+    pub checkpoint: crate::storage::Storage,
     /// The output mode.
     pub output_mode: OutputMode,
     /// The result schema.
@@ -66,10 +74,12 @@ pub trait Sink: Send {
     fn kind(&self) -> weir_plan::SinkKind {
         weir_plan::SinkKind::Other
     }
-    /// Whether the sink keeps files under the checkpoint directory (a batch
-    /// marker, or the query id it reads from `metadata`), which only a local
-    /// checkpoint has so far: such a sink is refused with a checkpoint on
-    /// object storage. Default false.
+    /// Whether the sink reads or writes files under
+    /// [`SinkContext::checkpoint_dir`] itself, which only a local checkpoint
+    /// has: such a sink is refused with a checkpoint on object storage. A
+    /// sink that keeps its files through [`SinkContext::checkpoint`] (and
+    /// takes the query id from [`SinkContext::query_id`]) runs on either.
+    /// Default false.
     fn needs_local_checkpoint(&self) -> bool {
         false
     }

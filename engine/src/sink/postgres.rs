@@ -986,31 +986,12 @@ impl PostgresSink {
     }
 }
 
-/// The query's id from its checkpoint's `metadata` (stable across restarts).
-fn query_id(checkpoint_dir: &std::path::Path) -> Result<String> {
-    let path = checkpoint_dir.join("metadata");
-    std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
-        .ok_or_else(|| {
-            WeirError::checkpoint(
-                &path,
-                "the PostgreSQL sink needs the query id from the checkpoint's metadata",
-            )
-        })
-}
-
 enum WriteError {
     Pg(::postgres::Error),
     Other(WeirError),
 }
 
 impl Sink for PostgresSink {
-    /// Yes: it reads the query id from the checkpoint's `metadata` file.
-    fn needs_local_checkpoint(&self) -> bool {
-        true
-    }
     fn description(&self) -> String {
         let at = match Config::from_str(&self.conn_str) {
             Ok(c) => format!(
@@ -1077,7 +1058,7 @@ impl Sink for PostgresSink {
             .filter(|(_, n)| self.key_columns.contains(n))
             .map(|(i, _)| i)
             .collect();
-        let query_id = query_id(&ctx.checkpoint_dir)?;
+        let query_id = ctx.query_id.clone();
         self.rt = Some(Runtime {
             config,
             query_id,

@@ -916,26 +916,7 @@ enum WriteError {
     Other(WeirError),
 }
 
-/// The query's id from its checkpoint's `metadata` (stable across restarts).
-fn query_id(checkpoint_dir: &std::path::Path) -> Result<String> {
-    let path = checkpoint_dir.join("metadata");
-    std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
-        .ok_or_else(|| {
-            WeirError::checkpoint(
-                &path,
-                "the Redis sink needs the query id from the checkpoint's metadata",
-            )
-        })
-}
-
 impl Sink for RedisSink {
-    /// Yes: it reads the query id from the checkpoint's `metadata` file.
-    fn needs_local_checkpoint(&self) -> bool {
-        true
-    }
     fn description(&self) -> String {
         let at = Client::open(self.url.as_str())
             .map(|c| Self::address(&c))
@@ -1007,7 +988,7 @@ impl Sink for RedisSink {
         }
         self.rt = Some(Runtime {
             client,
-            query_id: query_id(&ctx.checkpoint_dir)?,
+            query_id: ctx.query_id.clone(),
             prefix,
             complete: ctx.output_mode == OutputMode::Complete,
             keys,

@@ -10,7 +10,9 @@
 //! offsets log in Spark's JSON (`{"clicks":{"0":42,"1":40}}`), so a restart
 //! reads exactly the logged ranges again. The offsets a new query starts from
 //! (`startingOffsets`, resolved when the query first opens) are kept under the
-//! checkpoint (`sources/<i>/initial-offsets`), as Spark keeps them.
+//! checkpoint (`sources/<i>/initial-offsets`, written once, on the
+//! checkpoint's storage: a local directory or an `s3://` prefix), as Spark
+//! keeps them.
 //!
 //! | option (Spark's name) | builder | meaning |
 //! |---|---|---|
@@ -87,7 +89,6 @@ pub(crate) mod retry;
 mod rows;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
@@ -102,9 +103,9 @@ pub use offsets::{PartitionOffsets, TopicPartition};
 pub use rdkafka;
 pub use rows::{headers_type, kafka_schema};
 
-use super::{Offset, Source, SourceContext};
-use crate::checkpoint::write_atomic;
+use super::{Offset, Source, SourceContext, SourceStorage};
 use crate::error::{Result, WeirError};
+use crate::storage::{Created, S3Settings, Storage};
 
 /// Where a new query starts reading (Spark's `startingOffsets` and friends).
 #[derive(Debug, Clone, PartialEq)]
@@ -169,13 +170,15 @@ pub struct KafkaSource {
     kafka_conf: BTreeMap<String, String>,
     poll_timeout: Duration,
     option_error: Option<String>,
-    metadata_dir: Option<PathBuf>,
-    sync: bool,
     rt: Option<Runtime>,
     metrics: Metrics,
 }
 
 const META_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The file in the source's checkpoint directory holding the offsets a new
+/// query starts from (`v1` then Spark's offsets JSON).
+const INITIAL_OFFSETS: &str = "initial-offsets";
 
 /// The cap on offsets per batch when `maxOffsetsPerTrigger` is not set
 /// (Spark has none; see the module docs for why weir has one).
@@ -202,8 +205,6 @@ impl KafkaSource {
             kafka_conf: BTreeMap::new(),
             poll_timeout: Duration::from_millis(120_000),
             option_error: None,
-            metadata_dir: None,
-            sync: true,
             rt: None,
             metrics: Metrics::default(),
         }
@@ -478,12 +479,6 @@ impl KafkaSource {
         Ok(())
     }
 
-    fn initial_path(&self) -> Option<PathBuf> {
-        self.metadata_dir
-            .as_ref()
-            .map(|d| d.join("initial-offsets"))
-    }
-
     /// Resolves the starting offsets of a new query to absolute offsets.
     fn resolve_initial(&mut self) -> Result<PartitionOffsets> {
         let parts = self.discover()?;
@@ -633,6 +628,20 @@ impl Source for KafkaSource {
     }
 
     fn open(&mut self, ctx: &SourceContext) -> Result<()> {
+        self.open_on(
+            ctx,
+            &SourceStorage {
+                metadata: Storage::local(&ctx.metadata_dir, ctx.sync),
+                s3: S3Settings::default(),
+            },
+        )
+    }
+
+    fn log_on_storage(&self) -> bool {
+        true
+    }
+
+    fn open_on(&mut self, _ctx: &SourceContext, storage: &SourceStorage) -> Result<()> {
         if let Some(e) = &self.option_error {
             return Err(self.err(e.clone()));
         }
@@ -648,8 +657,6 @@ impl Source for KafkaSource {
         if let Some(n) = self.min_partitions {
             tracing::info!("minPartitions={n} accepted; weir reads each Kafka partition whole and does not split it");
         }
-        self.metadata_dir = Some(ctx.metadata_dir.clone());
-        self.sync = ctx.sync;
         let mut conf = ClientConfig::new();
         let group = self
             .group_id
@@ -693,23 +700,39 @@ impl Source for KafkaSource {
             cap: None,
         });
         // A new query fixes its starting offsets once; a restart reads them back.
-        let path = self.initial_path().expect("set above");
-        let initial = match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                let v: serde_json::Value =
-                    serde_json::from_str(text.lines().nth(1).unwrap_or("{}")).map_err(|e| {
-                        WeirError::checkpoint(&path, format!("damaged initial offsets ({e})"))
-                    })?;
-                self.parse_offsets(&v)?
-            }
-            Err(_) => {
+        let dir = &storage.metadata;
+        let damaged = |e: String| {
+            WeirError::checkpoint(
+                dir.display_path(INITIAL_OFFSETS),
+                format!("damaged initial offsets ({e}); restore the file or start with a new checkpoint location"),
+            )
+        };
+        let parse = |this: &Self, bytes: &[u8]| -> Result<PartitionOffsets> {
+            let text = std::str::from_utf8(bytes).map_err(|e| damaged(e.to_string()))?;
+            let v: serde_json::Value = serde_json::from_str(text.lines().nth(1).unwrap_or("{}"))
+                .map_err(|e| damaged(e.to_string()))?;
+            this.parse_offsets(&v)
+        };
+        let initial = match dir.get(INITIAL_OFFSETS)? {
+            Some(bytes) => parse(self, &bytes)?,
+            None => {
                 let o = self.resolve_initial()?;
-                write_atomic(
-                    &path,
-                    format!("v1\n{}", offsets::to_json(&o)).as_bytes(),
-                    self.sync,
-                )?;
-                o
+                let bytes = format!("v1\n{}", offsets::to_json(&o));
+                match dir.put_create(INITIAL_OFFSETS, bytes.as_bytes())? {
+                    Created::Created => o,
+                    // This run's own write, retried after a lost answer.
+                    Created::Exists
+                        if dir.get(INITIAL_OFFSETS)?.as_deref() == Some(bytes.as_bytes()) =>
+                    {
+                        o
+                    }
+                    Created::Exists => {
+                        return Err(WeirError::checkpoint(
+                            dir.display_path(INITIAL_OFFSETS),
+                            "another run of this query fixed its starting offsets at the same time: only one run may use a checkpoint location; stop the other run",
+                        ))
+                    }
+                }
             }
         };
         if let Some(rt) = &mut self.rt {

@@ -1,7 +1,9 @@
 //! The rate source (Spark's `rate` format): `rows_per_second` rows each
 //! second with columns `timestamp` and `value`, optionally ramping up over
 //! `ramp_up_time`. The offset is seconds since the stream was created; the
-//! creation time is kept in the checkpoint, so replayed batches are identical.
+//! creation time is kept in the checkpoint (`sources/<i>/0`, written once, on
+//! the checkpoint's storage: a local directory or an `s3://` prefix), so
+//! replayed batches are identical.
 
 use std::sync::Arc;
 
@@ -10,10 +12,14 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use weir_plan::{DataType, Field};
 
-use super::{Offset, Source, SourceContext};
-use crate::checkpoint::write_atomic;
+use super::{Offset, Source, SourceContext, SourceStorage};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Result, WeirError};
+use crate::storage::{Created, S3Settings, Storage};
+
+/// The file in the source's checkpoint directory holding the stream's
+/// creation time (`v1` then `{"creationTimeMs":...}`, as Spark writes it).
+const START_FILE: &str = "0";
 
 /// Spark's rate source.
 pub struct RateSource {
@@ -110,31 +116,61 @@ impl Source for RateSource {
     }
 
     fn open(&mut self, ctx: &SourceContext) -> Result<()> {
+        self.open_on(
+            ctx,
+            &SourceStorage {
+                metadata: Storage::local(&ctx.metadata_dir, ctx.sync),
+                s3: S3Settings::default(),
+            },
+        )
+    }
+
+    fn log_on_storage(&self) -> bool {
+        true
+    }
+
+    fn open_on(&mut self, _ctx: &SourceContext, storage: &SourceStorage) -> Result<()> {
         if let Some(e) = &self.error {
             return Err(WeirError::Config(e.clone()));
         }
         if self.rows_per_second == 0 {
             return Err(WeirError::Config("rowsPerSecond must be positive".into()));
         }
-        let path = ctx.metadata_dir.join("0");
-        match std::fs::read_to_string(&path) {
-            Ok(t) => {
-                let v: serde_json::Value = serde_json::from_str(t.lines().last().unwrap_or(""))
-                    .map_err(|e| {
-                        WeirError::checkpoint(&path, format!("damaged rate source metadata ({e})"))
-                    })?;
-                self.creation_ms = v.get("creationTimeMs").and_then(|v| v.as_i64());
-            }
-            Err(_) => {
+        let dir = &storage.metadata;
+        let damaged = |e: String| {
+            WeirError::checkpoint(
+                dir.display_path(START_FILE),
+                format!("damaged rate source metadata ({e}); restore the file or start with a new checkpoint location"),
+            )
+        };
+        let parse = |bytes: &[u8]| -> Result<Option<i64>> {
+            let t = std::str::from_utf8(bytes).map_err(|e| damaged(e.to_string()))?;
+            let v: serde_json::Value = serde_json::from_str(t.lines().last().unwrap_or(""))
+                .map_err(|e| damaged(e.to_string()))?;
+            Ok(v.get("creationTimeMs").and_then(|v| v.as_i64()))
+        };
+        self.creation_ms = match dir.get(START_FILE)? {
+            Some(bytes) => parse(&bytes)?,
+            None => {
                 let ms = self.clock.now_ms();
-                write_atomic(
-                    &path,
-                    format!("v1\n{{\"creationTimeMs\":{ms}}}").as_bytes(),
-                    ctx.sync,
-                )?;
-                self.creation_ms = Some(ms);
+                let bytes = format!("v1\n{{\"creationTimeMs\":{ms}}}");
+                match dir.put_create(START_FILE, bytes.as_bytes())? {
+                    Created::Created => Some(ms),
+                    // This run's own write, retried after a lost answer.
+                    Created::Exists
+                        if dir.get(START_FILE)?.as_deref() == Some(bytes.as_bytes()) =>
+                    {
+                        Some(ms)
+                    }
+                    Created::Exists => {
+                        return Err(WeirError::checkpoint(
+                            dir.display_path(START_FILE),
+                            "another run of this query recorded the rate source's start time at the same time: only one run may use a checkpoint location; stop the other run",
+                        ))
+                    }
+                }
             }
-        }
+        };
         Ok(())
     }
 
@@ -218,5 +254,42 @@ mod tests {
         assert_eq!(r.value_at_second(2), 6);
         assert_eq!(r.value_at_second(4), 20);
         assert_eq!(r.value_at_second(5), 30);
+    }
+
+    #[test]
+    fn start_time_is_written_once_where_it_always_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = SourceContext {
+            metadata_dir: dir.path().join("sources").join("0"),
+            sync: false,
+        };
+        let clock = Arc::new(crate::clock::ManualClock::new(7_000));
+        let mut r = RateSource::new();
+        r.use_clock(clock.clone());
+        r.open(&ctx).unwrap();
+        let path = ctx.metadata_dir.join("0");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "v1\n{\"creationTimeMs\":7000}"
+        );
+        // A restart later reads it back, on a local Storage as on `open`.
+        clock.advance(std::time::Duration::from_secs(60));
+        let mut again = RateSource::new();
+        again.use_clock(clock.clone());
+        again
+            .open_on(
+                &ctx,
+                &SourceStorage {
+                    metadata: Storage::local(&ctx.metadata_dir, false),
+                    s3: S3Settings::default(),
+                },
+            )
+            .unwrap();
+        assert_eq!(again.creation_ms, Some(7_000));
+        assert_eq!(again.latest_offset(None).unwrap(), Some(Offset::from(60)));
+        // A damaged file is an error naming it, not a new start time.
+        std::fs::write(&path, "v1\nnot json").unwrap();
+        let e = RateSource::new().open(&ctx).unwrap_err().to_string();
+        assert!(e.contains("damaged rate source metadata"), "{e}");
     }
 }
