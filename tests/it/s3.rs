@@ -657,6 +657,55 @@ fn kafka_page_views_exactly_once_on_s3_killed_after_the_commit_recover_exactly()
     );
 }
 
+/// With a `topic` column, the Kafka sink's batch markers go to the first
+/// topic written, recorded in `sinks/kafka/marker-topic` on the S3
+/// checkpoint: a restart whose last batch's commit was lost finds the
+/// marker there and does not write the batch again.
+#[cfg(feature = "kafka")]
+#[test]
+fn the_kafka_sink_records_its_marker_topic_in_s3_and_a_restart_finds_it() {
+    use crate::kafka::{bootstrap, new_topic, read_topic};
+    let topic = new_topic("s3-marker", 1);
+    let b = new_bucket();
+    let chk = format!("s3://{b}/chk/marker");
+    let history: Vec<Vec<i64>> = vec![vec![1, 2], vec![3]];
+    let run = |n: usize| {
+        let session = weir::Session::with_config(weir::SessionConfig {
+            fsync_checkpoint: false,
+            s3: settings(),
+            ..weir::SessionConfig::default()
+        });
+        let rows: Vec<&[i64]> = history[..n].iter().map(Vec::as_slice).collect();
+        let q = session
+            .read_stream(stream(&rows))
+            .select(vec![
+                (&format!("'{topic}'") as &str, "topic"),
+                ("CAST(value AS STRING)", "value"),
+            ])
+            .write_stream()
+            .sink(weir::sink::KafkaSink::new(&bootstrap()))
+            .checkpoint_location(&chk)
+            .start()
+            .unwrap();
+        q.process_all_available().unwrap();
+        q.stop().unwrap();
+    };
+    run(1);
+    let s = open(&b, "chk/marker");
+    assert_eq!(
+        s.get("sinks/kafka/marker-topic").unwrap().as_deref(),
+        Some(topic.as_bytes())
+    );
+    // A crash after the transaction of batch 0, before commits/0.
+    s.delete("commits/0").unwrap();
+    run(2);
+    let values: Vec<String> = read_topic(&topic, "read_committed")
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(values, ["1", "2", "3"], "batch 0 written once");
+}
+
 /// A PostgreSQL sink on an S3 checkpoint takes the query id from the
 /// checkpoint's metadata in S3: a batch run again after a crash (its commit
 /// lost) is recognised by the sink's marker and not written twice.
