@@ -1473,20 +1473,63 @@ fn land_click_logs(incoming: &Storage) {
     }
 }
 
-/// Page views per page and minute (1-minute watermark, append mode), from
-/// JSON logs at `input` (one file a batch) to Parquet at `output`
-/// partitioned by page, checkpointed at `chk`; runs until the input is
-/// processed, then stops.
+/// The pages dimension table (page -> section) as one Parquet object.
+fn pages_parquet() -> Vec<u8> {
+    let pages = ["/page/0", "/page/1", "/page/2"];
+    let sections = ["home", "shop", "blog"];
+    let batch = weir::row::batch_from_arrays(
+        pages_fields(),
+        vec![
+            <String as weir::ArrowValue>::to_array(pages.iter().map(|p| p.to_string()).collect()),
+            <String as weir::ArrowValue>::to_array(
+                sections.iter().map(|p| p.to_string()).collect(),
+            ),
+        ],
+    )
+    .unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(Vec::new(), batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.into_inner().unwrap()
+}
+
+fn pages_fields() -> Vec<Field> {
+    vec![
+        Field::new("page", DataType::String),
+        Field::new("section", DataType::String),
+    ]
+}
+
+/// The seed's pipeline: page views per page, section and minute (1-minute
+/// watermark, append mode), from JSON logs at `input` (one file a batch)
+/// joined with the pages dimension table (Parquet, at `dim/pages/` beside
+/// the input directory, written there first) to Parquet at `output` partitioned by
+/// page, checkpointed at `chk`; runs until the input is processed, then
+/// stops.
 fn page_views(conf: weir::SessionConfig, input: &str, output: &str, chk: &str) {
     use weir::functions::{col, count_star, window};
     use weir::sink::{FileFormat, FileSink};
     use weir::source::FileSource;
+    // Beside the input: <input's parent>/dim/pages.
+    let dims = match input.trim_end_matches('/').rsplit_once('/') {
+        Some((parent, _)) => format!("{parent}/dim/pages"),
+        None => panic!("an input location with a parent: {input}"),
+    };
+    Storage::open(&dims, &conf.s3, false)
+        .unwrap()
+        .put("pages.parquet", &pages_parquet())
+        .unwrap();
+    let pages = weir::StaticTable::files(dims.as_str(), FileFormat::Parquet, pages_fields());
     let q = weir::Session::with_config(conf)
         .read_stream(
             FileSource::new(input, FileFormat::Json, click_fields()).max_files_per_trigger(1),
         )
         .with_watermark("event_ts", "1 minute")
-        .group_by(vec![window("event_ts", "1 minute"), col("page")])
+        .join_static("pages", pages, ["page"], weir::plan::JoinType::LeftOuter)
+        .group_by(vec![
+            window("event_ts", "1 minute"),
+            col("page"),
+            col("section"),
+        ])
         .agg(vec![count_star("views")])
         .write_stream()
         .output_mode(weir::plan::OutputMode::Append)
@@ -1606,6 +1649,12 @@ fn page_views_on_local_disk() -> Vec<String> {
     assert!(
         rows.iter().any(|r| r.contains(r#""views":4"#)),
         "a late click counted in its window: {rows:?}"
+    );
+    assert!(
+        rows.iter().all(|r| ["home", "shop", "blog"]
+            .iter()
+            .any(|s| r.contains(&format!(r#""section":"{s}""#)))),
+        "every view joined its page's section: {rows:?}"
     );
     rows
 }
