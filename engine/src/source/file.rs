@@ -50,7 +50,7 @@ use super::{Offset, Source, SourceContext, SourceStorage};
 use crate::checkpoint::parse_batch_id;
 use crate::error::{Result, WeirError};
 use crate::sink::file::{parse_partition_dir, Manifest, METADATA_DIR};
-use crate::storage::{Created, Location, S3Settings, Storage};
+use crate::storage::{Created, Location, Storage};
 
 /// Spark's `spark.sql.streaming.fileSource.log.compactInterval` default.
 pub const DEFAULT_LOG_COMPACT_INTERVAL: usize = 10;
@@ -682,13 +682,7 @@ impl Source for FileSource {
     }
 
     fn open(&mut self, ctx: &SourceContext) -> Result<()> {
-        self.open_on(
-            ctx,
-            &SourceStorage {
-                metadata: Storage::local(&ctx.metadata_dir, ctx.sync),
-                s3: S3Settings::default(),
-            },
-        )
+        self.open_on(ctx, &SourceStorage::local(ctx))
     }
 
     fn log_on_storage(&self) -> bool {

@@ -105,7 +105,7 @@ pub use rows::{headers_type, kafka_schema};
 
 use super::{Offset, Source, SourceContext, SourceStorage};
 use crate::error::{Result, WeirError};
-use crate::storage::{Created, S3Settings, Storage};
+use crate::storage::Created;
 
 /// Where a new query starts reading (Spark's `startingOffsets` and friends).
 #[derive(Debug, Clone, PartialEq)]
@@ -628,13 +628,7 @@ impl Source for KafkaSource {
     }
 
     fn open(&mut self, ctx: &SourceContext) -> Result<()> {
-        self.open_on(
-            ctx,
-            &SourceStorage {
-                metadata: Storage::local(&ctx.metadata_dir, ctx.sync),
-                s3: S3Settings::default(),
-            },
-        )
+        self.open_on(ctx, &SourceStorage::local(ctx))
     }
 
     fn log_on_storage(&self) -> bool {

@@ -55,6 +55,18 @@ pub struct SourceStorage {
     pub s3: crate::storage::S3Settings,
 }
 
+impl SourceStorage {
+    /// The source's local metadata directory (`ctx.metadata_dir`) and no
+    /// S3 settings: what [`Source::open`] gives a source that keeps its log
+    /// through [`Source::open_on`].
+    pub fn local(ctx: &SourceContext) -> SourceStorage {
+        SourceStorage {
+            metadata: crate::storage::Storage::local(&ctx.metadata_dir, ctx.sync),
+            s3: crate::storage::S3Settings::default(),
+        }
+    }
+}
+
 /// A streaming source.
 pub trait Source: Send {
     /// The schema of the rows.

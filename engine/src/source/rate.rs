@@ -15,7 +15,7 @@ use weir_plan::{DataType, Field};
 use super::{Offset, Source, SourceContext, SourceStorage};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Result, WeirError};
-use crate::storage::{Created, S3Settings, Storage};
+use crate::storage::Created;
 
 /// The file in the source's checkpoint directory holding the stream's
 /// creation time (`v1` then `{"creationTimeMs":...}`, as Spark writes it).
@@ -116,13 +116,7 @@ impl Source for RateSource {
     }
 
     fn open(&mut self, ctx: &SourceContext) -> Result<()> {
-        self.open_on(
-            ctx,
-            &SourceStorage {
-                metadata: Storage::local(&ctx.metadata_dir, ctx.sync),
-                s3: S3Settings::default(),
-            },
-        )
+        self.open_on(ctx, &SourceStorage::local(ctx))
     }
 
     fn log_on_storage(&self) -> bool {
@@ -276,15 +270,7 @@ mod tests {
         clock.advance(std::time::Duration::from_secs(60));
         let mut again = RateSource::new();
         again.use_clock(clock.clone());
-        again
-            .open_on(
-                &ctx,
-                &SourceStorage {
-                    metadata: Storage::local(&ctx.metadata_dir, false),
-                    s3: S3Settings::default(),
-                },
-            )
-            .unwrap();
+        again.open_on(&ctx, &SourceStorage::local(&ctx)).unwrap();
         assert_eq!(again.creation_ms, Some(7_000));
         assert_eq!(again.latest_offset(None).unwrap(), Some(Offset::from(60)));
         // A damaged file is an error naming it, not a new start time.
