@@ -30,7 +30,7 @@ use weir_plan::{AggFn, OutputMode};
 
 use crate::error::{Result, WeirError};
 use crate::ops::operator::{
-    single_store, unknown_store, DecodedState, OperatorState, StatefulOperator,
+    single_store, unknown_store, DecodedState, OperatorState, PartitionCounts, StatefulOperator,
 };
 use crate::ops::window::WindowAssigner;
 use crate::ops::BatchContext;
@@ -409,9 +409,7 @@ impl Iterator for Starts {
 #[derive(Default)]
 struct PartitionOutput {
     out: Vec<(Vec<u8>, Group)>,
-    dropped: i64,
-    updated: i64,
-    removed: i64,
+    counts: PartitionCounts,
 }
 
 /// Per-batch watermarks, in ms.
@@ -756,9 +754,7 @@ impl AggregateOp {
         }
         let mut out = Vec::new();
         for p in parts {
-            m.num_rows_dropped_by_watermark += p.dropped;
-            m.num_rows_updated += p.updated;
-            m.num_rows_removed += p.removed;
+            p.counts.add_to(&mut m);
             out.extend(p.out);
         }
         // Keys are unique: an unstable sort gives the same order, without a buffer.
@@ -887,7 +883,7 @@ impl AggregateOp {
                 let late_us = late.saturating_mul(1000);
                 let before = partial.len();
                 partial.retain(|(_, g)| g.evict_at > late_us);
-                po.dropped = (before - partial.len()) as i64;
+                po.counts.dropped = (before - partial.len()) as i64;
             }
         }
         let mut updated: Vec<(Vec<u8>, Group)> = Vec::with_capacity(partial.len());
@@ -905,7 +901,7 @@ impl AggregateOp {
             store.put(k.clone(), Self::encode_group(&merged));
             updated.push((k, merged));
         }
-        po.updated = updated.len() as i64;
+        po.counts.updated = updated.len() as i64;
         let mut evicted: Vec<(Vec<u8>, Group)> = Vec::new();
         if watermarked {
             if let Some(ev) = wm.evict_ms {
@@ -926,7 +922,7 @@ impl AggregateOp {
                         evicted.push((k.clone(), g));
                     }
                     store.remove(&k);
-                    po.removed += 1;
+                    po.counts.removed += 1;
                 }
             }
         }

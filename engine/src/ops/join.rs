@@ -40,7 +40,8 @@ use weir_plan::{JoinType, OutputMode};
 use crate::error::{Result, WeirError};
 use crate::ops::aggregate::Watermarks;
 use crate::ops::operator::{
-    length_prefixed_key, rehome, unknown_store, DecodedState, OperatorState, StatefulOperator,
+    length_prefixed_key, rehome, set_update_time, unknown_store, DecodedState, OperatorState,
+    PartitionCounts, StatefulOperator,
 };
 use crate::ops::stateless::{eval, ExprPlanner};
 use crate::ops::BatchContext;
@@ -458,9 +459,7 @@ struct PartState {
 #[derive(Default)]
 struct PartitionOutput {
     out: Vec<RecordBatch>,
-    updated: i64,
-    removed: i64,
-    removals_ms: i64,
+    counts: PartitionCounts,
 }
 
 /// New rows of one side in this batch, in flat buffers (no allocation per
@@ -1185,13 +1184,10 @@ impl JoinOp {
         self.right_store.put(rstore);
         self.parts = parts;
         for p in result? {
-            m.num_rows_updated += p.updated;
-            m.num_rows_removed += p.removed;
-            m.all_removals_time_ms = m.all_removals_time_ms.max(p.removals_ms);
+            p.counts.add_to(&mut m);
             out.extend(p.out);
         }
-        m.all_updates_time_ms =
-            (started.elapsed().as_millis() as i64 - m.all_removals_time_ms).max(0);
+        set_update_time(&mut m, started);
         m.num_rows_total = self
             .parts
             .iter()
@@ -1411,7 +1407,7 @@ impl JoinOp {
                         let t = ts.unwrap_or(NO_TIME);
                         let value = store_value(t, *matched, nr.row(i));
                         state.add(store, k, t, *matched, value);
-                        po.updated += 1;
+                        po.counts.updated += 1;
                     }
                     _ if !*matched => unstored.push(nr.row(i)),
                     _ => {}
@@ -1446,7 +1442,7 @@ impl JoinOp {
                 let outer = if is_left { left_outer } else { right_outer };
                 if !outer {
                     // Spark counts removals of the outer side's state elsewhere (not in numRowsRemoved).
-                    po.removed += gone.len() as i64;
+                    po.counts.removed += gone.len() as i64;
                 } else {
                     let mut values = Vec::new();
                     for e in gone.iter().filter(|e| !e.matched) {
@@ -1468,7 +1464,7 @@ impl JoinOp {
                 }
             }
         }
-        po.removals_ms = t.elapsed().as_millis() as i64;
+        po.counts.removals_ms = t.elapsed().as_millis() as i64;
         // A failed state read must not reach the output.
         lstore.check()?;
         rstore.check()?;

@@ -116,6 +116,37 @@ fn state_struct(cols: Vec<(Field, ArrayRef)>, len: usize) -> Result<StructArray>
     Ok(StructArray::try_new(fields.into(), arrays, None)?)
 }
 
+/// What one state partition counted in its share of a micro-batch. The
+/// operator's metrics are the sums over its partitions, as Spark reports
+/// them; the removal time is the slowest partition's.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct PartitionCounts {
+    /// Rows dropped as late.
+    pub dropped: i64,
+    /// State rows written.
+    pub updated: i64,
+    /// State rows removed.
+    pub removed: i64,
+    /// Time spent removing (ms).
+    pub removals_ms: i64,
+}
+
+impl PartitionCounts {
+    /// Adds this partition's counts to the operator's metrics `m`.
+    pub(crate) fn add_to(&self, m: &mut StateOperatorProgress) {
+        m.num_rows_dropped_by_watermark += self.dropped;
+        m.num_rows_updated += self.updated;
+        m.num_rows_removed += self.removed;
+        m.all_removals_time_ms = m.all_removals_time_ms.max(self.removals_ms);
+    }
+}
+
+/// Sets `m`'s update time: the batch's time since `started` without the
+/// slowest partition's removals (never below zero).
+pub(crate) fn set_update_time(m: &mut StateOperatorProgress, started: std::time::Instant) {
+    m.all_updates_time_ms = (started.elapsed().as_millis() as i64 - m.all_removals_time_ms).max(0);
+}
+
 /// The error for a store name an operator does not keep.
 pub(crate) fn unknown_store(operator: &str, store: &str, known: &[&str]) -> WeirError {
     WeirError::Config(format!(

@@ -24,8 +24,8 @@ use weir_plan::OutputMode;
 use crate::error::{Result, WeirError};
 use crate::ops::aggregate::{agg_arrays, kind_of, Acc, AggExec, Kind, Reader, Watermarks};
 use crate::ops::operator::{
-    length_prefixed_key, rehome, single_store, unknown_store, DecodedState, OperatorState,
-    StatefulOperator,
+    length_prefixed_key, rehome, set_update_time, single_store, unknown_store, DecodedState,
+    OperatorState, PartitionCounts, StatefulOperator,
 };
 use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
@@ -73,9 +73,7 @@ type Routed = Vec<(Vec<u8>, Session)>;
 #[derive(Default)]
 struct PartitionOutput {
     out: Vec<(Vec<u8>, Session)>,
-    updated: i64,
-    removed: i64,
-    removals_ms: i64,
+    counts: PartitionCounts,
 }
 
 fn store_key(key: &[u8], start: i64) -> Vec<u8> {
@@ -252,13 +250,10 @@ impl SessionAggregateOp {
         m.num_rows_dropped_by_watermark = dropped;
         let mut out: Vec<(Vec<u8>, Session)> = Vec::new();
         for p in parts {
-            m.num_rows_updated += p.updated;
-            m.num_rows_removed += p.removed;
-            m.all_removals_time_ms = m.all_removals_time_ms.max(p.removals_ms);
+            p.counts.add_to(&mut m);
             out.extend(p.out);
         }
-        m.all_updates_time_ms =
-            (started.elapsed().as_millis() as i64 - m.all_removals_time_ms).max(0);
+        set_update_time(&mut m, started);
         m.num_rows_total = self
             .index
             .iter()
@@ -441,7 +436,7 @@ impl SessionAggregateOp {
                 }
                 store.put(store_key(&key, s.start), v);
                 if s.changed {
-                    po.updated += 1;
+                    po.counts.updated += 1;
                 }
             }
             index.insert(key, merged);
@@ -461,7 +456,7 @@ impl SessionAggregateOp {
                         v.retain(|s| {
                             if s.end <= ev_us {
                                 store.remove(&store_key(k, s.start));
-                                po.removed += 1;
+                                po.counts.removed += 1;
                                 po.out.push((k.clone(), s.clone()));
                                 false
                             } else {
@@ -478,7 +473,7 @@ impl SessionAggregateOp {
                 s.changed = false;
             }
         }
-        po.removals_ms = t.elapsed().as_millis() as i64;
+        po.counts.removals_ms = t.elapsed().as_millis() as i64;
         Ok(po)
     }
 
