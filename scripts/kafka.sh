@@ -33,18 +33,8 @@ DATA_DIR="$RUN_DIR/data"
 CP_DIR="$HOME_DIR/classpath-$VERSION"
 
 log() { echo "kafka.sh: $*" >&2; }
-
-port_open() {
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-our_pid() {
-  [[ -f "$PID_FILE" ]] || return 1
-  local pid
-  pid=$(cat "$PID_FILE")
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
-  echo "$pid"
-}
+# port_open, our_pid, stop_server
+source "$(dirname "${BASH_SOURCE[0]}")/server_lib.sh"
 
 answers() {
   # The broker is up when its client port accepts connections and it has
@@ -183,23 +173,7 @@ start() {
 }
 
 stop() {
-  local pid
-  if ! pid=$(our_pid); then
-    rm -f "$PID_FILE"
-    log "not running"
-    return 0
-  fi
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 1 60); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.5
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "pid $pid did not stop in 30 s; killing it"
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$PID_FILE"
-  log "stopped (pid $pid)"
+  stop_server 30
 }
 
 status() {
