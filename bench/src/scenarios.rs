@@ -126,6 +126,19 @@ impl QueryListener for Timings {
     }
 }
 
+/// The generators' offsets are batch numbers: one new batch per trigger,
+/// up to `batches` in all.
+fn next_batch(start: Option<&Offset>, batches: i64) -> Offset {
+    let next = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
+    Offset::from(next.min(batches - 1))
+}
+
+/// The batch numbers in `(start, end]`.
+fn batch_ids(start: Option<&Offset>, end: &Offset) -> std::ops::RangeInclusive<i64> {
+    let from = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
+    from..=end.as_i64().unwrap_or(-1)
+}
+
 /// Page views: `rows_per_batch` clicks per batch over 1000 pages, event time
 /// advancing 10 s per batch with up to 90 s of disorder, ~1% of clicks 5
 /// minutes late. Deterministic per batch. The page column and the time
@@ -205,18 +218,14 @@ impl Source for PageViewSource {
         true
     }
     fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
-        let next = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
-        Ok(Some(Offset::from(next.min(self.batches - 1))))
+        Ok(Some(next_batch(start, self.batches)))
     }
     fn get_batch(
         &mut self,
         start: Option<&Offset>,
         end: &Offset,
     ) -> weir::Result<Vec<RecordBatch>> {
-        let from = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
-        Ok((from..=end.as_i64().unwrap_or(-1))
-            .map(|b| self.batch(b))
-            .collect())
+        Ok(batch_ids(start, end).map(|b| self.batch(b)).collect())
     }
 }
 
@@ -237,17 +246,15 @@ impl Source for KeyedSource {
         "KeyedGenerator".into()
     }
     fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
-        let next = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
-        Ok(Some(Offset::from(next.min(self.batches - 1))))
+        Ok(Some(next_batch(start, self.batches)))
     }
     fn get_batch(
         &mut self,
         start: Option<&Offset>,
         end: &Offset,
     ) -> weir::Result<Vec<RecordBatch>> {
-        let from = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
         let mut out = Vec::new();
-        for b in from..=end.as_i64().unwrap_or(-1) {
+        for b in batch_ids(start, end) {
             let base = 1_700_000_000_000_000i64 + b * 60_000_000;
             let keys: Vec<i64> = (0..self.rows as i64)
                 .map(|i| (i * 7919 + b) % 1000)
@@ -299,18 +306,16 @@ impl Source for AdSource {
         format!("AdGenerator[{}]", self.names().0)
     }
     fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
-        let next = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
-        Ok(Some(Offset::from(next.min(self.batches - 1))))
+        Ok(Some(next_batch(start, self.batches)))
     }
     fn get_batch(
         &mut self,
         start: Option<&Offset>,
         end: &Offset,
     ) -> weir::Result<Vec<RecordBatch>> {
-        let from = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
         let mut out = Vec::new();
         let (step, delay) = if self.clicks { (2, 30_000_000) } else { (1, 0) };
-        for b in from..=end.as_i64().unwrap_or(-1) {
+        for b in batch_ids(start, end) {
             let first = b * self.rows as i64;
             let base = 1_700_000_000_000_000i64 + b * 10_000_000;
             let ids: Vec<i64> = (0..self.rows as i64)
