@@ -21,13 +21,15 @@ use crate::common::{iso_ms, rows_json};
 /// joins). They must fail with a clear "not implemented" error, not wrongly.
 const NOT_YET: &[&str] = &[];
 
-fn scenario_dir() -> PathBuf {
+/// Where the recorded Spark scenarios are (`WEIR_CONFORMANCE_DIR`).
+pub(crate) fn scenario_dir() -> PathBuf {
     std::env::var_os("WEIR_CONFORMANCE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance"))
 }
 
-fn scenarios() -> Vec<(String, Value)> {
+/// Every recorded scenario (the ones Spark rejects too), by name.
+pub(crate) fn scenarios() -> Vec<(String, Value)> {
     let dir = scenario_dir();
     let mut out = Vec::new();
     let rd = std::fs::read_dir(&dir).unwrap_or_else(|e| {
@@ -59,6 +61,38 @@ fn normalize_msg(s: &str) -> String {
 fn spark_core(msg: &str) -> String {
     let m = msg.split("(window specification").next().unwrap();
     normalize_msg(m)
+}
+
+/// A scenario plan's inputs: a memory stream per source, and each static
+/// table's rows as batches.
+pub(crate) type Inputs = (
+    BTreeMap<String, MemoryStream>,
+    BTreeMap<String, Vec<RecordBatch>>,
+);
+
+/// [`Inputs`] for `plan`.
+pub(crate) fn memory_inputs(plan: &StreamPlan) -> Inputs {
+    let streams = plan
+        .sources
+        .iter()
+        .map(|(n, s)| (n.clone(), MemoryStream::new(&s.schema)))
+        .collect();
+    let statics = plan
+        .statics
+        .iter()
+        .map(|(n, s)| {
+            let st = MemoryStream::new(&s.schema);
+            let rows: Vec<Value> = s
+                .rows
+                .iter()
+                .map(|r| serde_json::to_value(r).unwrap())
+                .collect();
+            st.add_json(&rows).unwrap();
+            let mut src: BoxSource = Box::new(st);
+            (n.clone(), src.get_batch(None, &Value::from(0)).unwrap())
+        })
+        .collect();
+    (streams, statics)
 }
 
 struct Run {
@@ -100,27 +134,7 @@ impl Run {
             conf.set(key, v).unwrap();
         }
         let session = Session::with_config(conf);
-        let streams = plan
-            .sources
-            .iter()
-            .map(|(n, s)| (n.clone(), MemoryStream::new(&s.schema)))
-            .collect();
-        let statics = plan
-            .statics
-            .iter()
-            .map(|(n, s)| {
-                let st = MemoryStream::new(&s.schema);
-                let rows: Vec<Value> = s
-                    .rows
-                    .iter()
-                    .map(|r| serde_json::to_value(r).unwrap())
-                    .collect();
-                st.add_json(&rows).unwrap();
-                let mut src: BoxSource = Box::new(st);
-                let b = src.get_batch(None, &Value::from(0)).unwrap();
-                (n.clone(), b)
-            })
-            .collect();
+        let (streams, statics) = memory_inputs(&plan);
         Run {
             session,
             plan,

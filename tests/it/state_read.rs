@@ -19,25 +19,12 @@ use weir::{DataStream, Session, SessionConfig, StreamingQuery};
 
 use crate::common::rows_json;
 
-fn scenario_dir() -> PathBuf {
-    std::env::var_os("WEIR_CONFORMANCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance"))
-}
-
 /// The scenarios Spark ran (not the ones it rejects), by name.
 fn scenarios() -> Vec<(String, Value)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(scenario_dir()).expect("conformance dir (WEIR_CONFORMANCE_DIR)") {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "json") {
-            let v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-            if v.get("rejected").is_none() {
-                out.push((p.file_stem().unwrap().to_string_lossy().to_string(), v));
-            }
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
+    let out: Vec<(String, Value)> = crate::conformance::scenarios()
+        .into_iter()
+        .filter(|(_, v)| v.get("rejected").is_none())
+        .collect();
     assert!(!out.is_empty());
     out
 }
@@ -77,26 +64,7 @@ struct Scenario {
 impl Scenario {
     fn new(sc: &Value, conf: SessionConfig, chk: &str) -> Scenario {
         let plan: StreamPlan = serde_json::from_value(sc["plan"].clone()).unwrap();
-        let streams = plan
-            .sources
-            .iter()
-            .map(|(n, s)| (n.clone(), MemoryStream::new(&s.schema)))
-            .collect();
-        let statics = plan
-            .statics
-            .iter()
-            .map(|(n, s)| {
-                let st = MemoryStream::new(&s.schema);
-                let rows: Vec<Value> = s
-                    .rows
-                    .iter()
-                    .map(|r| serde_json::to_value(r).unwrap())
-                    .collect();
-                st.add_json(&rows).unwrap();
-                let mut src: BoxSource = Box::new(st);
-                (n.clone(), src.get_batch(None, &Value::from(0)).unwrap())
-            })
-            .collect();
+        let (streams, statics) = crate::conformance::memory_inputs(&plan);
         Scenario {
             session: Session::with_config(conf),
             plan,
@@ -643,48 +611,6 @@ fn errors_say_what_is_wrong_and_what_to_do() {
 
 // ---- a checkpoint on S3 ----
 
-fn s3_settings() -> weir::storage::S3Settings {
-    let endpoint = std::env::var("WEIR_S3_ENDPOINT").expect(
-        "WEIR_S3_ENDPOINT is not set: this test needs an S3 API server (bash scripts/s3.sh start)",
-    );
-    let mut s = weir::storage::S3Settings::default();
-    for (k, v) in [
-        ("spark.hadoop.fs.s3a.endpoint", endpoint.as_str()),
-        ("spark.hadoop.fs.s3a.access.key", "test"),
-        ("spark.hadoop.fs.s3a.secret.key", "test"),
-        ("spark.hadoop.fs.s3a.endpoint.region", "us-east-1"),
-        ("weir.s3.allowHttp", "true"),
-    ] {
-        assert!(s.set(k, v).unwrap(), "{k}");
-    }
-    s
-}
-
-/// A fresh bucket on the test server (an unsigned `PUT /bucket`).
-fn new_bucket() -> String {
-    use std::io::{Read, Write};
-    let name = format!(
-        "weir-state-read-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
-    let ep = std::env::var("WEIR_S3_ENDPOINT").unwrap();
-    let host = ep.trim_start_matches("http://").trim_end_matches('/');
-    let mut conn = std::net::TcpStream::connect(host).unwrap();
-    write!(
-        conn,
-        "PUT /{name} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    conn.read_to_string(&mut answer).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    name
-}
-
 /// Every row of every store of every operator at every batch, sorted.
 fn all_state(chk: &str, s3: Option<weir::storage::S3Settings>) -> Vec<String> {
     let mut r = StateReader::new(chk);
@@ -711,8 +637,8 @@ fn all_state(chk: &str, s3: Option<weir::storage::S3Settings>) -> Vec<String> {
 /// for batch, as the same queries checkpointed locally.
 #[test]
 fn a_checkpoint_on_s3_reads_like_a_local_one() {
-    let bucket = new_bucket();
-    let s3 = s3_settings();
+    let bucket = crate::s3::new_bucket();
+    let s3 = crate::s3::settings();
     for name in [
         "stream_stream_inner_join_wm_range",
         "tumbling_count_append_wm",
