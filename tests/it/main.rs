@@ -14,10 +14,13 @@ mod macros;
 mod operate;
 mod partitions;
 mod properties;
+mod query_changes;
 mod recovery;
 mod reliability;
 mod s3;
 mod s3_tables;
+#[cfg(feature = "kafka")]
+mod scale_out;
 mod sessions;
 mod sinks;
 mod state_read;

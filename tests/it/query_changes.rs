@@ -1,0 +1,1 @@
+//! Changing a running query: which changes keep a checkpoint usable (#17).

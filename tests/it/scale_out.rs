@@ -1,0 +1,1 @@
+//! One query over many processes, coordinated by a Kafka consumer group (#14).
