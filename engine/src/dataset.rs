@@ -317,6 +317,7 @@ impl DataStream {
             checkpoint: None,
             sink: None,
             late_sink: None,
+            watermark_share: None,
         }
     }
 }
@@ -380,6 +381,8 @@ pub struct StreamWriter {
     pub(crate) checkpoint: Option<String>,
     pub(crate) sink: Option<BoxSink>,
     pub(crate) late_sink: Option<BoxSink>,
+    /// Scale-out: how this task learns the other tasks' watermarks.
+    pub(crate) watermark_share: Option<std::sync::Arc<dyn crate::query::WatermarkShare>>,
 }
 
 impl StreamWriter {

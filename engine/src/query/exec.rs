@@ -19,8 +19,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
-use weir_plan::{OutputMode, StreamPlan, WatermarkPolicy};
+use weir_plan::{OutputMode, StreamPlan};
 
+use super::shared_watermark::{self, WatermarkShare};
 use super::{QueryShared, QueryState, StreamingQuery, Trigger};
 use crate::checkpoint::{Checkpoint, CommitEntry, OffsetEntry};
 use crate::dataset::StreamWriter;
@@ -66,6 +67,8 @@ struct Runner {
     late_sink: Option<BoxSink>,
     last_trigger_ms: Option<i64>,
     idle_reported: bool,
+    /// Scale-out: the other tasks' watermarks.
+    watermark_share: Option<Arc<dyn WatermarkShare>>,
 }
 
 pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
@@ -77,6 +80,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         checkpoint,
         sink,
         late_sink,
+        watermark_share,
     } = w;
     let session = stream.session.clone();
     let conf = session.conf().clone();
@@ -264,6 +268,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         late_sink,
         last_trigger_ms: None,
         idle_reported: false,
+        watermark_share,
     };
     for l in &runner.listeners {
         l.on_query_started(&QueryStartedEvent {
@@ -531,6 +536,16 @@ impl Runner {
                     latest.push(s.latest_offset(c.as_ref())?);
                 }
                 durations.insert("latestOffset".into(), t.elapsed().as_millis() as i64);
+                if let Some(share) = &self.watermark_share {
+                    // Scale-out: the watermark is the whole source's.
+                    let global = share.exchange(&self.op_wms);
+                    shared_watermark::merge(&mut self.op_wms, &global);
+                    if let Some(w) =
+                        shared_watermark::choose(self.plan.conf.watermark_policy, &self.op_wms)
+                    {
+                        self.next_wm = self.next_wm.max(w);
+                    }
+                }
                 let has_data = latest
                     .iter()
                     .zip(&self.committed)
@@ -648,20 +663,7 @@ impl Runner {
                 }
             }
         }
-        let known: Vec<i64> = op_wms.iter().flatten().copied().collect();
-        let chosen = match self.plan.conf.watermark_policy {
-            WatermarkPolicy::Min => known.iter().min().copied(),
-            WatermarkPolicy::Max => known.iter().max().copied(),
-        };
-        // Spark's min policy waits until every watermark operator has seen data.
-        let chosen = if self.plan.conf.watermark_policy == WatermarkPolicy::Min
-            && known.len() < op_wms.len()
-        {
-            None
-        } else {
-            chosen
-        };
-        let next_wm = chosen
+        let next_wm = shared_watermark::choose(self.plan.conf.watermark_policy, &op_wms)
             .map(|c| c.max(entry.batch_watermark_ms))
             .unwrap_or(entry.batch_watermark_ms);
         self.checkpoint.commits.write_commit(

@@ -1,6 +1,7 @@
 //! The [`StreamingQuery`] handle and the query's thread.
 
 mod exec;
+mod shared_watermark;
 mod trigger;
 
 use std::collections::VecDeque;
@@ -9,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use shared_watermark::WatermarkShare;
 pub use trigger::Trigger;
 
 use crate::dataset::StreamWriter;
