@@ -4,7 +4,9 @@
 //! This crate is glue: [`stream_query!`] runs parse (`parse.rs`) → lower to a
 //! `weir_plan::StreamPlan` (`lower.rs`) → the plan's streaming rules mapped
 //! to the user's tokens (`check.rs`) → code generation (`codegen.rs`). Each
-//! step is an ordinary function with unit tests. Every error of a
+//! step is an ordinary function with unit tests. A valid declaration is
+//! then compared with its lock file (`lock.rs`): a change that would break
+//! the query's checkpoints is a compile error. Every error of a
 //! declaration is reported in one compile; when there is any, the expansion
 //! is only `compile_error!`s.
 //!
@@ -19,6 +21,7 @@ mod connectors;
 mod errors;
 mod explain;
 mod expr;
+mod lock;
 mod lower;
 mod parse;
 mod plan_tokens;
@@ -75,7 +78,14 @@ fn expand(input: TokenStream) -> TokenStream {
     if !errs.is_empty() {
         return errs.into_compile_errors();
     }
-    codegen::expand(&q, &l, &output)
+    // Only a valid declaration is compared with (or written to) its lock file.
+    let tracking = lock::check_lock(&q, &l, &mut errs);
+    if !errs.is_empty() {
+        return errs.into_compile_errors();
+    }
+    let mut out = codegen::expand(&q, &l, &output);
+    out.extend(tracking);
+    out
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub mod location;
 pub mod plan;
 pub mod resolve;
 pub mod sql;
+pub mod state_schema;
 pub mod types;
 
 pub use check::{check, Location, Rule, Violation};
@@ -27,4 +28,5 @@ pub use duration::{parse_duration_ms, DurationError};
 pub use location::{LocationError, StorageLocation};
 pub use plan::*;
 pub use resolve::{resolve, Column, NodeSchema, ResolveError};
+pub use state_schema::{classify, Change, StateFingerprint};
 pub use types::{DataType, Field};

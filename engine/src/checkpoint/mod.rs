@@ -425,19 +425,18 @@ impl Checkpoint {
         let meta: CheckpointMetadata = serde_json::from_slice(bytes).map_err(|e| {
             WeirError::checkpoint(path, format!("the metadata file is damaged ({e}); restore it from a backup or start with a new checkpoint location"))
         })?;
-        // The stored plan is the reference: the same query shape is
-        // accepted even if the fingerprint's encoding changed between
-        // weir versions; a different shape is refused with what changed.
-        let same = match &meta.plan {
-            Some(old) => same_shape(old, plan),
-            None => meta.fingerprint.is_empty() || meta.fingerprint == plan.fingerprint(),
+        // The stored plan is the reference: its state fingerprint is
+        // compared with the new query's by Spark's recovery rules
+        // (`weir_plan::state_schema::classify`, the same rules the
+        // `stream_query!` lock files apply at compile time). Changes that
+        // keep the offsets and state usable start; the others are refused,
+        // each named. A checkpoint without a plan compares fingerprints.
+        let refused = match &meta.plan {
+            Some(old) => refused_changes(old, plan),
+            None if meta.fingerprint.is_empty() || meta.fingerprint == plan.fingerprint() => None,
+            None => Some("the query's shape changed".to_string()),
         };
-        if !same {
-            let what = meta
-                .plan
-                .as_ref()
-                .map(|old| describe_change(old, plan))
-                .unwrap_or_else(|| "the query's shape".into());
+        if let Some(what) = refused {
             return Err(WeirError::checkpoint(
                 &self.root,
                 format!("this checkpoint was written by a different query: {what}. Use a new checkpoint location for the changed query, or restore the original query"),
@@ -458,86 +457,19 @@ impl Checkpoint {
     }
 }
 
-/// True when two plans have the same sources, operations, result and output
-/// mode (what the checkpoint's offsets and state depend on; the sink and
-/// trigger may change between runs, as in Spark).
-fn same_shape(a: &weir_plan::StreamPlan, b: &weir_plan::StreamPlan) -> bool {
-    a.sources == b.sources
-        && a.nodes == b.nodes
-        && a.result == b.result
-        && a.output_mode == b.output_mode
-        && a.statics.keys().eq(b.statics.keys())
-}
-
-/// Names what differs between two plans, for the changed-query error.
-fn describe_change(old: &weir_plan::StreamPlan, new: &weir_plan::StreamPlan) -> String {
-    let mut diffs = Vec::new();
-    if old.sources != new.sources {
-        diffs.push(format!(
-            "the sources changed (was {:?}, now {:?})",
-            old.sources.keys().collect::<Vec<_>>(),
-            new.sources.keys().collect::<Vec<_>>()
-        ));
-        for (name, s) in &new.sources {
-            if let Some(o) = old.sources.get(name) {
-                if o.schema != s.schema {
-                    let cols = |f: &[weir_plan::Field]| {
-                        f.iter()
-                            .map(|f| format!("{}: {}", f.name, f.dtype))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    };
-                    diffs.push(format!(
-                        "source `{name}`'s schema changed from [{}] to [{}]",
-                        cols(&o.schema),
-                        cols(&s.schema)
-                    ));
-                }
-            }
-        }
+/// The changes from the plan a checkpoint was written by, `old`, to `new`
+/// that would break the checkpoint, in words, or `None` when it stays usable
+/// (allowed changes are logged). One definition with the compile-time check:
+/// [`weir_plan::state_schema::classify`].
+fn refused_changes(old: &weir_plan::StreamPlan, new: &weir_plan::StreamPlan) -> Option<String> {
+    use weir_plan::state_schema::{classify, refusals, StateFingerprint};
+    let changes = classify(&StateFingerprint::of(old), &StateFingerprint::of(new));
+    for c in changes.iter().filter(|c| c.allowed) {
+        tracing::info!(
+            "the query changed since its checkpoint was written, keeping it usable: {c}"
+        );
     }
-    if old.output_mode != new.output_mode {
-        diffs.push(format!(
-            "the output mode changed from {} to {}",
-            old.output_mode.spark_name(),
-            new.output_mode.spark_name()
-        ));
-    }
-    for (o, n) in old.nodes.iter().zip(&new.nodes) {
-        let on: Vec<&str> = o.ops.iter().map(|x| x.name()).collect();
-        let nn: Vec<&str> = n.ops.iter().map(|x| x.name()).collect();
-        if on != nn {
-            diffs.push(format!(
-                "node `{}`'s operations changed from [{}] to [{}]",
-                n.id,
-                on.join(", "),
-                nn.join(", ")
-            ));
-        } else {
-            for (i, (a, b)) in o.ops.iter().zip(&n.ops).enumerate() {
-                if a != b {
-                    diffs.push(format!(
-                        "operation {} ({}) of node `{}` changed",
-                        i + 1,
-                        b.name(),
-                        n.id
-                    ));
-                }
-            }
-        }
-    }
-    if old.nodes.len() != new.nodes.len() {
-        diffs.push(format!(
-            "the number of plan nodes changed from {} to {}",
-            old.nodes.len(),
-            new.nodes.len()
-        ));
-    }
-    if diffs.is_empty() {
-        "the query's shape changed".into()
-    } else {
-        diffs.join("; ")
-    }
+    refusals(&changes)
 }
 
 #[cfg(test)]
