@@ -500,6 +500,15 @@ impl AggregateOp {
         self.watermark_key.is_some()
     }
 
+    /// The window size (µs) when the watermarked key is a window (a group
+    /// is evicted at its window's end), else `None`.
+    fn evicting_window_size(&self) -> Option<i64> {
+        match self.keys.get(self.watermark_key?)? {
+            KeyExec::Window { assigner, .. } => Some(assigner.size_us),
+            KeyExec::Column { .. } => None,
+        }
+    }
+
     /// Gives the operator its state, split over the state partitions (opened
     /// at the last committed version).
     pub fn set_store(&mut self, store: PartitionedStore) {
@@ -906,13 +915,21 @@ impl AggregateOp {
         if watermarked {
             if let Some(ev) = wm.evict_ms {
                 let ev_us = ev.saturating_mul(1000);
-                let expired: Vec<Vec<u8>> = store
-                    .iter()
-                    .filter(|(_, v)| {
-                        v.len() >= 8 && i64::from_le_bytes(v[..8].try_into().unwrap()) <= ev_us
-                    })
-                    .map(|(k, _)| k.to_vec())
-                    .collect();
+                let window_size = self.evicting_window_size();
+                let mut expired: Vec<Vec<u8>> = Vec::new();
+                for (k, v) in store.iter() {
+                    let Some(at) = v.get(..8).and_then(|b| b.try_into().ok()) else {
+                        continue;
+                    };
+                    let at = i64::from_le_bytes(at);
+                    if at <= ev_us {
+                        expired.push(k.to_vec());
+                    } else if at != i64::MAX {
+                        // Still open: when it closes (null keys never do).
+                        po.counts
+                            .note_open(at, window_size.map(|s| at.saturating_sub(s)));
+                    }
+                }
                 for k in expired {
                     if mode == OutputMode::Append {
                         let v = store.get(&k).ok_or_else(|| {
@@ -1326,11 +1343,19 @@ impl StatefulOperator for AggregateOp {
         ctx: &mut BatchContext,
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
-        if ctx.collect_late {
+        let late = if ctx.collect_late {
             let late = self.late_rows(input, ctx.watermarks, mode)?;
+            let rows = late.iter().map(RecordBatch::num_rows).sum();
             ctx.late_rows.extend(late);
+            Some(rows)
+        } else {
+            None
+        };
+        let out = AggregateOp::process(self, input, ctx.watermarks, mode, ctx.no_data)?;
+        if let Some(rows) = late {
+            crate::progress::held::note_late_rows(&mut self.metrics, rows);
         }
-        AggregateOp::process(self, input, ctx.watermarks, mode, ctx.no_data)
+        Ok(out)
     }
     fn commit(&mut self, version: u64) -> Result<()> {
         AggregateOp::commit(self, version)
@@ -1561,5 +1586,86 @@ mod tests {
             assert_eq!(g.evict_at, end);
         }
         assert_eq!(counts(got), expected);
+    }
+
+    /// After each batch an append-mode window count reports the end and
+    /// start of its earliest open window, and how many input rows it sent
+    /// to the late-rows side output.
+    #[test]
+    fn metrics_report_the_earliest_open_window_and_late_rows_sent_aside() {
+        use crate::ops::operator::test_stores::partitioned;
+        use crate::progress::held::{
+            LATE_ROWS_TO_SIDE_OUTPUT, NEXT_EVICTION_TIME_MS, NEXT_EVICTION_WINDOW_START_MS,
+        };
+        const MIN: i64 = 60_000;
+        let at = |h: i64, m: i64| (h * 60 + m) * MIN;
+        let schema = Arc::new(Schema::new(vec![
+            ArrowField::new("ts", timestamp_type(), true),
+            ArrowField::new("k", ArrowType::Utf8, true),
+        ]));
+        let batch = |mins: &[i64]| {
+            let ts: Vec<i64> = mins.iter().map(|m| m * 1000).collect();
+            let k: Vec<&str> = mins.iter().map(|_| "a").collect();
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(
+                        arrow::array::TimestampMicrosecondArray::from(ts).with_timezone("UTC"),
+                    ),
+                    Arc::new(StringArray::from(k)),
+                ],
+            )
+            .unwrap()
+        };
+        let keys = vec![KeyExec::Window {
+            assigner: WindowAssigner {
+                source: TimeSource::Column(0),
+                size_us: 5 * MIN * 1000,
+                slide_us: 5 * MIN * 1000,
+            },
+            name: "window".into(),
+            watermarked: true,
+        }];
+        let mut op = AggregateOp::new(0, keys, vec![count_star()], &schema).unwrap();
+        op.set_store(partitioned(3));
+        let mut run = |rows: &[i64], late: Option<i64>, evict: i64| {
+            let mut ctx = BatchContext {
+                watermarks: Watermarks {
+                    late_ms: late,
+                    evict_ms: Some(evict),
+                },
+                collect_late: true,
+                ..BatchContext::default()
+            };
+            let input = [batch(rows)];
+            StatefulOperator::process(&mut op, &input, &[], &mut ctx, OutputMode::Append).unwrap();
+            let late_rows: usize = ctx.late_rows.iter().map(RecordBatch::num_rows).sum();
+            (StatefulOperator::metrics(&op), late_rows)
+        };
+        // Windows [10:00, 10:05) and [10:05, 10:10) open; the watermark 10:02.
+        let (m, _) = run(&[at(10, 1), at(10, 4), at(10, 7)], None, at(10, 2));
+        assert_eq!(m.custom_metrics[NEXT_EVICTION_TIME_MS], at(10, 5));
+        assert_eq!(m.custom_metrics[NEXT_EVICTION_WINDOW_START_MS], at(10, 0));
+        assert_eq!(m.custom_metrics[LATE_ROWS_TO_SIDE_OUTPUT], 0);
+        // Two rows behind 10:02 (windows ending 09:55 and 10:00) go aside;
+        // the watermark 10:06 closes [10:00, 10:05).
+        let (m, aside) = run(
+            &[at(9, 50), at(9, 58), at(10, 6)],
+            Some(at(10, 2)),
+            at(10, 6),
+        );
+        assert_eq!(aside, 2);
+        assert_eq!(m.custom_metrics[LATE_ROWS_TO_SIDE_OUTPUT], 2);
+        assert_eq!(m.num_rows_dropped_by_watermark, 2);
+        assert_eq!(m.custom_metrics[NEXT_EVICTION_TIME_MS], at(10, 10));
+        assert_eq!(m.custom_metrics[NEXT_EVICTION_WINDOW_START_MS], at(10, 5));
+        // Every window closed: nothing waits on the watermark.
+        let (m, _) = run(&[], Some(at(10, 6)), at(10, 10));
+        assert!(
+            !m.custom_metrics.contains_key(NEXT_EVICTION_TIME_MS),
+            "{m:?}"
+        );
+        assert!(!m.custom_metrics.contains_key(NEXT_EVICTION_WINDOW_START_MS));
+        assert_eq!(m.custom_metrics[LATE_ROWS_TO_SIDE_OUTPUT], 0);
     }
 }

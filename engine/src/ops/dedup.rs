@@ -281,11 +281,19 @@ impl StatefulOperator for DedupOp {
         ctx: &mut BatchContext,
         _mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
-        if ctx.collect_late {
+        let late = if ctx.collect_late {
             let late = self.late_rows(input, ctx.watermarks)?;
+            let rows = late.iter().map(RecordBatch::num_rows).sum();
             ctx.late_rows.extend(late);
+            Some(rows)
+        } else {
+            None
+        };
+        let out = DedupOp::process(self, input, ctx.watermarks)?;
+        if let Some(rows) = late {
+            crate::progress::held::note_late_rows(&mut self.metrics, rows);
         }
-        DedupOp::process(self, input, ctx.watermarks)
+        Ok(out)
     }
     fn commit(&mut self, version: u64) -> Result<()> {
         DedupOp::commit(self, version)

@@ -1522,11 +1522,19 @@ impl StatefulOperator for JoinOp {
         ctx: &mut BatchContext,
         _mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
-        if ctx.collect_late {
+        let late = if ctx.collect_late {
             let late = self.late_rows(input, right, ctx.watermarks)?;
+            let rows = late.iter().map(RecordBatch::num_rows).sum();
             ctx.late_rows.extend(late);
+            Some(rows)
+        } else {
+            None
+        };
+        let out = JoinOp::process(self, input, right, ctx.watermarks)?;
+        if let Some(rows) = late {
+            crate::progress::held::note_late_rows(&mut self.metrics, rows);
         }
-        JoinOp::process(self, input, right, ctx.watermarks)
+        Ok(out)
     }
     fn commit(&mut self, version: u64) -> Result<()> {
         JoinOp::commit(self, version)

@@ -23,6 +23,7 @@ use arrow::datatypes::SchemaRef;
 use weir_plan::{parse_duration_ms, GroupKey, Op, OutputMode, StreamPlan};
 
 use crate::error::{Result, WeirError};
+use crate::progress::held::WatermarkOperator;
 use crate::progress::StateOperatorProgress;
 use crate::state::PartitionedStore;
 
@@ -92,6 +93,8 @@ pub struct Pipeline {
     mode: OutputMode,
     /// Delay (ms) of each watermark operator, by id.
     pub watermark_delays: Vec<i64>,
+    /// Each watermark operator's column and source, by id.
+    watermark_ops: Vec<WatermarkOperator>,
     partitions: usize,
     late_schemas: Vec<SchemaRef>,
 }
@@ -103,6 +106,8 @@ struct NodeInfo {
     /// Columns carrying a watermark, with its delay (ms).
     watermarked: HashMap<String, i64>,
     streaming: bool,
+    /// The source its rows come from (a join's: its left side's).
+    source: Option<usize>,
 }
 
 impl NodeInfo {
@@ -129,6 +134,7 @@ impl Pipeline {
         let mut infos: Vec<NodeInfo> = Vec::new();
         let mut nodes = Vec::new();
         let mut delays = Vec::new();
+        let mut watermark_ops = Vec::new();
         let mut stateful = 0usize;
         // The input schema of every operator that drops late rows.
         let mut late_schemas: Vec<SchemaRef> = Vec::new();
@@ -141,6 +147,7 @@ impl Pipeline {
                             schema: source_schemas[i].clone(),
                             watermarked: HashMap::new(),
                             streaming: true,
+                            source: Some(i),
                         },
                     )
                 } else if let Some(i) = plan.nodes.iter().position(|n| n.id == node.input) {
@@ -159,6 +166,7 @@ impl Pipeline {
                             schema,
                             watermarked: HashMap::new(),
                             streaming: false,
+                            source: None,
                         },
                     )
                 } else {
@@ -207,6 +215,7 @@ impl Pipeline {
                             schema: p.schema(),
                             watermarked: wm,
                             streaming: info.streaming,
+                            source: info.source,
                         };
                         ops.push(OpExec::Project(p));
                     }
@@ -229,6 +238,11 @@ impl Pipeline {
                         })?;
                         let w = WatermarkOp::new(delays.len(), idx(column)?, d);
                         delays.push(d);
+                        watermark_ops.push(WatermarkOperator {
+                            column: column.clone(),
+                            source: info.source,
+                            delay_ms: d,
+                        });
                         info.watermarked.insert(column.clone(), d);
                         ops.push(OpExec::Watermark(w));
                     }
@@ -278,6 +292,7 @@ impl Pipeline {
                             schema: op.schema(),
                             watermarked: out_wm,
                             streaming: info.streaming,
+                            source: info.source,
                         };
                         ops.push(OpExec::Stateful(Box::new(op), None));
                     }
@@ -352,6 +367,7 @@ impl Pipeline {
                             schema: agg.schema(),
                             watermarked: out_wm,
                             streaming: info.streaming,
+                            source: info.source,
                         };
                         ops.push(OpExec::Stateful(Box::new(agg), None));
                     }
@@ -404,6 +420,7 @@ impl Pipeline {
                                         schema,
                                         watermarked: HashMap::new(),
                                         streaming: false,
+                                        source: None,
                                     },
                                     None,
                                     Some(all),
@@ -440,6 +457,7 @@ impl Pipeline {
                             schema: op.schema(),
                             watermarked: wm,
                             streaming: true,
+                            source: info.source.or(rinfo.source),
                         };
                         ops.push(match rin {
                             Some(j) => OpExec::Stateful(Box::new(op), Some(j)),
@@ -464,6 +482,7 @@ impl Pipeline {
             schema: infos[result].schema.clone(),
             mode: plan.output_mode,
             watermark_delays: delays,
+            watermark_ops,
             partitions: 1,
             late_schemas,
         })
@@ -477,6 +496,11 @@ impl Pipeline {
     /// Number of watermark operators.
     pub fn watermark_count(&self) -> usize {
         self.watermark_delays.len()
+    }
+
+    /// Each watermark operator's column, source and delay, by id.
+    pub fn watermark_operators(&self) -> &[WatermarkOperator] {
+        &self.watermark_ops
     }
 
     fn stateful_mut(&mut self) -> impl Iterator<Item = &mut Box<dyn StatefulOperator>> {

@@ -129,6 +129,9 @@ pub(crate) struct PartitionCounts {
     pub removed: i64,
     /// Time spent removing (ms).
     pub removals_ms: i64,
+    /// The earliest eviction time (µs) of the rows left in the partition,
+    /// with the start of that row's window if it is one.
+    pub next_eviction: Option<(i64, Option<i64>)>,
 }
 
 impl PartitionCounts {
@@ -138,6 +141,17 @@ impl PartitionCounts {
         m.num_rows_updated += self.updated;
         m.num_rows_removed += self.removed;
         m.all_removals_time_ms = m.all_removals_time_ms.max(self.removals_ms);
+        if let Some((at, start)) = self.next_eviction {
+            crate::progress::held::note_next_eviction(m, at, start);
+        }
+    }
+
+    /// Notes a row left in state that is evicted at `at_us` (in the window
+    /// starting at `window_start_us`, if a window), keeping the earliest.
+    pub(crate) fn note_open(&mut self, at_us: i64, window_start_us: Option<i64>) {
+        if self.next_eviction.is_none_or(|(e, _)| at_us < e) {
+            self.next_eviction = Some((at_us, window_start_us));
+        }
     }
 }
 

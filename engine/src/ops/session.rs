@@ -460,6 +460,7 @@ impl SessionAggregateOp {
                                 po.out.push((k.clone(), s.clone()));
                                 false
                             } else {
+                                po.counts.note_open(s.end, Some(s.start));
                                 true
                             }
                         });
@@ -730,5 +731,30 @@ mod tests {
             8,
             "one session of 6 events per user: {want}"
         );
+    }
+
+    /// The earliest open session's end and start are the operator's next
+    /// eviction, over all partitions; none once every session closed.
+    #[test]
+    fn metrics_report_the_earliest_open_session() {
+        use crate::progress::held::{NEXT_EVICTION_TIME_MS, NEXT_EVICTION_WINDOW_START_MS};
+        let mut o = op();
+        o.set_store(partitioned(3)).unwrap();
+        let wm = |m: i64| Watermarks {
+            late_ms: None,
+            evict_ms: Some(m * 60_000),
+        };
+        let events = [(0, "a"), (1, "a"), (10, "b"), (12, "c"), (30, "d")];
+        o.process(&[input(&events)], wm(7), OutputMode::Append)
+            .unwrap();
+        // a's session [0, 6) closed; b's [10, 15) is the earliest open.
+        let m = o.metrics();
+        assert_eq!(m.custom_metrics[NEXT_EVICTION_TIME_MS], 15 * 60_000);
+        assert_eq!(m.custom_metrics[NEXT_EVICTION_WINDOW_START_MS], 10 * 60_000);
+        close_all(&mut o);
+        assert!(!o
+            .metrics()
+            .custom_metrics
+            .contains_key(NEXT_EVICTION_TIME_MS));
     }
 }

@@ -1,6 +1,7 @@
 //! Progress reports with Spark's field names and nesting
 //! (`StreamingQueryProgress`), and the listener interface.
 
+pub mod held;
 pub mod listener;
 
 use std::collections::BTreeMap;
@@ -75,7 +76,8 @@ pub struct StateOperatorProgress {
     pub num_shuffle_partitions: i64,
     /// State store instances.
     pub num_state_store_instances: i64,
-    /// Provider-specific metrics.
+    /// Provider-specific metrics, and weir's own (see [`held`]): the
+    /// operator's next eviction time and its late rows routed aside.
     pub custom_metrics: BTreeMap<String, i64>,
 }
 
@@ -118,7 +120,8 @@ pub struct SourceProgress {
     /// Processed rows per second.
     pub processed_rows_per_second: f64,
     /// Source-specific metrics (Spark's `metrics`, e.g. the Kafka source's
-    /// `maxOffsetsBehindLatest`); left out of the JSON when empty.
+    /// `maxOffsetsBehindLatest`), and the source's watermark (see [`held`]);
+    /// left out of the JSON when empty.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<String, String>,
 }

@@ -749,7 +749,7 @@ impl Runner {
         if has_wm {
             event_time.insert("watermark".into(), format_ms(entry.batch_watermark_ms));
         }
-        let sources = self
+        let mut sources: Vec<SourceProgress> = self
             .sources
             .iter()
             .enumerate()
@@ -766,6 +766,13 @@ impl Runner {
                 metrics: s.metrics(),
             })
             .collect();
+        // Each source's watermark and which one holds the query's back.
+        crate::progress::held::annotate_sources(
+            &mut sources,
+            self.pipeline.watermark_operators(),
+            &self.op_wms,
+            self.plan.conf.watermark_policy,
+        );
         let p = StreamingQueryProgress {
             id: self.shared.id.clone(),
             run_id: self.shared.run_id.clone(),
