@@ -403,4 +403,68 @@ mod tests {
             "weir.lock/q.json"
         );
     }
+
+    /// The fingerprints of the matrix's base declarations
+    /// (`ui-tests/lock-pass/*_base.rs`), by query name.
+    fn bases() -> Vec<(String, StateFingerprint)> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../ui-tests/lock-pass");
+        let mut out = vec![];
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if !path.to_string_lossy().ends_with("_base.rs") {
+                continue;
+            }
+            let file = syn::parse_file(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            for item in file.items {
+                let syn::Item::Macro(m) = item else { continue };
+                let (q, l) = lowered(m.mac.tokens.clone());
+                out.push((l.query_name.clone(), fingerprint(&q, &l)));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    fn committed(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../weir.lock")
+            .join(format!("{name}.json"))
+    }
+
+    /// The committed lock files the ui tests and `tests/it/query_changes.rs`
+    /// compile against are the base declarations' (regenerate them with
+    /// `cargo test -p weir-macros --lib lock::tests::write_the_base_locks -- --ignored`).
+    #[test]
+    fn the_committed_locks_are_the_base_declarations() {
+        let bases = bases();
+        assert_eq!(
+            bases.iter().map(|b| b.0.as_str()).collect::<Vec<_>>(),
+            [
+                "locked_events",
+                "locked_join",
+                "locked_sessions",
+                "locked_views"
+            ]
+        );
+        for (name, f) in bases {
+            let text = std::fs::read_to_string(committed(&name)).unwrap();
+            assert_eq!(read_lock(&text).unwrap(), f, "{name}");
+            assert_eq!(
+                text,
+                lock_text(&name, &f),
+                "{name}: as WEIR_LOCK=update writes it"
+            );
+        }
+    }
+
+    /// Writes the committed lock files from the base declarations.
+    #[test]
+    #[ignore]
+    fn write_the_base_locks() {
+        for (name, f) in bases() {
+            let path = committed(&name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, lock_text(&name, &f)).unwrap();
+        }
+    }
 }

@@ -1,0 +1,14 @@
+//! Allowed: an aggregate renamed (the state is positional: names are not
+//! stored).
+
+weir::stream_query! {
+    query LockedViews {
+        source: memory,
+        schema: View { page: String, user: String, ts: Timestamp, n: i64, score: f64 },
+        watermark: ts delay "10 minutes",
+        group_by: [window(ts, "1 minute"), page],
+        aggregate: { hits: count(), total: sum(n) },
+        output_mode: update,
+        sink: memory,
+    }
+}

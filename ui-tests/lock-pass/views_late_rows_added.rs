@@ -1,0 +1,14 @@
+//! Allowed: weir's late-rows side output (a second sink, not state).
+
+weir::stream_query! {
+    query LockedViews {
+        source: memory,
+        schema: View { page: String, user: String, ts: Timestamp, n: i64, score: f64 },
+        watermark: ts delay "10 minutes",
+        group_by: [window(ts, "1 minute"), page],
+        aggregate: { views: count(), total: sum(n) },
+        output_mode: update,
+        late_rows: memory(name = "late_views"),
+        sink: memory,
+    }
+}

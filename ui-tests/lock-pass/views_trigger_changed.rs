@@ -1,0 +1,14 @@
+//! Allowed: a trigger (when batches run, not what they keep).
+
+weir::stream_query! {
+    query LockedViews {
+        source: memory,
+        schema: View { page: String, user: String, ts: Timestamp, n: i64, score: f64 },
+        watermark: ts delay "10 minutes",
+        group_by: [window(ts, "1 minute"), page],
+        aggregate: { views: count(), total: sum(n) },
+        output_mode: update,
+        trigger: processing_time("1 second"),
+        sink: memory,
+    }
+}
