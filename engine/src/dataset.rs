@@ -318,6 +318,8 @@ impl DataStream {
             sink: None,
             late_sink: None,
             watermark_share: None,
+            #[cfg(feature = "kafka")]
+            scale_out: None,
         }
     }
 }
@@ -383,6 +385,9 @@ pub struct StreamWriter {
     pub(crate) late_sink: Option<BoxSink>,
     /// Scale-out: how this task learns the other tasks' watermarks.
     pub(crate) watermark_share: Option<std::sync::Arc<dyn crate::query::WatermarkShare>>,
+    /// Scale-out: the consumer group this process joins.
+    #[cfg(feature = "kafka")]
+    pub(crate) scale_out: Option<crate::scale::ScaleOut>,
 }
 
 impl StreamWriter {
@@ -470,9 +475,39 @@ impl StreamWriter {
         }
     }
 
+    /// Runs the query as this process's share of a query spread over many
+    /// processes: each process started with the same `group` and the same
+    /// checkpoint location joins Kafka consumer group `group` and runs the
+    /// tasks of the input partitions the group assigns it (see
+    /// [`crate::scale`]). The source must be Kafka (`subscribe`).
+    #[cfg(feature = "kafka")]
+    pub fn scale_out(mut self, group: &str) -> Self {
+        self.scale_out = Some(crate::scale::ScaleOut {
+            group: group.to_string(),
+            instance_id: None,
+        });
+        self
+    }
+
+    /// Kafka's static membership for a scale-out query
+    /// (`group.instance.id`, unique per process): a process restarted with
+    /// the same id within the group's session timeout gets its partitions
+    /// back without a rebalance. Call after [`StreamWriter::scale_out`].
+    #[cfg(feature = "kafka")]
+    pub fn scale_out_instance(mut self, id: &str) -> Self {
+        if let Some(s) = self.scale_out.as_mut() {
+            s.instance_id = Some(id.to_string());
+        }
+        self
+    }
+
     /// Checks the query and starts it on its own thread.
-    pub fn start(self) -> Result<StreamingQuery> {
+    pub fn start(mut self) -> Result<StreamingQuery> {
         self.validate()?;
+        #[cfg(feature = "kafka")]
+        if let Some(scale) = self.scale_out.take() {
+            return crate::scale::start(self, scale);
+        }
         crate::query::start(self)
     }
 }

@@ -37,6 +37,8 @@ pub mod ops;
 pub mod progress;
 pub mod query;
 pub mod row;
+#[cfg(feature = "kafka")]
+pub mod scale;
 pub mod session;
 pub mod signals;
 pub mod sink;

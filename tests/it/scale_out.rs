@@ -1,1 +1,297 @@
-//! One query over many processes, coordinated by a Kafka consumer group (#14).
+//! One query over many processes, coordinated by a Kafka consumer group
+//! (#14): the same query started in several processes with one group and
+//! one S3 checkpoint divides the input partitions among them, survives the
+//! loss of a process and counts every event once.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use weir::functions::{col, count_star, window};
+use weir::plan::{DataType, Field, OutputMode};
+use weir::sink::{FileFormat, FileSink, KafkaSink};
+use weir::source::kafka::rdkafka;
+use weir::source::{DecodeExt, KafkaSource, StartingOffsets};
+use weir::{Session, SessionConfig, StreamingQuery};
+
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+
+use crate::common::TestChild;
+use crate::kafka::{bootstrap, new_topic, read_topic};
+
+/// Event times start here (2026-01-01T00:00:00Z), 5 s apart.
+const T0: i64 = 1_767_225_600_000;
+const PAGES: usize = 12;
+
+fn click_fields() -> Vec<Field> {
+    vec![
+        Field::new("page", DataType::String),
+        Field::new("event_ts", DataType::Timestamp),
+    ]
+}
+
+/// Clicks `from..to`, 5 s apart, on pages `p0`..`p11` in turn, each keyed
+/// by its page (so one page's clicks are in one partition).
+fn produce_clicks(topic: &str, from: usize, to: usize) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    for i in from..to {
+        let page = format!("p{}", i % PAGES);
+        let ts = chrono::DateTime::from_timestamp_millis(T0 + i as i64 * 5_000)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%S%.3fZ");
+        let value = format!(r#"{{"page":"{page}","event_ts":"{ts}"}}"#);
+        loop {
+            match p.send(BaseRecord::to(topic).key(&page).payload(&value)) {
+                Ok(()) => break,
+                Err((_, _)) => {
+                    p.poll(Duration::from_millis(10));
+                }
+            }
+        }
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// The S3 settings, as session settings.
+fn session() -> Session {
+    let mut conf = SessionConfig {
+        s3: crate::s3::settings(),
+        ..SessionConfig::default()
+    };
+    conf.set("spark.sql.shuffle.partitions", "2").unwrap();
+    Session::with_config(conf)
+}
+
+/// The seed's page views (1-minute windows, append mode) keyed by the
+/// message key, to Kafka exactly once; scale-out when `group` is given.
+fn page_views(input: &str, output: &str, chk: &str, group: Option<&str>) -> StreamingQuery {
+    let w = session()
+        .read_stream(
+            KafkaSource::new(&bootstrap())
+                .subscribe(input)
+                .starting_offsets(StartingOffsets::Earliest)
+                .from_json("value", click_fields())
+                .keep(&["key"]),
+        )
+        .with_watermark("event_ts", "2 minutes")
+        .group_by(vec![window("event_ts", "1 minute"), col("key")])
+        .agg(vec![count_star("views")])
+        .write_stream()
+        .output_mode(OutputMode::Append)
+        .checkpoint_location(chk)
+        .sink(
+            KafkaSink::new(&bootstrap())
+                .topic(output)
+                .json_values()
+                .key_columns(&["key"]),
+        );
+    match group {
+        Some(g) => w.scale_out(g).start().unwrap(),
+        None => w.start().unwrap(),
+    }
+}
+
+/// (window start, page) -> every count written for it (append mode: one).
+fn windows(topic: &str) -> BTreeMap<(String, String), Vec<i64>> {
+    let mut m: BTreeMap<(String, String), Vec<i64>> = BTreeMap::new();
+    for (key, value) in read_topic(topic, "read_committed") {
+        let v: serde_json::Value = serde_json::from_str(&value).unwrap();
+        let start = v["window"]["start"].as_str().unwrap().to_string();
+        m.entry((start, key.unwrap_or_default()))
+            .or_default()
+            .push(v["views"].as_i64().unwrap());
+    }
+    m
+}
+
+/// Run as a child process by the tests below: one process of the group.
+#[test]
+fn child_scale_out_process() {
+    let Ok(spec) = std::env::var("WEIR_SCALE_CHILD") else {
+        return;
+    };
+    let [input, output, chk, group]: [&str; 4] = spec
+        .split('|')
+        .collect::<Vec<_>>()
+        .try_into()
+        .expect("input|output|checkpoint|group");
+    let q = page_views(input, output, chk, Some(group));
+    // Runs until the test kills it; a failure ends the process with it.
+    match q.await_termination(Some(Duration::from_secs(240))) {
+        Ok(_) => {}
+        Err(e) => panic!("scale-out process failed: {e}"),
+    }
+}
+
+fn spawn(input: &str, output: &str, chk: &str, group: &str) -> TestChild {
+    TestChild::of_test(
+        "scale_out::child_scale_out_process",
+        &[(
+            "WEIR_SCALE_CHILD",
+            format!("{input}|{output}|{chk}|{group}"),
+        )],
+    )
+}
+
+/// Waits until `topic` holds `want` exactly (and fails with the difference
+/// after `limit`), checking that no window is ever written twice.
+fn await_windows(topic: &str, want: &BTreeMap<(String, String), Vec<i64>>, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let got = windows(topic);
+        for (k, v) in &got {
+            assert_eq!(v.len(), 1, "window {k:?} written more than once: {v:?}");
+        }
+        if &got == want {
+            return;
+        }
+        if Instant::now() > deadline {
+            let missing: Vec<_> = want.keys().filter(|k| !got.contains_key(*k)).collect();
+            let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).collect();
+            let wrong: Vec<_> = want
+                .iter()
+                .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
+                .collect();
+            panic!(
+                "after {limit:?}: {} windows of {}; missing {missing:?}; unexpected {extra:?}; wrong counts {wrong:?}",
+                got.len(),
+                want.len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Three processes of one group over a 6-partition topic, one joining
+/// late and one killed -9 mid-run: the output equals one process's run
+/// over the same input, each window once.
+#[test]
+fn three_processes_one_joining_late_one_killed_count_each_click_once() {
+    let input = new_topic("scale-clicks", 6);
+    let out_scaled = new_topic("scale-views", 1);
+    let out_single = new_topic("scale-views-single", 1);
+    let bucket = crate::s3::new_bucket();
+    let chk = format!("s3://{bucket}/page-views");
+    let group = format!("weir-it-scale-{}", crate::s3::unique());
+
+    produce_clicks(&input, 0, 600);
+    let mut a = spawn(&input, &out_scaled, &chk, &group);
+    let mut b = spawn(&input, &out_scaled, &chk, &group);
+    // Wait for output: the two processes run.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while windows(&out_scaled).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no output from the first two processes"
+        );
+        assert!(
+            a.child_mut().try_wait().unwrap().is_none(),
+            "process A ended"
+        );
+        assert!(
+            b.child_mut().try_wait().unwrap().is_none(),
+            "process B ended"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // A third process joins: partitions move to it.
+    let c = spawn(&input, &out_scaled, &chk, &group);
+    produce_clicks(&input, 600, 1200);
+    std::thread::sleep(Duration::from_secs(4));
+    // Kill -9 one of the first two mid-run: its partitions move after the
+    // group's session timeout, their state restored from S3.
+    produce_clicks(&input, 1200, 1500);
+    drop(a);
+    produce_clicks(&input, 1500, 2000);
+
+    // The reference: one process over the same input.
+    let single = page_views(&input, &out_single, &format!("s3://{bucket}/single"), None);
+    single.process_all_available().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    single.process_all_available().unwrap();
+    single.stop().unwrap();
+    let want = windows(&out_single);
+    assert!(
+        want.len() > 100,
+        "the reference emitted {} windows",
+        want.len()
+    );
+    let total: i64 = want.values().flatten().sum();
+    assert!(total > 1500, "the reference counted {total} clicks");
+
+    await_windows(&out_scaled, &want, Duration::from_secs(120));
+    let b_alive = b.child_mut().try_wait().unwrap().is_none();
+    let mut c = c;
+    let c_alive = c.child_mut().try_wait().unwrap().is_none();
+    assert!(b_alive && c_alive, "the surviving processes kept running");
+}
+
+/// What scale-out cannot run is refused at `start()`, before anything is
+/// written, with the reason.
+#[test]
+fn what_scale_out_cannot_divide_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let kafka = || {
+        KafkaSource::new("127.0.0.1:1")
+            .subscribe("clicks")
+            .from_json("value", click_fields())
+            .keep(&["key"])
+    };
+    let err = |q: weir::Result<StreamingQuery>| match q {
+        Ok(q) => {
+            q.stop().unwrap();
+            panic!("started")
+        }
+        Err(e) => e.to_string(),
+    };
+    // Grouped by a column other than the message key.
+    let e = err(Session::new()
+        .read_stream(kafka())
+        .group_by(vec![col("page")])
+        .agg(vec![count_star("views")])
+        .write_stream()
+        .output_mode(OutputMode::Update)
+        .checkpoint_location(chk.to_str().unwrap())
+        .sink(KafkaSink::new("127.0.0.1:1").topic("out").json_values())
+        .scale_out("g")
+        .start());
+    assert!(e.contains("must include the Kafka message `key`"), "{e}");
+    // A sink that cannot keep its promise per task.
+    let e = err(Session::new()
+        .read_stream(kafka())
+        .write_stream()
+        .checkpoint_location(chk.to_str().unwrap())
+        .sink(FileSink::new(dir.path().join("out"), FileFormat::Json))
+        .scale_out("g")
+        .start());
+    assert!(e.contains("cannot be divided among the tasks"), "{e}");
+    // No checkpoint every process reaches (the console sink runs without
+    // one in a single process).
+    let e = err(Session::new()
+        .read_stream(kafka())
+        .write_stream()
+        .sink(weir::sink::ConsoleSink::new())
+        .scale_out("g")
+        .start());
+    assert!(e.contains("needs a checkpoint location"), "{e}");
+    // Not a Kafka subscription.
+    let e = err(Session::new()
+        .read_stream(
+            KafkaSource::new("127.0.0.1:1")
+                .assign(&[("clicks", 0)])
+                .from_json("value", click_fields()),
+        )
+        .write_stream()
+        .checkpoint_location(chk.to_str().unwrap())
+        .sink(KafkaSink::new("127.0.0.1:1").topic("out").json_values())
+        .scale_out("g")
+        .start());
+    assert!(e.contains("use subscribe instead of assign"), "{e}");
+    assert!(!chk.exists(), "nothing written to the checkpoint");
+}

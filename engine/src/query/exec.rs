@@ -81,6 +81,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         sink,
         late_sink,
         watermark_share,
+        ..
     } = w;
     let session = stream.session.clone();
     let conf = session.conf().clone();
@@ -536,20 +537,20 @@ impl Runner {
                     latest.push(s.latest_offset(c.as_ref())?);
                 }
                 durations.insert("latestOffset".into(), t.elapsed().as_millis() as i64);
+                let has_data = latest
+                    .iter()
+                    .zip(&self.committed)
+                    .any(|(l, c)| l.is_some() && l != c);
                 if let Some(share) = &self.watermark_share {
-                    // Scale-out: the watermark is the whole source's.
-                    let global = share.exchange(&self.op_wms);
-                    shared_watermark::merge(&mut self.op_wms, &global);
+                    // Scale-out: the whole source's watermark, once caught up.
+                    let shared = share.exchange(&self.op_wms, !has_data);
+                    shared_watermark::merge(&mut self.op_wms, &shared);
                     if let Some(w) =
                         shared_watermark::choose(self.plan.conf.watermark_policy, &self.op_wms)
                     {
                         self.next_wm = self.next_wm.max(w);
                     }
                 }
-                let has_data = latest
-                    .iter()
-                    .zip(&self.committed)
-                    .any(|(l, c)| l.is_some() && l != c);
                 let wm_moved = self.current_wm.is_none_or(|c| self.next_wm > c);
                 let no_data = !has_data
                     && self.plan.conf.no_data_batches

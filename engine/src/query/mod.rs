@@ -10,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub(crate) use shared_watermark::merge as merge_watermarks;
 pub use shared_watermark::WatermarkShare;
 pub use trigger::Trigger;
 

@@ -1,18 +1,25 @@
 //! The watermark across processes (scale-out): a task of a query spread
-//! over many processes sees only its own partitions' event times, while
+//! over many processes sees only its own partition's event times, while
 //! Spark's watermark is the maximum over the whole source. Before planning a
-//! batch the task publishes its watermark operators' watermarks and reads
-//! the largest each operator has reached in any task; the batch runs with
-//! those (logged in `offsets/N`, so a re-run uses the same).
+//! batch each task publishes its watermark operators' watermarks; a task
+//! that has caught up with its input (no rows pending) takes the largest
+//! any task has published, so its windows close as the whole source's time
+//! moves, as they would in one process. A task with rows pending keeps its
+//! own: its backlog is judged against its own partition's time, never
+//! against other partitions that ran ahead (Spark, reading all partitions
+//! in each batch, would not have been ahead either). The batch's watermark
+//! is logged in `offsets/N`, so a re-run after a crash uses the same.
 
 use weir_plan::WatermarkPolicy;
 
 /// Exchanges watermark operators' watermarks between the tasks of a query.
 pub trait WatermarkShare: Send + Sync {
     /// Publishes this task's watermark per watermark operator (ms; `None`:
-    /// not seen data yet) and returns, per operator, the largest any task of
-    /// the query has published (this one's included).
-    fn exchange(&self, local: &[Option<i64>]) -> Vec<Option<i64>>;
+    /// not seen data yet). `caught_up`: the task has no rows pending. Returns
+    /// the watermarks the task's next batch may use: for a caught-up task,
+    /// per operator, the largest any task of the query has published (this
+    /// one's included); otherwise its own.
+    fn exchange(&self, local: &[Option<i64>], caught_up: bool) -> Vec<Option<i64>>;
 }
 
 /// Folds the other tasks' watermarks into this task's, per operator: an

@@ -202,6 +202,16 @@ pub fn show_string(
 }
 
 impl Sink for ConsoleSink {
+    fn for_task(&self, _task: &str) -> Result<super::BoxSink> {
+        // Each task prints its own batches in this process.
+        Ok(Box::new(ConsoleSink {
+            truncate: self.truncate,
+            num_rows: self.num_rows,
+            out: self.out.clone(),
+            schema: None,
+        }))
+    }
+
     fn kind(&self) -> weir_plan::SinkKind {
         weir_plan::SinkKind::Console
     }

@@ -91,7 +91,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientConfig, Offset as KafkaOffset, TopicPartitionList};
 
-use super::{Sink, SinkContext};
+use super::{BoxSink, Sink, SinkContext};
 use crate::error::{Result, WeirError};
 use crate::failpoint::failpoint;
 use crate::source::kafka::retry::retry_transient_within;
@@ -842,6 +842,28 @@ fn headers(list: &dyn Array) -> OwnedHeaders {
 }
 
 impl Sink for KafkaSink {
+    fn for_task(&self, task: &str) -> Result<BoxSink> {
+        // One transactional producer per task (Kafka Streams' exactly-once
+        // v2): the task's query id names it, so the task's next owner
+        // fences the last one; a configured id gets the task appended.
+        Ok(Box::new(KafkaSink {
+            bootstrap: self.bootstrap.clone(),
+            topic: self.topic.clone(),
+            guarantee: self.guarantee,
+            transactional_id: self
+                .transactional_id
+                .as_ref()
+                .map(|t| format!("{t}-{task}")),
+            marker_topic: self.marker_topic.clone(),
+            json_values: self.json_values,
+            key_columns: self.key_columns.clone(),
+            kafka_conf: self.kafka_conf.clone(),
+            timeout: self.timeout,
+            option_error: self.option_error.clone(),
+            rt: None,
+        }))
+    }
+
     fn description(&self) -> String {
         let mode = match self.guarantee {
             DeliveryGuarantee::ExactlyOnce => "exactly-once",

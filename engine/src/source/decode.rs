@@ -516,6 +516,40 @@ impl Source for Decode {
         self.inner_mut().commit(end)
     }
 
+    fn shared_input(&self) -> Result<super::SharedInput> {
+        self.inner
+            .lock()
+            .map(|s| s.shared_input())
+            .unwrap_or_else(|e| e.into_inner().shared_input())
+    }
+
+    fn for_partitions(&self, partitions: &[(String, i32)]) -> Result<BoxSource> {
+        if let Some(e) = &self.error {
+            return Err(self.err(e.clone()));
+        }
+        let inner = self
+            .inner
+            .lock()
+            .map(|s| s.for_partitions(partitions))
+            .unwrap_or_else(|e| e.into_inner().for_partitions(partitions))?;
+        // The same decoding, a new counter: each task reports its own.
+        let mut d = Decode {
+            inner: std::sync::Mutex::new(inner),
+            column: self.column.clone(),
+            format: self.format,
+            parse_schema: self.parse_schema.clone(),
+            keep: self.keep.clone(),
+            mode: self.mode,
+            corrupt_column: self.corrupt_column.clone(),
+            schema: self.schema.clone(),
+            error: None,
+            malformed_batch: 0,
+            malformed_total: Arc::new(AtomicU64::new(0)),
+        };
+        d.rebuild();
+        Ok(Box::new(d))
+    }
+
     fn prepare_for_available_now(&mut self) -> Result<()> {
         self.inner_mut().prepare_for_available_now()
     }

@@ -103,7 +103,7 @@ pub use offsets::{PartitionOffsets, TopicPartition};
 pub use rdkafka;
 pub use rows::{headers_type, kafka_schema};
 
-use super::{Offset, Source, SourceContext, SourceStorage};
+use super::{BoxSource, Offset, Source, SourceContext, SourceStorage};
 use crate::error::{Result, WeirError};
 use crate::storage::Created;
 
@@ -393,6 +393,44 @@ impl KafkaSource {
         self.metrics.lost_total
     }
 
+    /// The same configuration reading exactly `partitions` (one scale-out
+    /// task's share); starting offsets given per partition keep those of
+    /// `partitions`.
+    fn for_task(&self, partitions: &[(String, i32)]) -> KafkaSource {
+        let keep = |m: &PartitionOffsets| -> PartitionOffsets {
+            m.iter()
+                .filter(|(tp, _)| partitions.contains(tp))
+                .map(|(tp, o)| (tp.clone(), *o))
+                .collect()
+        };
+        let mut tps = partitions.to_vec();
+        tps.sort();
+        tps.dedup();
+        KafkaSource {
+            bootstrap: self.bootstrap.clone(),
+            strategy: Some(Strategy::Assign(tps)),
+            starting: match &self.starting {
+                StartingOffsets::Offsets(m) => StartingOffsets::Offsets(keep(m)),
+                StartingOffsets::ByTimestamp(m) => StartingOffsets::ByTimestamp(keep(m)),
+                other => other.clone(),
+            },
+            starting_timestamp: self.starting_timestamp,
+            starting_by_timestamp: self.starting_by_timestamp.as_ref().map(keep),
+            by_timestamp_latest: self.by_timestamp_latest,
+            max_offsets: self.max_offsets,
+            min_partitions: self.min_partitions,
+            fail_on_data_loss: self.fail_on_data_loss,
+            include_headers: self.include_headers,
+            group_id: self.group_id.clone(),
+            group_prefix: self.group_prefix.clone(),
+            kafka_conf: self.kafka_conf.clone(),
+            poll_timeout: self.poll_timeout,
+            option_error: self.option_error.clone(),
+            rt: None,
+            metrics: Metrics::default(),
+        }
+    }
+
     fn fail(&mut self, message: String) {
         self.option_error.get_or_insert(message);
     }
@@ -607,6 +645,37 @@ impl KafkaSource {
 }
 
 impl Source for KafkaSource {
+    fn shared_input(&self) -> Result<super::SharedInput> {
+        if let Some(e) = &self.option_error {
+            return Err(self.err(e.clone()));
+        }
+        let bootstrap = match &self.bootstrap {
+            Some(b) if !b.trim().is_empty() => b.clone(),
+            _ => return Err(self.err("kafka.bootstrap.servers is required")),
+        };
+        match &self.strategy {
+            Some(Strategy::Subscribe(topics)) => Ok(super::SharedInput {
+                bootstrap,
+                topics: topics.clone(),
+                kafka_conf: self.kafka_conf.clone(),
+            }),
+            Some(Strategy::Pattern(..)) => Err(self.err(
+                "scale-out divides the partitions of named topics among processes: use subscribe with the topics' names instead of subscribePattern",
+            )),
+            Some(Strategy::Assign(_)) => Err(self.err(
+                "scale-out lets the consumer group assign partitions to processes: use subscribe instead of assign",
+            )),
+            None => Err(self.err(
+                "choose the topics: one of subscribe, subscribePattern or assign (Spark's rule)",
+            )),
+        }
+    }
+
+    fn for_partitions(&self, partitions: &[(String, i32)]) -> Result<BoxSource> {
+        self.shared_input()?;
+        Ok(Box::new(self.for_task(partitions)))
+    }
+
     fn schema(&self) -> SchemaRef {
         kafka_schema(self.include_headers)
     }

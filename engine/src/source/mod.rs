@@ -67,6 +67,19 @@ impl SourceStorage {
     }
 }
 
+/// The Kafka input the processes of a scale-out query divide among
+/// themselves (what [`Source::shared_input`] reports).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedInput {
+    /// The cluster (`host:port,...`).
+    pub bootstrap: String,
+    /// The topics read.
+    pub topics: Vec<String>,
+    /// The source's `kafka.*` client settings (security, timeouts), for the
+    /// group's own clients.
+    pub kafka_conf: BTreeMap<String, String>,
+}
+
 /// A streaming source.
 pub trait Source: Send {
     /// The schema of the rows.
@@ -119,6 +132,25 @@ pub trait Source: Send {
     }
     /// The query is stopping.
     fn stop(&mut self) {}
+    /// Scale-out: the Kafka topics whose partitions the processes of a
+    /// group divide among themselves. The default: this source cannot be
+    /// divided, with the reason.
+    fn shared_input(&self) -> Result<SharedInput> {
+        Err(crate::error::WeirError::Config(format!(
+            "scale-out divides a Kafka source's partitions among processes; {} cannot be divided: read the input from Kafka (subscribe), or run the query in one process",
+            self.description()
+        )))
+    }
+    /// Scale-out: a copy of this source, not yet opened, reading only
+    /// `partitions` (topic, partition): one task's share of
+    /// [`Source::shared_input`].
+    fn for_partitions(&self, _partitions: &[(String, i32)]) -> Result<BoxSource> {
+        self.shared_input()?;
+        Err(crate::error::WeirError::Config(format!(
+            "{} cannot be divided among the tasks of a scale-out query",
+            self.description()
+        )))
+    }
 }
 
 /// A boxed source, as the builder takes it.

@@ -1,0 +1,470 @@
+//! Beyond one machine: one query over many processes, coordinated by Kafka
+//! the way Kafka Streams is — no cluster manager of weir's own.
+//!
+//! Start the same query in several processes with the same group
+//! ([`StreamWriter::scale_out`](crate::dataset::StreamWriter::scale_out))
+//! and the same checkpoint location (an `s3://` prefix when the processes
+//! run on several machines). The processes join a Kafka consumer group of
+//! that name; the broker assigns the input topic's partitions among them
+//! (cooperative-sticky). Each assigned partition is a *task*: an ordinary
+//! micro-batch query reading only that partition, with its own offsets log,
+//! commit log and state under `<checkpoint>/tasks/<topic>-<partition>/`, and
+//! its own exactly-once sink (the Kafka sink's transactional id is the
+//! task's). When a partition moves, its task stops in the old owner (the
+//! running batch finishes first) and starts in the new one, which restores
+//! its state from the checkpoint and resumes from its logged offsets; a
+//! process killed outright loses its partitions at the group's session
+//! timeout, and the new owner re-runs an uncommitted batch exactly as a
+//! restarted query does (its Kafka transaction fences the dead owner's).
+//!
+//! The watermark is the whole source's (see `watermarks.rs`). A stateful
+//! operator's rows must all reach one task: the query must group (or
+//! deduplicate) by the Kafka message `key` the input is partitioned by;
+//! other keys need a repartition topic, which scale-out does not build yet
+//! and refuses at `start()`.
+
+mod group;
+mod watermarks;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use weir_plan::{GroupKey, Op, StreamPlan};
+
+use crate::checkpoint::Checkpoint;
+use crate::dataset::{DataStream, StreamWriter};
+use crate::error::{Result, WeirError};
+use crate::progress::{QueryStatus, StreamingQueryProgress};
+use crate::query::{QueryShared, QueryState, StreamingQuery, Trigger};
+use crate::session::Session;
+use crate::sink::BoxSink;
+use crate::source::BoxSource;
+use crate::table::StaticTable;
+use group::{GroupMember, Membership, Partition};
+use watermarks::WatermarkHub;
+
+pub use watermarks::topic_name as watermark_topic;
+
+/// How a scale-out query runs in this process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScaleOut {
+    /// The consumer group (the same in every process of the query).
+    pub group: String,
+    /// Kafka's static membership (`group.instance.id`): a process restarted
+    /// with the same id within the session timeout gets its partitions back
+    /// without a rebalance. Unique per process.
+    pub instance_id: Option<String>,
+}
+
+/// A task's name: its input partition.
+fn task_name((topic, partition): &Partition) -> String {
+    format!("{topic}-{partition}")
+}
+
+/// The parts each task is built from.
+struct Template {
+    session: Session,
+    plan: StreamPlan,
+    source_name: String,
+    source: BoxSource,
+    statics: BTreeMap<String, StaticTable>,
+    mode: weir_plan::OutputMode,
+    trigger: Trigger,
+    name: Option<String>,
+    checkpoint: String,
+    sink: BoxSink,
+    late_sink: Option<BoxSink>,
+    hub: Arc<WatermarkHub>,
+}
+
+impl Template {
+    /// Starts the task reading `partition`.
+    fn start(&self, partition: &Partition) -> Result<StreamingQuery> {
+        let task = task_name(partition);
+        let mut sources = BTreeMap::new();
+        sources.insert(
+            self.source_name.clone(),
+            self.source
+                .for_partitions(std::slice::from_ref(partition))?,
+        );
+        let writer = StreamWriter {
+            stream: DataStream {
+                session: self.session.clone(),
+                plan: self.plan.clone(),
+                sources,
+                statics: self.statics.clone(),
+            },
+            mode: self.mode,
+            trigger: self.trigger,
+            name: Some(format!(
+                "{}[{task}]",
+                self.name.as_deref().unwrap_or("scale-out")
+            )),
+            checkpoint: Some(format!(
+                "{}/tasks/{task}",
+                self.checkpoint.trim_end_matches('/')
+            )),
+            sink: Some(self.sink.for_task(&task)?),
+            late_sink: match &self.late_sink {
+                Some(l) => Some(l.for_task(&task)?),
+                None => None,
+            },
+            watermark_share: Some(self.hub.for_task(&task)),
+            scale_out: None,
+        };
+        crate::query::start(writer)
+    }
+}
+
+/// A running task.
+struct Task {
+    query: StreamingQuery,
+    /// The last batch whose progress was forwarded.
+    seen: i64,
+}
+
+/// The tasks this process owns, shared by the coordinator's loop and the
+/// group's rebalance callbacks.
+#[derive(Default)]
+struct Tasks {
+    running: Mutex<BTreeMap<Partition, Task>>,
+    /// Assigned, not started yet (the loop starts them).
+    to_start: Mutex<Vec<Partition>>,
+}
+
+impl Membership for Tasks {
+    fn revoked(&self, partitions: &[Partition]) {
+        let stopping: Vec<(Partition, Task)> = {
+            let mut running = self.running.lock().unwrap();
+            partitions
+                .iter()
+                .filter_map(|p| running.remove(p).map(|t| (p.clone(), t)))
+                .collect()
+        };
+        self.to_start
+            .lock()
+            .unwrap()
+            .retain(|p| !partitions.contains(p));
+        for (p, t) in stopping {
+            tracing::info!(
+                "scale-out: partition {} revoked; stopping its task",
+                task_name(&p)
+            );
+            let _ = t.query.stop();
+        }
+    }
+
+    fn assigned(&self, partitions: &[Partition]) {
+        self.to_start
+            .lock()
+            .unwrap()
+            .extend(partitions.iter().cloned());
+    }
+}
+
+/// Starts `writer` as this process's share of a scale-out query.
+pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<StreamingQuery> {
+    let checkpoint = writer.checkpoint.take().ok_or_else(|| {
+        WeirError::Config("a scale-out query needs a checkpoint location every process of the group reaches (an s3:// prefix when they run on several machines): call .checkpoint_location(...)".into())
+    })?;
+    if matches!(writer.trigger, Trigger::Once | Trigger::AvailableNow) {
+        return Err(WeirError::Config(
+            "a scale-out query runs until stopped: its partitions move between processes, so `once` and `available_now` have no end to reach; use the default or a processing-time trigger".into(),
+        ));
+    }
+    let sink = writer
+        .sink
+        .take()
+        .ok_or_else(|| WeirError::Config("no sink: call .sink(...) before start()".into()))?;
+    let StreamWriter {
+        stream,
+        mode,
+        trigger,
+        name,
+        late_sink,
+        ..
+    } = writer;
+    let DataStream {
+        session,
+        plan,
+        sources,
+        statics,
+    } = stream;
+    if sources.len() != 1 {
+        return Err(WeirError::Config(format!(
+            "a scale-out query reads one Kafka source; this one reads {} sources (a stream-stream join needs both inputs in one task): run it in one process",
+            sources.len()
+        )));
+    }
+    let (source_name, source) = sources.into_iter().next().expect("one source");
+    let input = source.shared_input()?;
+    check_keys(&plan)?;
+    // Every sink of the query must keep its promise per task: refused
+    // before anything is written.
+    sink.for_task("check")?;
+    if let Some(l) = &late_sink {
+        l.for_task("check")?;
+    }
+    // The query's id, shared by every process (the first creates it).
+    let conf = session.conf().clone();
+    let mut full = plan.clone();
+    full.output_mode = mode;
+    full.conf.no_data_batches = conf.no_data_batches;
+    full.conf.watermark_policy = conf.watermark_policy;
+    let chk = Checkpoint::open_location(&checkpoint, &conf.s3, conf.fsync_checkpoint)?;
+    let meta = chk.load_or_init_metadata(&full, conf.shuffle_partitions)?;
+    let hub = Arc::new(WatermarkHub::start(&input, &scale.group, &meta.id)?);
+    let template = Template {
+        session: session.clone(),
+        plan,
+        source_name,
+        source,
+        statics,
+        mode,
+        trigger,
+        name: name.clone(),
+        checkpoint,
+        sink,
+        late_sink,
+        hub: hub.clone(),
+    };
+    let tasks = Arc::new(Tasks::default());
+    let member = GroupMember::join(
+        &input,
+        &scale.group,
+        scale.instance_id.as_deref(),
+        tasks.clone(),
+    )?;
+    let shared = Arc::new(QueryShared {
+        id: meta.id.clone(),
+        run_id: uuid::Uuid::new_v4().to_string(),
+        name: name.clone(),
+        explain: format!(
+            "== Scale-out query ==\nGroup: {}\nInput: {} at {}\nTasks: one per input partition, under {}/tasks/\n",
+            scale.group,
+            input.topics.join(", "),
+            input.bootstrap,
+            template.checkpoint.trim_end_matches('/')
+        ),
+        state: Mutex::new(QueryState {
+            status: QueryStatus {
+                message: format!("Joining consumer group {}", scale.group),
+                is_data_available: false,
+                is_trigger_active: false,
+            },
+            progress: VecDeque::new(),
+            active: true,
+            error: None,
+            idle_epoch: 0,
+        }),
+        cond: Condvar::new(),
+        stop: AtomicBool::new(false),
+        request_epoch: AtomicU64::new(0),
+        thread: Mutex::new(None),
+    });
+    let coordinator = Coordinator {
+        shared: shared.clone(),
+        session: session.clone(),
+        template,
+        tasks,
+        member,
+        hub,
+    };
+    let handle = std::thread::Builder::new()
+        .name(format!("weir-scale-out-{}", scale.group))
+        .spawn(move || coordinator.run())
+        .map_err(|e| WeirError::Config(format!("cannot start the query thread: {e}")))?;
+    *shared.thread.lock().unwrap() = Some(handle);
+    let q = StreamingQuery { shared };
+    session.inner.queries.lock().unwrap().push(q.clone());
+    Ok(q)
+}
+
+/// A stateful operator's rows must all reach one task: its key must
+/// include the Kafka message key the input is partitioned by (Kafka's
+/// default partitioner puts one key in one partition).
+fn check_keys(plan: &StreamPlan) -> Result<()> {
+    for node in &plan.nodes {
+        for op in &node.ops {
+            let keyed_by_message_key = match op {
+                Op::Aggregate { keys, .. } => keys
+                    .iter()
+                    .any(|k| matches!(k, GroupKey::Column { column } if column == "key")),
+                Op::Filter { .. }
+                | Op::Select { .. }
+                | Op::WithColumn { .. }
+                | Op::Watermark { .. } => true,
+                other => {
+                    return Err(WeirError::Config(format!(
+                        "scale-out runs `{}` in one task per input partition, which needs the rows of one key in one partition; weir does not build repartition topics yet: run this query in one process",
+                        other.name()
+                    )))
+                }
+            };
+            if !keyed_by_message_key {
+                return Err(WeirError::Config(
+                    "scale-out runs an aggregation in one task per input partition: its group-by keys must include the Kafka message `key` (the input's partitioning), so every row of a group reaches the same task; grouping by other columns needs a repartition topic, which weir does not build yet: add `key` to the keys or run this query in one process".into(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The process's side of the query: keeps the group membership, starts and
+/// stops tasks, forwards their progress and commits their offsets to the
+/// group.
+struct Coordinator {
+    shared: Arc<QueryShared>,
+    session: Session,
+    template: Template,
+    tasks: Arc<Tasks>,
+    member: GroupMember,
+    hub: Arc<WatermarkHub>,
+}
+
+impl Coordinator {
+    fn run(self) {
+        let result = self.run_loop();
+        // Leaving the group revokes (stops) every task.
+        self.member.leave();
+        let left: Vec<Task> = std::mem::take(&mut *self.tasks.running.lock().unwrap())
+            .into_values()
+            .collect();
+        for t in left {
+            let _ = t.query.stop();
+        }
+        self.hub.close();
+        let error = match result {
+            Ok(()) | Err(WeirError::Stopped) => None,
+            Err(e) => {
+                tracing::error!(query = %self.shared.id, "scale-out query failed: {e}");
+                Some(Arc::new(e))
+            }
+        };
+        {
+            let mut st = self.shared.state.lock().unwrap();
+            st.active = false;
+            st.error = error;
+            st.status = QueryStatus {
+                message: "Stopped".into(),
+                is_data_available: false,
+                is_trigger_active: false,
+            };
+        }
+        self.shared.cond.notify_all();
+        self.session.notify_terminated();
+    }
+
+    fn run_loop(&self) -> Result<()> {
+        while !self.shared.stop.load(Ordering::SeqCst) {
+            self.member.poll(Duration::from_millis(100));
+            let to_start: Vec<Partition> =
+                std::mem::take(&mut *self.tasks.to_start.lock().unwrap());
+            for p in to_start {
+                tracing::info!(
+                    "scale-out: partition {} assigned; starting its task",
+                    task_name(&p)
+                );
+                let query = self.template.start(&p)?;
+                self.tasks
+                    .running
+                    .lock()
+                    .unwrap()
+                    .insert(p, Task { query, seen: -1 });
+            }
+            self.follow_tasks()?;
+            self.serve_process_all_available()?;
+        }
+        Ok(())
+    }
+
+    /// Forwards new task progress, commits the tasks' offsets to the group,
+    /// and fails when a task failed.
+    fn follow_tasks(&self) -> Result<()> {
+        let mut commits = Vec::new();
+        let mut forwarded = Vec::new();
+        let names: Vec<String>;
+        {
+            let mut running = self.tasks.running.lock().unwrap();
+            for (p, t) in running.iter_mut() {
+                if let Some(e) = t.query.exception() {
+                    return Err(WeirError::Config(format!(
+                        "task {} failed: {e}",
+                        task_name(p)
+                    )));
+                }
+                for prog in t.query.recent_progress() {
+                    if prog.batch_id > t.seen {
+                        t.seen = prog.batch_id;
+                        if let Some(o) = next_offset(&prog, p) {
+                            commits.push((p.clone(), o));
+                        }
+                        forwarded.push(prog);
+                    }
+                }
+            }
+            names = running.keys().map(task_name).collect();
+        }
+        self.member.commit(&commits);
+        let keep = self.session.conf().num_recent_progress_updates.max(1);
+        let mut st = self.shared.state.lock().unwrap();
+        for p in forwarded {
+            st.progress.push_back(p);
+        }
+        while st.progress.len() > keep {
+            st.progress.pop_front();
+        }
+        st.status = QueryStatus {
+            message: if names.is_empty() {
+                "Waiting for the group to assign partitions".into()
+            } else {
+                format!("Running tasks [{}]", names.join(", "))
+            },
+            is_data_available: false,
+            is_trigger_active: !names.is_empty(),
+        };
+        Ok(())
+    }
+
+    /// `process_all_available` on the query: every task of this process
+    /// processes what is available.
+    fn serve_process_all_available(&self) -> Result<()> {
+        let epoch = self.shared.request_epoch.load(Ordering::SeqCst);
+        if self.shared.state.lock().unwrap().idle_epoch >= epoch {
+            return Ok(());
+        }
+        let queries: Vec<StreamingQuery> = self
+            .tasks
+            .running
+            .lock()
+            .unwrap()
+            .values()
+            .map(|t| t.query.clone())
+            .collect();
+        for q in queries {
+            match q.process_all_available() {
+                Ok(()) | Err(WeirError::Stopped) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut st = self.shared.state.lock().unwrap();
+        st.idle_epoch = st.idle_epoch.max(epoch);
+        self.shared.cond.notify_all();
+        Ok(())
+    }
+}
+
+/// The next offset a task will read, from its progress (Spark's offsets
+/// JSON, `{"topic": {"partition": offset}}`).
+fn next_offset(p: &StreamingQueryProgress, (topic, partition): &Partition) -> Option<i64> {
+    p.sources
+        .first()?
+        .end_offset
+        .as_ref()?
+        .get(topic)?
+        .get(partition.to_string())?
+        .as_i64()
+}
