@@ -253,6 +253,91 @@ fn metrics_show_each_querys_last_progress() {
     );
 }
 
+/// The state operator's custom metrics (its next window close, its late
+/// rows sent aside) and the source's watermark metrics are series too,
+/// equal to the last progress.
+#[test]
+fn metrics_show_what_holds_output_back_and_the_late_rows_sent_aside() {
+    let session = crate::common::session();
+    let ui = UiServer::start(&session, "127.0.0.1:0").unwrap();
+    let stream = MemoryStream::new(&fields());
+    let q = session
+        .read_stream(stream.clone())
+        .with_watermark("ts", "10 seconds")
+        .group_by(vec![window("ts", "10 seconds"), col("key")])
+        .agg(vec![count_star("n")])
+        .write_stream()
+        .output_mode(OutputMode::Append)
+        .query_name("held")
+        .sink(MemorySink::new(""))
+        .late_rows_to(MemorySink::new(""))
+        .start()
+        .unwrap();
+    stream
+        .add_json(&[
+            ev("2024-01-01T12:00:01Z", "a"),
+            ev("2024-01-01T12:00:35Z", "b"),
+        ])
+        .unwrap();
+    q.process_all_available().unwrap();
+    // Behind the 12:00:25 watermark: aside.
+    stream
+        .add_json(&[
+            ev("2024-01-01T12:00:03Z", "a"),
+            ev("2024-01-01T12:00:30Z", "c"),
+        ])
+        .unwrap();
+    q.process_all_available().unwrap();
+    let p = q.last_progress().unwrap();
+    let m = parse_exposition(&request(ui.addr(), "GET", "/metrics", &[]).1);
+    let ql = [("name", "held"), ("id", q.id()), ("run_id", q.run_id())];
+    let get = |name: &str, extra: &[(&str, &str)]| {
+        let mut want = ql.to_vec();
+        want.extend_from_slice(extra);
+        value(&m, name, &want).unwrap_or_else(|| panic!("no {name} {extra:?}"))
+    };
+    let op = &p.state_operators[0];
+    let custom = |metric: &str| {
+        get(
+            "weir_state_custom_metric",
+            &[
+                ("operator", "0"),
+                ("operator_name", "stateStoreSave"),
+                ("metric", metric),
+            ],
+        )
+    };
+    assert_eq!(op.custom_metrics["numLateRowsToSideOutput"], 1);
+    assert_eq!(custom("numLateRowsToSideOutput"), 1.0);
+    // The open window [12:00:30, 12:00:40) closes when the watermark reaches 12:00:40.
+    let close = iso_ms("2024-01-01T12:00:40Z");
+    assert_eq!(op.custom_metrics["nextEvictionTimeMs"], close);
+    assert_eq!(custom("nextEvictionTimeMs"), close as f64);
+    assert_eq!(
+        custom("nextEvictionWindowStartMs"),
+        iso_ms("2024-01-01T12:00:30Z") as f64
+    );
+    let src = &p.sources[0];
+    let source = |metric: &str| {
+        get(
+            "weir_source_metric",
+            &[
+                ("source", src.description.as_str()),
+                ("source_index", "0"),
+                ("metric", metric),
+            ],
+        )
+    };
+    let max = iso_ms("2024-01-01T12:00:35Z");
+    assert_eq!(src.metrics["maxEventTimeMs"], max.to_string());
+    assert_eq!(source("maxEventTimeMs"), max as f64);
+    assert_eq!(source("watermarkMs"), (max - 10_000) as f64);
+    assert_eq!(source("watermarkDelayMs"), 10_000.0);
+    assert_eq!(source("holdsWatermark"), 1.0);
+    assert_eq!(src.metrics["watermarkColumn"], "ts");
+    q.stop().unwrap();
+}
+
 #[test]
 fn metrics_answer_only_requests_that_name_the_server() {
     let session = Session::new();

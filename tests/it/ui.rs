@@ -384,6 +384,12 @@ fn the_streaming_page_draws_charts_the_batch_table_and_a_batch_in_chromium() {
         let part = section(charts, &format!("data-chart=\"{c}\""), "data-chart=");
         assert_eq!(part.matches("class=\"pt\"").count(), n, "{c}: {part}");
     }
+    // No late-rows side output: no chart of it; update mode: no "why" panel.
+    assert!(
+        !charts.contains("Late Rows Routed To Side Output"),
+        "{charts}"
+    );
+    assert_eq!(section(&dom, "<div id=\"why\">", "</div>"), "", "{dom}");
     // The batch table, newest first, and the batch opened by the URL.
     let table = section(&dom, "id=\"batches\"", "</table>");
     assert_eq!(table.matches("class=\"pick batch").count(), n, "{table}");
@@ -408,4 +414,107 @@ fn the_streaming_page_draws_charts_the_batch_table_and_a_batch_in_chromium() {
         failed.contains("broken") && failed.contains("the sink said no"),
         "{failed}"
     );
+}
+
+#[test]
+fn the_streaming_page_says_why_no_output_yet_and_charts_late_rows_in_chromium() {
+    use weir::functions::{col, count_star, window};
+    let session = Session::new();
+    let ui = UiServer::start(&session, "127.0.0.1:0").unwrap();
+    let stream = MemoryStream::new(&crate::common::fields());
+    let late = MemorySink::new("");
+    let late_table = late.table();
+    let q = session
+        .read_stream(stream.clone())
+        .with_watermark("ts", "2 minutes")
+        .group_by(vec![window("ts", "5 minutes"), col("key")])
+        .agg(vec![count_star("n")])
+        .write_stream()
+        .output_mode(weir::plan::OutputMode::Append)
+        .query_name("held")
+        .sink(MemorySink::new(""))
+        .late_rows_to(late)
+        .start()
+        .unwrap();
+    let ev =
+        |ts: &str, key: &str| json!({"ts": format!("2024-01-01T{ts}Z"), "key": key, "value": 1});
+    // Max event time 10:04: the watermark becomes 10:02 (a no-data batch
+    // runs with it), window [10:00, 10:05) stays open.
+    stream
+        .add_json(&[ev("10:01:00", "a"), ev("10:04:00", "b")])
+        .unwrap();
+    q.process_all_available().unwrap();
+    // A row behind the watermark (its window ended 09:55) goes aside; an
+    // on-time one leaves the watermark where it is.
+    stream
+        .add_json(&[ev("09:50:00", "late"), ev("10:03:00", "a")])
+        .unwrap();
+    q.process_all_available().unwrap();
+    let ps = q.recent_progress();
+    let n = ps.len();
+    let last = ps.last().unwrap();
+    assert_eq!(
+        last.event_time["watermark"], "2024-01-01T10:02:00.000Z",
+        "the test's premise"
+    );
+    assert_eq!(
+        late_table
+            .batches()
+            .iter()
+            .flat_map(|(_, b)| b.iter().map(|b| b.num_rows()))
+            .sum::<usize>(),
+        1
+    );
+    assert_eq!(
+        last.state_operators[0].custom_metrics["numLateRowsToSideOutput"],
+        1
+    );
+    assert_eq!(last.state_operators[0].num_rows_dropped_by_watermark, 1);
+
+    let dom = rendered_dom(&format!(
+        "http://localhost:{}/StreamingQuery/#q={}",
+        ui.addr().port(),
+        q.run_id()
+    ));
+    q.stop().unwrap();
+    let why = section(&dom, "id=\"why\"", "id=\"charts\"");
+    assert!(why.contains("Why no output yet?"), "{why}");
+    let next = section(why, "id=\"why-next\">", "</p>");
+    assert_eq!(
+        next,
+        "Window [2024-01-01 10:00:00, 2024-01-01 10:05:00) closes when the watermark reaches \
+         2024-01-01 10:05:00; the watermark is 2024-01-01 10:02:00, held by source MemoryStream \
+         (column ts, max event time 2024-01-01 10:04:00, delay 2 min)."
+    );
+    assert!(
+        !why.contains("id=\"why-then\""),
+        "the watermark will not move: {why}"
+    );
+    let sources = section(why, "id=\"why-sources\"", "</table>");
+    assert!(
+        sources.contains("<td>MemoryStream</td><td>ts</td><td>2 min</td><td>2024-01-01 10:04:00</td><td>2024-01-01 10:02:00</td><td>holds the query's watermark</td>"),
+        "{sources}"
+    );
+    // The late rows chart: a point per batch, the late row in the last.
+    let charts = section(&dom, "id=\"charts\"", "Completed batches");
+    let late = section(
+        charts,
+        "data-chart=\"Late Rows Routed To Side Output\"",
+        "data-chart=",
+    );
+    assert_eq!(late.matches("<circle class=\"pt\"").count(), n, "{late}");
+    let label = |p: &weir::StreamingQueryProgress, v: i64| {
+        format!("batch {} · {} · {v} rows", p.batch_id, &p.timestamp[11..19])
+    };
+    assert!(late.contains(&label(last, 1)), "{late}");
+    for p in &ps[..n - 1] {
+        assert!(late.contains(&label(p, 0)), "{late}");
+    }
+    // Next to it, the rows the watermark dropped.
+    let dropped = section(
+        charts,
+        "data-chart=\"Aggregated Number Of Rows Dropped By Watermark\"",
+        "data-chart=",
+    );
+    assert!(dropped.contains(&label(last, 1)), "{dropped}");
 }

@@ -24,9 +24,10 @@
 //! | `weir_state_memory_used_bytes` | `operator`, `operator_name` | `memoryUsedBytes` |
 //! | `weir_state_rows_dropped_by_watermark` | `operator`, `operator_name` | `numRowsDroppedByWatermark` |
 //! | `weir_state_commit_time_ms` | `operator`, `operator_name` | `commitTimeMs` |
+//! | `weir_state_custom_metric` | `operator`, `operator_name`, `metric` | each `customMetrics` entry: `nextEvictionTimeMs` (epoch ms: when the earliest open window closes), `nextEvictionWindowStartMs`, `numLateRowsToSideOutput` (late rows sent to the side output), ... |
 //! | `weir_source_input_rows` | `source`, `source_index` | `sources[i].numInputRows` |
 //! | `weir_source_lag_offsets` | `source`, `source_index` | offsets the source has beyond this batch's end, summed over partitions (Kafka) |
-//! | `weir_source_metric` | `source`, `source_index`, `metric` | each numeric `sources[i].metrics` entry (Kafka: `maxOffsetsBehindLatest`, ...) |
+//! | `weir_source_metric` | `source`, `source_index`, `metric` | each numeric `sources[i].metrics` entry (Kafka: `maxOffsetsBehindLatest`, ...; a watermarked source: `maxEventTimeMs`, `watermarkMs`, `watermarkDelayMs`, `holdsWatermark`) |
 
 use std::sync::Mutex;
 
@@ -40,6 +41,14 @@ use crate::StreamingQuery;
 const QUERY: &[&str] = &["name", "id", "run_id"];
 const OPERATION: &[&str] = &["name", "id", "run_id", "operation"];
 const OPERATOR: &[&str] = &["name", "id", "run_id", "operator", "operator_name"];
+const OPERATOR_METRIC: &[&str] = &[
+    "name",
+    "id",
+    "run_id",
+    "operator",
+    "operator_name",
+    "metric",
+];
 const SOURCE: &[&str] = &["name", "id", "run_id", "source", "source_index"];
 const SOURCE_METRIC: &[&str] = &["name", "id", "run_id", "source", "source_index", "metric"];
 
@@ -69,13 +78,14 @@ struct Gauges {
     state_memory: GaugeVec,
     state_dropped: GaugeVec,
     state_commit_ms: GaugeVec,
+    state_custom: GaugeVec,
     source_rows: GaugeVec,
     source_lag: GaugeVec,
     source_metric: GaugeVec,
 }
 
 impl Gauges {
-    fn all(&self) -> [&GaugeVec; 20] {
+    fn all(&self) -> [&GaugeVec; 21] {
         [
             &self.active,
             &self.failed,
@@ -94,6 +104,7 @@ impl Gauges {
             &self.state_memory,
             &self.state_dropped,
             &self.state_commit_ms,
+            &self.state_custom,
             &self.source_rows,
             &self.source_lag,
             &self.source_metric,
@@ -208,6 +219,11 @@ impl Metrics {
                 "Time to commit the operator's state in the last batch (commitTimeMs).",
                 OPERATOR,
             )?,
+            state_custom: gauge(
+                "weir_state_custom_metric",
+                "The operator's customMetrics, e.g. nextEvictionTimeMs (epoch ms: when its earliest open window closes) and numLateRowsToSideOutput.",
+                OPERATOR_METRIC,
+            )?,
             source_rows: gauge(
                 "weir_source_input_rows",
                 "Rows the last batch read from the source.",
@@ -299,6 +315,10 @@ impl Metrics {
                 op.num_rows_dropped_by_watermark as f64,
             );
             set(&g.state_commit_ms, &l, op.commit_time_ms as f64);
+            for (k, v) in &op.custom_metrics {
+                let l = [q[0], q[1], q[2], &index, &op.operator_name, k];
+                set(&g.state_custom, &l, *v as f64);
+            }
         }
     }
 

@@ -7,9 +7,12 @@
 //! each, for input rate, process rate, input rows, batch duration, the
 //! operation durations (stacked: latestOffset, getBatch, walCommit, addBatch,
 //! commitOffsets, queryPlanning), the global watermark gap and the
-//! aggregated state rows (total, updated), state memory and rows dropped by
-//! the watermark; then the table of recent batches, a row opening that
-//! batch's progress JSON. The selection lives in the URL
+//! aggregated state rows (total, updated), state memory, rows dropped by
+//! the watermark and late rows routed to the side output; "Why no output
+//! yet?" (append mode: the next window due to close, the watermark it
+//! waits for, and the source holding the watermark back, from the
+//! progress fields of [`crate::progress::held`]); then the table of recent
+//! batches, a row opening that batch's progress JSON. The selection lives in the URL
 //! (`#q=<runId>&batch=<id>`). One file, hand-drawn SVG, no external assets.
 //!
 //! - `GET /api/v1/streaming/queries`: every query of the session, with its
@@ -76,7 +79,17 @@ fn query_json(q: &crate::StreamingQuery) -> Value {
         "status": q.status(),
         "exception": q.exception().map(|e| e.to_string()),
         "lastProgress": q.last_progress(),
+        "outputMode": output_mode(q),
     })
+}
+
+/// The query's output mode (`append`, `update` or `complete`), as its
+/// explain text states it (the progress JSON, as Spark's, has none).
+fn output_mode(q: &crate::StreamingQuery) -> Option<String> {
+    q.explain()
+        .lines()
+        .find_map(|l| l.strip_prefix("Output mode: "))
+        .map(|m| m.trim().to_ascii_lowercase())
 }
 
 async fn queries(State(s): State<Session>) -> impl IntoResponse {
