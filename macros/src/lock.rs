@@ -31,7 +31,7 @@ use weir_plan::{Location, Rule, Violation};
 use crate::ast::QueryDecl;
 use crate::check::locate;
 use crate::errors::{with_help, Errors};
-use crate::lower::Lowered;
+use crate::lower::{Lowered, OpSpans};
 
 /// What the build does with lock files (`$WEIR_LOCK`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,6 +259,21 @@ fn apply(
 
 /// The tokens a change points at.
 fn tokens_of(l: &Lowered, c: &Change) -> TokenStream {
+    use weir_plan::state_schema::ChangeKind;
+    // A join's type and condition: the `how:` and `on:` tokens.
+    if let (Some(Location::Op { node, op, .. }), ChangeKind::JoinType | ChangeKind::JoinCondition) =
+        (&c.at, c.kind)
+    {
+        if *node == l.result_node() {
+            if let Some(OpSpans::Join { how, on, .. }) = l.spans.ops.get(*op) {
+                match (c.kind, on) {
+                    (ChangeKind::JoinCondition, Some(on)) => return on.clone(),
+                    (ChangeKind::JoinType, _) => return how.clone(),
+                    _ => {}
+                }
+            }
+        }
+    }
     match &c.at {
         Some(at) => locate(
             l,
@@ -334,7 +349,7 @@ mod tests {
         let new = views(quote!({ views: sum(n), total: sum(n) }));
         assert_eq!(
             diagnose(&old, &new, Mode::Check),
-            ["at `sum (n)`: aggregate `views` changed from count() to sum(n): the state of existing checkpoints stores a count of rows\nhelp: add the new aggregate under a new checkpoint, or keep the old one; or keep the old definition, or run the changed query on a new checkpoint location (its state starts empty), or accept the change and re-lock with `WEIR_LOCK=update cargo build`\nnote: the query's state is locked in weir.lock/views.json"]
+            ["at `sum (n)`: aggregate `views` changed from count() to sum(n): the state of existing checkpoints stores a count of rows\nhelp: keep the old definition, or run the changed query on a new checkpoint location (its state starts empty), or accept the change and re-lock with `WEIR_LOCK=update cargo build`\nnote: the query's state is locked in weir.lock/views.json"]
         );
         assert_eq!(diagnose(&old, &old, Mode::Check), Vec::<String>::new());
     }

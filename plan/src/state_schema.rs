@@ -940,7 +940,7 @@ fn classify_aggregates(o: &StatefulOperator, n: &StatefulOperator, ch: &mut Chan
                     b.call(),
                     stores(a)
                 ),
-                Some("add the new aggregate under a new checkpoint, or keep the old one"),
+                None,
             );
         } else if !types_agree(a.input, b.input) {
             ch.push(

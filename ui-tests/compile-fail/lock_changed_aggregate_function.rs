@@ -1,0 +1,15 @@
+// Refused: an aggregate's function changed (the state stores a count).
+// The query's state is locked in weir.lock/locked_views.json (ui-tests/lock-pass/views_base.rs).
+weir_macros::stream_query! {
+    query LockedViews {
+        source: memory,
+        schema: View { page: String, user: String, ts: Timestamp, n: i64, score: f64 },
+        watermark: ts delay "10 minutes",
+        group_by: [window(ts, "1 minute"), page],
+        aggregate: { views: sum(n), total: sum(n) },
+        output_mode: update,
+        sink: memory,
+    }
+}
+
+fn main() {}
