@@ -338,6 +338,88 @@ fn metrics_show_what_holds_output_back_and_the_late_rows_sent_aside() {
     q.stop().unwrap();
 }
 
+/// With two watermarked sources (a stream-stream join), each source's
+/// progress metrics carry its watermark, and `holdsWatermark` marks the one
+/// the query's watermark waits on: under the default `min` policy first the
+/// source that has seen no row yet, then the one with the lower watermark.
+#[test]
+fn progress_names_the_source_holding_the_watermark_back() {
+    use weir::plan::{DataType, Field, JoinType};
+    let session = crate::common::session();
+    let imps = MemoryStream::new(&[
+        Field::new("imp_id", DataType::Int64),
+        Field::new("imp_ts", DataType::Timestamp),
+    ]);
+    let clicks = MemoryStream::new(&[
+        Field::new("click_id", DataType::Int64),
+        Field::new("click_ts", DataType::Timestamp),
+    ]);
+    let q = session
+        .read_stream(imps.clone())
+        .with_watermark("imp_ts", "10 minutes")
+        .join(
+            session
+                .read_stream(clicks.clone())
+                .with_watermark("click_ts", "2 minutes"),
+            weir::dataset::JoinOn::Expr(
+                "click_id = imp_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '5 minutes'"
+                    .into(),
+            ),
+            JoinType::LeftOuter,
+        )
+        .write_stream()
+        .output_mode(OutputMode::Append)
+        .sink(MemorySink::new(""))
+        .start()
+        .unwrap();
+    // The metrics of the source watermarked on `column`.
+    let of = |p: &weir::StreamingQueryProgress, column: &str| -> BTreeMap<String, String> {
+        let found: Vec<_> = p
+            .sources
+            .iter()
+            .filter(|s| s.metrics.get("watermarkColumn").map(String::as_str) == Some(column))
+            .collect();
+        assert_eq!(found.len(), 1, "{column}: {:?}", p.sources);
+        found[0].metrics.clone()
+    };
+    imps.add_json(&[json!({"imp_id": 1, "imp_ts": "2024-01-01T12:30:00Z"})])
+        .unwrap();
+    q.process_all_available().unwrap();
+    let p = q.last_progress().unwrap();
+    let (i, c) = (of(&p, "imp_ts"), of(&p, "click_ts"));
+    assert_eq!(
+        i["maxEventTimeMs"],
+        iso_ms("2024-01-01T12:30:00Z").to_string()
+    );
+    assert_eq!(i["watermarkMs"], iso_ms("2024-01-01T12:20:00Z").to_string());
+    assert_eq!(i["watermarkDelayMs"], "600000");
+    assert_eq!(i["holdsWatermark"], "0");
+    assert_eq!(c["holdsWatermark"], "1", "no click yet: {c:?}");
+    assert!(!c.contains_key("maxEventTimeMs"), "{c:?}");
+    assert_eq!(c["watermarkDelayMs"], "120000");
+    // Clicks up to 12:27: their watermark 12:25 is above the impressions'.
+    clicks
+        .add_json(&[json!({"click_id": 1, "click_ts": "2024-01-01T12:27:00Z"})])
+        .unwrap();
+    q.process_all_available().unwrap();
+    let p = q.last_progress().unwrap();
+    let (i, c) = (of(&p, "imp_ts"), of(&p, "click_ts"));
+    assert_eq!(
+        c["maxEventTimeMs"],
+        iso_ms("2024-01-01T12:27:00Z").to_string()
+    );
+    assert_eq!(c["watermarkMs"], iso_ms("2024-01-01T12:25:00Z").to_string());
+    assert_eq!(
+        (i["holdsWatermark"].as_str(), c["holdsWatermark"].as_str()),
+        ("1", "0")
+    );
+    assert_eq!(
+        p.event_time["watermark"], "2024-01-01T12:20:00.000Z",
+        "the lower of the two"
+    );
+    q.stop().unwrap();
+}
+
 #[test]
 fn metrics_answer_only_requests_that_name_the_server() {
     let session = Session::new();

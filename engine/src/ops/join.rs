@@ -1439,6 +1439,12 @@ impl JoinOp {
                     continue;
                 };
                 let gone = state.evict(ev.saturating_add(c.saturating_mul(1000)));
+                // The earliest row left goes once the watermark reaches its
+                // time minus the bound.
+                if let Some((&(t, _), _)) = state.by_time.first_key_value() {
+                    po.counts
+                        .note_open(t.saturating_sub(c.saturating_mul(1000)), None);
+                }
                 let outer = if is_left { left_outer } else { right_outer };
                 if !outer {
                     // Spark counts removals of the outer side's state elsewhere (not in numRowsRemoved).
@@ -1924,6 +1930,12 @@ mod tests {
         assert_eq!(l.len(), left.iter().filter(|(_, m)| *m > 5).count());
         assert!(r.is_empty(), "every click is behind the watermark");
         assert_eq!(j.metrics().num_rows_total as usize, l.len());
+        // The earliest left row left (minute 6) goes when the watermark
+        // is 10 minutes and 1 ms past it.
+        assert_eq!(
+            j.metrics().custom_metrics[crate::progress::held::NEXT_EVICTION_TIME_MS],
+            16 * 60_000 + 1
+        );
         // What stays still joins.
         let late_click = j.process(&[], &[rows("r", &[(3, 21)])], wm).unwrap();
         assert_eq!(printed(&late_click).len(), 1, "key 3 at minute 20");
