@@ -248,6 +248,39 @@ fn dump_dom(bin: &str, url: &str, limit: std::time::Duration) -> String {
     String::from_utf8(out).unwrap()
 }
 
+/// A screenshot of the page at `url` into `png` (for notes and reviews:
+/// the tests that take one do so when `WEIR_UI_SCREENSHOTS` names a
+/// directory).
+fn screenshot(url: &str, png: &std::path::Path) {
+    let bin = std::env::var("WEIR_CHROMIUM").unwrap_or_else(|_| "chromium".into());
+    let profile = tempfile::tempdir().unwrap();
+    let mut child = crate::common::TestChild::spawn_group(
+        std::process::Command::new(&bin)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--hide-scrollbars",
+                "--virtual-time-budget=5000",
+                "--window-size=1400,1900",
+                &format!("--user-data-dir={}", profile.path().display()),
+                &format!("--screenshot={}", png.display()),
+                url,
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    )
+    .unwrap_or_else(|e| panic!("cannot run `{bin}` ({e})"));
+    let status = child.wait_within(
+        std::time::Duration::from_secs(60),
+        &format!("`{bin} --headless --screenshot` hung"),
+    );
+    assert!(status.success() && png.exists(), "{bin}: {status}");
+}
+
 #[test]
 #[should_panic(expected = "--dump-dom http://127.0.0.1:9/` hung")]
 fn a_browser_that_hangs_fails_the_test_at_its_deadline() {
@@ -471,11 +504,18 @@ fn the_streaming_page_says_why_no_output_yet_and_charts_late_rows_in_chromium() 
     );
     assert_eq!(last.state_operators[0].num_rows_dropped_by_watermark, 1);
 
-    let dom = rendered_dom(&format!(
+    let url = format!(
         "http://localhost:{}/StreamingQuery/#q={}",
         ui.addr().port(),
         q.run_id()
-    ));
+    );
+    let dom = rendered_dom(&url);
+    if let Ok(dir) = std::env::var("WEIR_UI_SCREENSHOTS") {
+        screenshot(
+            &url,
+            &std::path::Path::new(&dir).join("streaming-why-no-output.png"),
+        );
+    }
     q.stop().unwrap();
     let why = section(&dom, "id=\"why\"", "id=\"charts\"");
     assert!(why.contains("Why no output yet?"), "{why}");
