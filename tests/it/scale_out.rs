@@ -31,8 +31,9 @@ fn click_fields() -> Vec<Field> {
 }
 
 /// Clicks `from..to`, 5 s apart, on pages `p0`..`p11` in turn, each keyed
-/// by its page (so one page's clicks are in one partition).
-fn produce_clicks(topic: &str, from: usize, to: usize) {
+/// by its page (so one page's clicks are in one partition), or by the
+/// click's number (a page's clicks in every partition).
+fn produce_clicks(topic: &str, from: usize, to: usize, by: Keyed) {
     let p: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
         .set("linger.ms", "5")
@@ -44,8 +45,12 @@ fn produce_clicks(topic: &str, from: usize, to: usize) {
             .unwrap()
             .format("%Y-%m-%dT%H:%M:%S%.3fZ");
         let value = format!(r#"{{"page":"{page}","event_ts":"{ts}"}}"#);
+        let key = match by {
+            Keyed::ByPage => page.clone(),
+            Keyed::ByClick => i.to_string(),
+        };
         loop {
-            match p.send(BaseRecord::to(topic).key(&page).payload(&value)) {
+            match p.send(BaseRecord::to(topic).key(&key).payload(&value)) {
                 Ok(()) => break,
                 Err((_, _)) => {
                     p.poll(Duration::from_millis(10));
@@ -67,9 +72,29 @@ fn session() -> Session {
     Session::with_config(conf)
 }
 
-/// The seed's page views (1-minute windows, append mode) keyed by the
-/// message key, to Kafka exactly once; scale-out when `group` is given.
-fn page_views(input: &str, output: &str, chk: &str, group: Option<&str>) -> StreamingQuery {
+/// How the input's messages are keyed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Keyed {
+    /// By page: the query groups by the message key (no repartition).
+    ByPage,
+    /// By click: the query groups by `page` (through a repartition topic).
+    ByClick,
+}
+
+/// The seed's page views (1-minute windows, append mode) to Kafka exactly
+/// once, grouped by the message key (the page) or by the `page` column;
+/// scale-out when `group` is given.
+fn page_views(
+    input: &str,
+    output: &str,
+    chk: &str,
+    group: Option<&str>,
+    by: Keyed,
+) -> StreamingQuery {
+    let page = match by {
+        Keyed::ByPage => "key",
+        Keyed::ByClick => "page",
+    };
     let w = session()
         .read_stream(
             KafkaSource::new(&bootstrap())
@@ -79,7 +104,8 @@ fn page_views(input: &str, output: &str, chk: &str, group: Option<&str>) -> Stre
                 .keep(&["key"]),
         )
         .with_watermark("event_ts", "2 minutes")
-        .group_by(vec![window("event_ts", "1 minute"), col("key")])
+        .filter("page <> ''")
+        .group_by(vec![window("event_ts", "1 minute"), col(page)])
         .agg(vec![count_star("views")])
         .write_stream()
         .output_mode(OutputMode::Append)
@@ -88,7 +114,7 @@ fn page_views(input: &str, output: &str, chk: &str, group: Option<&str>) -> Stre
             KafkaSink::new(&bootstrap())
                 .topic(output)
                 .json_values()
-                .key_columns(&["key"]),
+                .key_columns(&[page]),
         );
     match group {
         Some(g) => w.scale_out(g).start().unwrap(),
@@ -115,12 +141,17 @@ fn child_scale_out_process() {
     let Ok(spec) = std::env::var("WEIR_SCALE_CHILD") else {
         return;
     };
-    let [input, output, chk, group]: [&str; 4] = spec
+    let [input, output, chk, group, by]: [&str; 5] = spec
         .split('|')
         .collect::<Vec<_>>()
         .try_into()
-        .expect("input|output|checkpoint|group");
-    let q = page_views(input, output, chk, Some(group));
+        .expect("input|output|checkpoint|group|keyed");
+    let by = if by == "page" {
+        Keyed::ByPage
+    } else {
+        Keyed::ByClick
+    };
+    let q = page_views(input, output, chk, Some(group), by);
     // Runs until the test kills it; a failure ends the process with it.
     match q.await_termination(Some(Duration::from_secs(240))) {
         Ok(_) => {}
@@ -128,12 +159,13 @@ fn child_scale_out_process() {
     }
 }
 
-fn spawn(input: &str, output: &str, chk: &str, group: &str) -> TestChild {
+fn spawn(input: &str, output: &str, chk: &str, group: &str, by: Keyed) -> TestChild {
+    let by = if by == Keyed::ByPage { "page" } else { "click" };
     TestChild::of_test(
         "scale_out::child_scale_out_process",
         &[(
             "WEIR_SCALE_CHILD",
-            format!("{input}|{output}|{chk}|{group}"),
+            format!("{input}|{output}|{chk}|{group}|{by}"),
         )],
     )
 }
@@ -170,8 +202,7 @@ fn await_windows(topic: &str, want: &BTreeMap<(String, String), Vec<i64>>, limit
 /// Three processes of one group over a 6-partition topic, one joining
 /// late and one killed -9 mid-run: the output equals one process's run
 /// over the same input, each window once.
-#[test]
-fn three_processes_one_joining_late_one_killed_count_each_click_once() {
+fn three_processes_one_joining_late_one_killed(by: Keyed) {
     let input = new_topic("scale-clicks", 6);
     let out_scaled = new_topic("scale-views", 1);
     let out_single = new_topic("scale-views-single", 1);
@@ -179,9 +210,9 @@ fn three_processes_one_joining_late_one_killed_count_each_click_once() {
     let chk = format!("s3://{bucket}/page-views");
     let group = format!("weir-it-scale-{}", crate::s3::unique());
 
-    produce_clicks(&input, 0, 600);
-    let mut a = spawn(&input, &out_scaled, &chk, &group);
-    let mut b = spawn(&input, &out_scaled, &chk, &group);
+    produce_clicks(&input, 0, 600, by);
+    let mut a = spawn(&input, &out_scaled, &chk, &group, by);
+    let mut b = spawn(&input, &out_scaled, &chk, &group, by);
     // Wait for output: the two processes run.
     let deadline = Instant::now() + Duration::from_secs(90);
     while windows(&out_scaled).is_empty() {
@@ -200,17 +231,23 @@ fn three_processes_one_joining_late_one_killed_count_each_click_once() {
         std::thread::sleep(Duration::from_millis(300));
     }
     // A third process joins: partitions move to it.
-    let c = spawn(&input, &out_scaled, &chk, &group);
-    produce_clicks(&input, 600, 1200);
+    let mut c = spawn(&input, &out_scaled, &chk, &group, by);
+    produce_clicks(&input, 600, 1200, by);
     std::thread::sleep(Duration::from_secs(4));
     // Kill -9 one of the first two mid-run: its partitions move after the
     // group's session timeout, their state restored from S3.
-    produce_clicks(&input, 1200, 1500);
+    produce_clicks(&input, 1200, 1500, by);
     drop(a);
-    produce_clicks(&input, 1500, 2000);
+    produce_clicks(&input, 1500, 2000, by);
 
     // The reference: one process over the same input.
-    let single = page_views(&input, &out_single, &format!("s3://{bucket}/single"), None);
+    let single = page_views(
+        &input,
+        &out_single,
+        &format!("s3://{bucket}/single"),
+        None,
+        by,
+    );
     single.process_all_available().unwrap();
     std::thread::sleep(Duration::from_millis(500));
     single.process_all_available().unwrap();
@@ -225,10 +262,29 @@ fn three_processes_one_joining_late_one_killed_count_each_click_once() {
     assert!(total > 1500, "the reference counted {total} clicks");
 
     await_windows(&out_scaled, &want, Duration::from_secs(120));
-    let b_alive = b.child_mut().try_wait().unwrap().is_none();
-    let mut c = c;
-    let c_alive = c.child_mut().try_wait().unwrap().is_none();
-    assert!(b_alive && c_alive, "the surviving processes kept running");
+    assert!(
+        b.child_mut().try_wait().unwrap().is_none() && c.child_mut().try_wait().unwrap().is_none(),
+        "the surviving processes kept running"
+    );
+    // Every input partition had a task, its checkpoint on S3.
+    for p in 0..6 {
+        let task = format!("{chk}/tasks/{input}-{p}");
+        let files = weir::storage::Storage::open(&task, &crate::s3::settings(), false)
+            .unwrap()
+            .list("")
+            .unwrap();
+        assert!(files.contains(&"metadata".to_string()), "{task}: {files:?}");
+    }
+}
+
+#[test]
+fn keyed_by_the_message_key_three_processes_count_each_click_once() {
+    three_processes_one_joining_late_one_killed(Keyed::ByPage);
+}
+
+#[test]
+fn keyed_by_another_column_through_a_repartition_topic_count_each_click_once() {
+    three_processes_one_joining_late_one_killed(Keyed::ByClick);
 }
 
 /// What scale-out cannot run is refused at `start()`, before anything is
@@ -250,18 +306,20 @@ fn what_scale_out_cannot_divide_is_refused_at_start() {
         }
         Err(e) => e.to_string(),
     };
-    // Grouped by a column other than the message key.
+    // A stream-stream join needs both inputs in one task.
     let e = err(Session::new()
         .read_stream(kafka())
-        .group_by(vec![col("page")])
-        .agg(vec![count_star("views")])
+        .join(
+            Session::new().read_stream(kafka()),
+            "page",
+            weir::plan::JoinType::Inner,
+        )
         .write_stream()
-        .output_mode(OutputMode::Update)
         .checkpoint_location(chk.to_str().unwrap())
-        .sink(KafkaSink::new("127.0.0.1:1").topic("out").json_values())
+        .sink(weir::sink::ConsoleSink::new())
         .scale_out("g")
         .start());
-    assert!(e.contains("must include the Kafka message `key`"), "{e}");
+    assert!(e.contains("reads one Kafka source"), "{e}");
     // A sink that cannot keep its promise per task.
     let e = err(Session::new()
         .read_stream(kafka())

@@ -533,6 +533,10 @@ impl Runner {
                 set_current_batch(batch_id);
                 let t = Instant::now();
                 let mut latest = Vec::new();
+                let whole_source = self
+                    .watermark_share
+                    .as_ref()
+                    .and_then(|s| s.whole_source(self.op_wms.len()));
                 for ((_, s), c) in self.sources.iter_mut().zip(&self.committed) {
                     latest.push(s.latest_offset(c.as_ref())?);
                 }
@@ -542,11 +546,17 @@ impl Runner {
                     .zip(&self.committed)
                     .any(|(l, c)| l.is_some() && l != c);
                 if let Some(share) = &self.watermark_share {
-                    // Scale-out: the whole source's watermark, once caught up.
-                    let shared = share.exchange(&self.op_wms, !has_data);
-                    shared_watermark::merge(&mut self.op_wms, &shared);
-                    if let Some(w) =
-                        shared_watermark::choose(self.plan.conf.watermark_policy, &self.op_wms)
+                    // Scale-out: see `shared_watermark`.
+                    share.publish(&self.op_wms, !has_data);
+                    let mut wms = if share.follows_own_rows() {
+                        self.op_wms.clone()
+                    } else {
+                        vec![None; self.op_wms.len()]
+                    };
+                    if let (false, Some(whole)) = (has_data, &whole_source) {
+                        shared_watermark::merge(&mut wms, whole);
+                    }
+                    if let Some(w) = shared_watermark::choose(self.plan.conf.watermark_policy, &wms)
                     {
                         self.next_wm = self.next_wm.max(w);
                     }
@@ -664,7 +674,13 @@ impl Runner {
                 }
             }
         }
-        let next_wm = shared_watermark::choose(self.plan.conf.watermark_policy, &op_wms)
+        // A scale-out task's watermark moves when the next batch is
+        // planned, from what the tasks published (`shared_watermark`).
+        let own = match self.watermark_share {
+            Some(_) => None,
+            None => shared_watermark::choose(self.plan.conf.watermark_policy, &op_wms),
+        };
+        let next_wm = own
             .map(|c| c.max(entry.batch_watermark_ms))
             .unwrap_or(entry.batch_watermark_ms);
         self.checkpoint.commits.write_commit(

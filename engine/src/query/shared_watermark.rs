@@ -1,25 +1,36 @@
 //! The watermark across processes (scale-out): a task of a query spread
 //! over many processes sees only its own partition's event times, while
-//! Spark's watermark is the maximum over the whole source. Before planning a
-//! batch each task publishes its watermark operators' watermarks; a task
-//! that has caught up with its input (no rows pending) takes the largest
-//! any task has published, so its windows close as the whole source's time
-//! moves, as they would in one process. A task with rows pending keeps its
-//! own: its backlog is judged against its own partition's time, never
-//! against other partitions that ran ahead (Spark, reading all partitions
-//! in each batch, would not have been ahead either). The batch's watermark
-//! is logged in `offsets/N`, so a re-run after a crash uses the same.
+//! Spark's watermark is the maximum over the whole source. Each task
+//! publishes its own watermark operators' watermarks (from the rows it has
+//! committed) and whether it has caught up with its input.
+//!
+//! A task that has caught up, when every task feeding it has too, takes the
+//! largest watermark any task has published: everything read so far has
+//! reached it, so its windows close as the whole source's time moves, as in
+//! one process. Otherwise a task reading its input partition directly
+//! keeps its own watermark: its backlog is judged against its own
+//! partition's time, never against partitions that ran ahead (Spark,
+//! reading every partition in each batch, would not have been ahead
+//! either). A task reading a repartition topic holds its watermark while
+//! rows may still be on their way to it: rows from first-stage tasks at
+//! different paces interleave in its partition, so its own event times say
+//! nothing about the rows not yet arrived. The batch's watermark is logged
+//! in `offsets/N`, so a re-run after a crash uses the same.
 
 use weir_plan::WatermarkPolicy;
 
-/// Exchanges watermark operators' watermarks between the tasks of a query.
+/// Shares watermark operators' watermarks between the tasks of a query.
 pub trait WatermarkShare: Send + Sync {
-    /// Publishes this task's watermark per watermark operator (ms; `None`:
-    /// not seen data yet). `caught_up`: the task has no rows pending. Returns
-    /// the watermarks the task's next batch may use: for a caught-up task,
-    /// per operator, the largest any task of the query has published (this
-    /// one's included); otherwise its own.
-    fn exchange(&self, local: &[Option<i64>], caught_up: bool) -> Vec<Option<i64>>;
+    /// Called before the task reads its input's latest offsets: the
+    /// largest watermark per operator any task has published, when every
+    /// task feeding this one had caught up; `None` otherwise.
+    fn whole_source(&self, operators: usize) -> Option<Vec<Option<i64>>>;
+    /// Publishes this task's own watermark per watermark operator (ms;
+    /// `None`: no data yet) and whether it has caught up with its input.
+    fn publish(&self, own: &[Option<i64>], caught_up: bool);
+    /// Whether the task's watermark may follow its own rows while it has
+    /// rows pending (false for a task fed by other tasks).
+    fn follows_own_rows(&self) -> bool;
 }
 
 /// Folds the other tasks' watermarks into this task's, per operator: an

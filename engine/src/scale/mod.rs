@@ -18,12 +18,12 @@
 //! restarted query does (its Kafka transaction fences the dead owner's).
 //!
 //! The watermark is the whole source's (see `watermarks.rs`). A stateful
-//! operator's rows must all reach one task: the query must group (or
-//! deduplicate) by the Kafka message `key` the input is partitioned by;
-//! other keys need a repartition topic, which scale-out does not build yet
-//! and refuses at `start()`.
+//! operator keyed by something other than the Kafka message key runs in a
+//! second stage behind a repartition topic (see `stages.rs`).
 
 mod group;
+mod repartition;
+mod stages;
 mod watermarks;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use weir_plan::{GroupKey, Op, StreamPlan};
+use weir_plan::StreamPlan;
 
 use crate::checkpoint::Checkpoint;
 use crate::dataset::{DataStream, StreamWriter};
@@ -40,7 +40,8 @@ use crate::progress::{QueryStatus, StreamingQueryProgress};
 use crate::query::{QueryShared, QueryState, StreamingQuery, Trigger};
 use crate::session::Session;
 use crate::sink::BoxSink;
-use crate::source::BoxSource;
+use crate::source::kafka::KafkaAdmin;
+use crate::source::{BoxSource, SharedInput};
 use crate::table::StaticTable;
 use group::{GroupMember, Membership, Partition};
 use watermarks::WatermarkHub;
@@ -63,40 +64,55 @@ fn task_name((topic, partition): &Partition) -> String {
     format!("{topic}-{partition}")
 }
 
-/// The parts each task is built from.
+/// One stage's parts: each of its tasks is built from them.
+struct Stage {
+    plan: StreamPlan,
+    /// Indexes into the template's sources and sinks.
+    source: usize,
+    sink: usize,
+    late_sink: Option<usize>,
+    mode: weir_plan::OutputMode,
+    /// The tasks whose progress gates this stage's shared watermark.
+    upstream: Vec<String>,
+}
+
+/// The parts every task is built from.
 struct Template {
     session: Session,
-    plan: StreamPlan,
     source_name: String,
-    source: BoxSource,
     statics: BTreeMap<String, StaticTable>,
-    mode: weir_plan::OutputMode,
     trigger: Trigger,
     name: Option<String>,
     checkpoint: String,
-    sink: BoxSink,
-    late_sink: Option<BoxSink>,
     hub: Arc<WatermarkHub>,
+    /// Per topic, the stage its partitions' tasks run.
+    stages: BTreeMap<String, Stage>,
+    sources: Vec<BoxSource>,
+    sinks: Vec<BoxSink>,
 }
 
 impl Template {
     /// Starts the task reading `partition`.
     fn start(&self, partition: &Partition) -> Result<StreamingQuery> {
         let task = task_name(partition);
+        let stage = self.stages.get(&partition.0).ok_or_else(|| {
+            WeirError::Config(format!(
+                "the group assigned partition {task}, of a topic this query does not read; another query shares the consumer group: give each query its own group"
+            ))
+        })?;
         let mut sources = BTreeMap::new();
         sources.insert(
             self.source_name.clone(),
-            self.source
-                .for_partitions(std::slice::from_ref(partition))?,
+            self.sources[stage.source].for_partitions(std::slice::from_ref(partition))?,
         );
         let writer = StreamWriter {
             stream: DataStream {
                 session: self.session.clone(),
-                plan: self.plan.clone(),
+                plan: stage.plan.clone(),
                 sources,
                 statics: self.statics.clone(),
             },
-            mode: self.mode,
+            mode: stage.mode,
             trigger: self.trigger,
             name: Some(format!(
                 "{}[{task}]",
@@ -106,12 +122,12 @@ impl Template {
                 "{}/tasks/{task}",
                 self.checkpoint.trim_end_matches('/')
             )),
-            sink: Some(self.sink.for_task(&task)?),
-            late_sink: match &self.late_sink {
-                Some(l) => Some(l.for_task(&task)?),
+            sink: Some(self.sinks[stage.sink].for_task(&task)?),
+            late_sink: match stage.late_sink {
+                Some(l) => Some(self.sinks[l].for_task(&task)?),
                 None => None,
             },
-            watermark_share: Some(self.hub.for_task(&task)),
+            watermark_share: Some(self.hub.for_task(&task, stage.upstream.clone())),
             scale_out: None,
         };
         crate::query::start(writer)
@@ -200,7 +216,7 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
     }
     let (source_name, source) = sources.into_iter().next().expect("one source");
     let input = source.shared_input()?;
-    check_keys(&plan)?;
+    let split = stages::split(&plan)?;
     // Every sink of the query must keep its promise per task: refused
     // before anything is written.
     sink.for_task("check")?;
@@ -216,23 +232,105 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
     let chk = Checkpoint::open_location(&checkpoint, &conf.s3, conf.fsync_checkpoint)?;
     let meta = chk.load_or_init_metadata(&full, conf.shuffle_partitions)?;
     let hub = Arc::new(WatermarkHub::start(&input, &scale.group, &meta.id)?);
+    let admin = KafkaAdmin::new(&input.bootstrap)?;
+    let mut input_tasks = Vec::new();
+    for t in &input.topics {
+        for p in 0..admin.partitions(t)? {
+            input_tasks.push(task_name(&(t.clone(), p as i32)));
+        }
+    }
+    // Sources and sinks by index: 0 the query's own.
+    let mut sources = vec![source];
+    let mut sinks = vec![sink];
+    let late = late_sink.map(|l| {
+        sinks.push(l);
+        sinks.len() - 1
+    });
+    let mut stages = BTreeMap::new();
+    let mut topics = input.topics.clone();
+    match split {
+        None => {
+            for t in &input.topics {
+                stages.insert(
+                    t.clone(),
+                    Stage {
+                        plan: plan.clone(),
+                        source: 0,
+                        sink: 0,
+                        late_sink: late,
+                        mode,
+                        upstream: vec![],
+                    },
+                );
+            }
+        }
+        Some(split) => {
+            let rep = repartition::create(
+                &admin,
+                name.as_deref().unwrap_or(&scale.group),
+                &split,
+                conf.shuffle_partitions.unwrap_or(input_tasks.len()),
+            )?;
+            let first = stages::with_ops(&plan, split.first.clone());
+            let fields = {
+                let schema = sources[0].schema();
+                let pipeline =
+                    crate::ops::Pipeline::compile(&first, std::slice::from_ref(&schema), &statics)?;
+                crate::row::plan_fields(&pipeline.schema())
+            };
+            sinks.push(repartition::sink(&input, &rep, &split));
+            let first_sink = sinks.len() - 1;
+            for t in &input.topics {
+                stages.insert(
+                    t.clone(),
+                    Stage {
+                        plan: first.clone(),
+                        source: 0,
+                        sink: first_sink,
+                        late_sink: None,
+                        mode: weir_plan::OutputMode::Append,
+                        upstream: vec![],
+                    },
+                );
+            }
+            let mut second = stages::with_ops(&plan, split.second.clone());
+            if let Some(decl) = second.sources.get_mut(&source_name) {
+                decl.schema = fields.clone();
+            }
+            sources.push(repartition::source(&input, &rep, fields));
+            stages.insert(
+                rep.clone(),
+                Stage {
+                    plan: second,
+                    source: sources.len() - 1,
+                    sink: 0,
+                    late_sink: late,
+                    mode,
+                    upstream: input_tasks.clone(),
+                },
+            );
+            topics.push(rep);
+        }
+    }
+    let subscription = SharedInput {
+        topics,
+        ..input.clone()
+    };
     let template = Template {
         session: session.clone(),
-        plan,
         source_name,
-        source,
         statics,
-        mode,
         trigger,
         name: name.clone(),
         checkpoint,
-        sink,
-        late_sink,
         hub: hub.clone(),
+        stages,
+        sources,
+        sinks,
     };
     let tasks = Arc::new(Tasks::default());
     let member = GroupMember::join(
-        &input,
+        &subscription,
         &scale.group,
         scale.instance_id.as_deref(),
         tasks.clone(),
@@ -280,37 +378,6 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
     let q = StreamingQuery { shared };
     session.inner.queries.lock().unwrap().push(q.clone());
     Ok(q)
-}
-
-/// A stateful operator's rows must all reach one task: its key must
-/// include the Kafka message key the input is partitioned by (Kafka's
-/// default partitioner puts one key in one partition).
-fn check_keys(plan: &StreamPlan) -> Result<()> {
-    for node in &plan.nodes {
-        for op in &node.ops {
-            let keyed_by_message_key = match op {
-                Op::Aggregate { keys, .. } => keys
-                    .iter()
-                    .any(|k| matches!(k, GroupKey::Column { column } if column == "key")),
-                Op::Filter { .. }
-                | Op::Select { .. }
-                | Op::WithColumn { .. }
-                | Op::Watermark { .. } => true,
-                other => {
-                    return Err(WeirError::Config(format!(
-                        "scale-out runs `{}` in one task per input partition, which needs the rows of one key in one partition; weir does not build repartition topics yet: run this query in one process",
-                        other.name()
-                    )))
-                }
-            };
-            if !keyed_by_message_key {
-                return Err(WeirError::Config(
-                    "scale-out runs an aggregation in one task per input partition: its group-by keys must include the Kafka message `key` (the input's partitioning), so every row of a group reaches the same task; grouping by other columns needs a repartition topic, which weir does not build yet: add `key` to the keys or run this query in one process".into(),
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The process's side of the query: keeps the group membership, starts and

@@ -26,8 +26,18 @@ use crate::query::WatermarkShare;
 use crate::source::kafka::KafkaAdmin;
 use crate::source::SharedInput;
 
-/// Per task, per watermark operator: the largest watermark published.
-type Published = BTreeMap<String, Vec<Option<i64>>>;
+/// What a task published: per watermark operator the largest watermark,
+/// and whether it had caught up with its input.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Entry {
+    #[serde(rename = "w")]
+    watermarks: Vec<Option<i64>>,
+    #[serde(rename = "c")]
+    caught_up: bool,
+}
+
+/// Per task, what it published last.
+type Published = BTreeMap<String, Entry>;
 
 /// One process's view of the watermark topic.
 pub(crate) struct WatermarkHub {
@@ -103,7 +113,7 @@ impl WatermarkHub {
                             .and_then(|k| k.strip_prefix(&prefix));
                         let value = m
                             .payload()
-                            .and_then(|v| serde_json::from_slice::<Vec<Option<i64>>>(v).ok());
+                            .and_then(|v| serde_json::from_slice::<Entry>(v).ok());
                         if let (Some(task), Some(value)) = (task, value) {
                             fold(&mut published.lock().unwrap(), task, &value);
                         }
@@ -121,11 +131,18 @@ impl WatermarkHub {
         })
     }
 
-    /// Task `task`'s handle on the hub.
-    pub(crate) fn for_task(self: &Arc<Self>, task: &str) -> Arc<dyn WatermarkShare> {
+    /// Task `task`'s handle on the hub. `upstream`: the tasks whose output
+    /// this task reads (a second stage's: every first-stage task); it takes
+    /// the shared watermark only when they have all caught up too.
+    pub(crate) fn for_task(
+        self: &Arc<Self>,
+        task: &str,
+        upstream: Vec<String>,
+    ) -> Arc<dyn WatermarkShare> {
         Arc::new(TaskWatermarks {
             hub: self.clone(),
             task: task.to_string(),
+            upstream,
         })
     }
 
@@ -145,20 +162,21 @@ impl Drop for WatermarkHub {
     }
 }
 
-/// Folds a task's published watermarks in: never backwards.
-fn fold(published: &mut Published, task: &str, value: &[Option<i64>]) {
+/// Folds what a task published in: watermarks never move backwards.
+fn fold(published: &mut Published, task: &str, value: &Entry) {
     let entry = published.entry(task.to_string()).or_default();
-    if entry.len() < value.len() {
-        entry.resize(value.len(), None);
+    if entry.watermarks.len() < value.watermarks.len() {
+        entry.watermarks.resize(value.watermarks.len(), None);
     }
-    crate::query::merge_watermarks(entry, value);
+    crate::query::merge_watermarks(&mut entry.watermarks, &value.watermarks);
+    entry.caught_up = value.caught_up;
 }
 
 /// Per operator, the largest watermark of any task.
 fn largest(published: &Published, n: usize) -> Vec<Option<i64>> {
     let mut out = vec![None; n];
-    for v in published.values() {
-        crate::query::merge_watermarks(&mut out, v);
+    for e in published.values() {
+        crate::query::merge_watermarks(&mut out, &e.watermarks);
     }
     out
 }
@@ -166,32 +184,49 @@ fn largest(published: &Published, n: usize) -> Vec<Option<i64>> {
 struct TaskWatermarks {
     hub: Arc<WatermarkHub>,
     task: String,
+    upstream: Vec<String>,
 }
 
 impl WatermarkShare for TaskWatermarks {
-    fn exchange(&self, local: &[Option<i64>], caught_up: bool) -> Vec<Option<i64>> {
+    fn whole_source(&self, operators: usize) -> Option<Vec<Option<i64>>> {
+        let published = self.hub.published.lock().unwrap();
+        let fed = self
+            .upstream
+            .iter()
+            .all(|t| published.get(t).is_some_and(|e| e.caught_up));
+        fed.then(|| largest(&published, operators))
+    }
+
+    fn publish(&self, own: &[Option<i64>], caught_up: bool) {
         let mut published = self.hub.published.lock().unwrap();
         let before = published.get(&self.task).cloned();
-        fold(&mut published, &self.task, local);
+        fold(
+            &mut published,
+            &self.task,
+            &Entry {
+                watermarks: own.to_vec(),
+                caught_up,
+            },
+        );
         let now = &published[&self.task];
-        if before.as_ref() != Some(now) && now.iter().any(|w| w.is_some()) {
-            let key = format!("{}/{}", self.hub.query_id, self.task);
-            let value = serde_json::to_vec(&published[&self.task]).unwrap_or_default();
-            // Best effort: a lost update only delays other tasks' watermark
-            // until this task's next one.
-            if let Err((e, _)) = self
-                .hub
-                .producer
-                .send(BaseRecord::to(&self.hub.topic).key(&key).payload(&value))
-            {
-                tracing::warn!("cannot publish task {}'s watermark: {e}", self.task);
-            }
+        if before.as_ref() == Some(now) {
+            return;
         }
-        if caught_up {
-            largest(&published, local.len())
-        } else {
-            local.to_vec()
+        let key = format!("{}/{}", self.hub.query_id, self.task);
+        let value = serde_json::to_vec(now).unwrap_or_default();
+        // Best effort: a lost update only delays other tasks' watermark
+        // until this task's next one.
+        if let Err((e, _)) = self
+            .hub
+            .producer
+            .send(BaseRecord::to(&self.hub.topic).key(&key).payload(&value))
+        {
+            tracing::warn!("cannot publish task {}'s watermark: {e}", self.task);
         }
+    }
+
+    fn follows_own_rows(&self) -> bool {
+        self.upstream.is_empty()
     }
 }
 
@@ -201,11 +236,15 @@ mod tests {
 
     #[test]
     fn the_largest_per_operator_over_tasks_and_never_backwards() {
+        let e = |w: Vec<Option<i64>>, c: bool| Entry {
+            watermarks: w,
+            caught_up: c,
+        };
         let mut p = Published::new();
-        fold(&mut p, "a-0", &[Some(10), None]);
-        fold(&mut p, "a-1", &[Some(4), Some(7)]);
-        fold(&mut p, "a-0", &[Some(3), None]);
-        assert_eq!(p["a-0"], vec![Some(10), None]);
+        fold(&mut p, "a-0", &e(vec![Some(10), None], false));
+        fold(&mut p, "a-1", &e(vec![Some(4), Some(7)], true));
+        fold(&mut p, "a-0", &e(vec![Some(3), None], true));
+        assert_eq!(p["a-0"], e(vec![Some(10), None], true));
         assert_eq!(largest(&p, 2), vec![Some(10), Some(7)]);
         assert_eq!(largest(&Published::new(), 2), vec![None, None]);
     }

@@ -189,6 +189,9 @@ pub struct KafkaSink {
     marker_topic: Option<String>,
     json_values: bool,
     key_columns: Vec<String>,
+    /// Every column in the JSON value, none read as `key`, `topic`, ...
+    /// (a scale-out repartition topic's rows).
+    whole_rows: bool,
     kafka_conf: BTreeMap<String, String>,
     /// The bound on a batch's delivery (and on the sink's start).
     timeout: Duration,
@@ -207,6 +210,7 @@ impl KafkaSink {
             marker_topic: None,
             json_values: false,
             key_columns: Vec::new(),
+            whole_rows: false,
             kafka_conf: BTreeMap::new(),
             timeout: DEFAULT_DELIVERY_TIMEOUT,
             option_error: None,
@@ -282,6 +286,16 @@ impl KafkaSink {
     /// one column gives its text, several a JSON object.
     pub fn key_columns(mut self, columns: &[&str]) -> Self {
         self.key_columns = columns.iter().map(|c| c.to_string()).collect();
+        self
+    }
+
+    /// Writes every column into the JSON value (none is read as the
+    /// record's `key`, `topic`, `partition` or `headers`), keyed by the key
+    /// columns: how a scale-out query's first stage writes its rows to the
+    /// repartition topic, to be read back whole.
+    pub(crate) fn whole_rows(mut self) -> Self {
+        self.json_values = true;
+        self.whole_rows = true;
         self
     }
 
@@ -362,6 +376,18 @@ impl KafkaSink {
                     | DataType::BinaryView
             )
         };
+        if self.whole_rows && self.topic.is_some() {
+            let mut l = Layout::default();
+            for k in &self.key_columns {
+                l.key_cols.push(
+                    schema
+                        .index_of(k)
+                        .map_err(|_| self.err(format!("key column `{k}` is not in the result")))?,
+                );
+            }
+            l.json_value = (0..schema.fields().len()).collect();
+            return Ok(l);
+        }
         let mut l = Layout {
             topic: if self.topic.is_some() {
                 None
@@ -857,6 +883,7 @@ impl Sink for KafkaSink {
             marker_topic: self.marker_topic.clone(),
             json_values: self.json_values,
             key_columns: self.key_columns.clone(),
+            whole_rows: self.whole_rows,
             kafka_conf: self.kafka_conf.clone(),
             timeout: self.timeout,
             option_error: self.option_error.clone(),
