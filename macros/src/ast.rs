@@ -55,6 +55,8 @@ pub struct QueryDecl {
     pub checkpoint: Option<LitStr>,
     /// `name:`.
     pub name: Option<LitStr>,
+    /// `scale_out:`: the Kafka consumer group the query's processes form.
+    pub scale_out: Option<LitStr>,
     /// The `schema:` key as written (errors about the schema as a whole point here).
     pub schema_key: Option<Ident>,
     /// True when an entry that shapes the plan did not parse: the plan is
@@ -89,6 +91,7 @@ impl QueryDecl {
             late_rows_key: None,
             checkpoint: None,
             name: None,
+            scale_out: None,
             schema_key: None,
             incomplete: false,
         }

@@ -6,7 +6,7 @@ use proc_macro2::TokenStream;
 use weir_plan::check::Part;
 use weir_plan::{Field, Location, Op, OutputMode, Rule, StreamPlan, Violation};
 
-use crate::ast::{QueryDecl, Sink, TriggerDecl};
+use crate::ast::{QueryDecl, Sink, Source, TriggerDecl};
 use crate::errors::{with_help, Errors};
 use crate::expr::ColumnRef;
 use crate::lower::{Lowered, OpSpans};
@@ -295,6 +295,78 @@ pub fn not_supported_yet(q: &QueryDecl, errs: &mut Errors) {
             t,
             "continuous processing is not supported by weir yet; use processing_time",
             "run it in micro-batches instead, e.g. `trigger: processing_time(\"1 second\")`",
+        );
+    }
+}
+
+/// `scale_out:` divides a Kafka subscription's partitions among processes,
+/// each partition a task with its own exactly-once sink: the source must be
+/// a Kafka subscription, the stream one (a stream-stream join needs both
+/// inputs in one task), the sink one that keeps its promise per task, the
+/// trigger one that runs until stopped, and the checkpoint given (every
+/// process shares it). The engine refuses the same at `start()`.
+pub fn scale_out_can_divide(q: &QueryDecl, errs: &mut Errors) {
+    let Some(group) = &q.scale_out else { return };
+    if let Some(s) = &q.source {
+        match &s.kind {
+            Source::Kafka(k) if k.subscribe.is_some() => {}
+            Source::Kafka(_) => errs.spanned_help(
+                &s.ident,
+                "scale-out lets the consumer group assign the partitions of named topics: this Kafka source does not `subscribe`",
+                "use `subscribe = \"topic\"` instead of `subscribe_pattern` or `assign`",
+            ),
+            _ => errs.spanned_help(
+                &s.ident,
+                format!(
+                    "scale-out divides a Kafka source's partitions among processes; a `{}` source cannot be divided",
+                    s.ident
+                ),
+                "read the input from Kafka, or remove `scale_out:` and run the query in one process",
+            ),
+        }
+    }
+    if let Some(j) = q.join.as_ref().filter(|j| !j.table) {
+        errs.spanned_help(
+            &j.key,
+            "a scale-out query reads one stream: a stream-stream join needs both inputs in one task",
+            "remove `scale_out:` and run the query in one process",
+        );
+    }
+    if let Some(s) = &q.sink {
+        let refused = match &s.kind {
+            Sink::Kafka { .. } | Sink::Console { .. } | Sink::Postgres { .. } => None,
+            Sink::Redis { key_prefix, .. } if key_prefix.is_some() => None,
+            Sink::Redis { .. } => Some((
+                "under scale-out each task is a query of its own name, so the Redis key prefix cannot default to the query name",
+                "give it one: `redis(url = ..., key_prefix = \"views\", ...)`",
+            )),
+            Sink::Files { .. } => Some((
+                "the file sink cannot be divided among the tasks of a scale-out query: its manifest (`_spark_metadata`) has one writer",
+                "write to Kafka (exactly once per task), or remove `scale_out:`",
+            )),
+            Sink::Memory { .. } | Sink::ForeachBatch(_) | Sink::Foreach(_) => Some((
+                "this sink cannot be divided among the tasks of a scale-out query",
+                "write to Kafka, PostgreSQL or Redis (exactly once per task) or the console, or remove `scale_out:`",
+            )),
+        };
+        if let Some((message, help)) = refused {
+            errs.spanned_help(&s.ident, message, help);
+        }
+    }
+    if let (Some(TriggerDecl::Once | TriggerDecl::AvailableNow), Some(t)) =
+        (&q.trigger, &q.trigger_tokens)
+    {
+        errs.spanned_help(
+            t,
+            "a scale-out query runs until stopped: its partitions move between processes, so `once` and `available_now` have no end to reach",
+            "use the default trigger or `processing_time(...)`",
+        );
+    }
+    if q.checkpoint.is_none() {
+        errs.spanned_help(
+            group,
+            "a scale-out query needs a `checkpoint:` every process of the group reaches",
+            "add `checkpoint: \"s3://bucket/prefix\"` (a local path serves processes on one machine)",
         );
     }
 }

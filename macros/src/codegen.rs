@@ -393,6 +393,9 @@ fn pipeline(q: &QueryDecl, l: &Lowered) -> TokenStream {
         let sink = sink_expr(&s.kind, &format!("{}_late_rows", l.query_name));
         writer.extend(quote!(.late_rows_to(#sink)));
     }
+    if let Some(group) = &q.scale_out {
+        writer.extend(quote!(.scale_out(#group)));
+    }
     quote! {
         #(#steps)*
         let writer = #writer;

@@ -75,6 +75,7 @@ fn expand(input: TokenStream) -> TokenStream {
     check::sink_columns_exist(&q, &output, &mut errs);
     check::not_supported_yet(&q, &mut errs);
     check::late_rows_can_happen(&q, &l, &mut errs);
+    check::scale_out_can_divide(&q, &mut errs);
     if !errs.is_empty() {
         return errs.into_compile_errors();
     }

@@ -42,6 +42,7 @@ pub const KEYS: &[&str] = &[
     "late_rows",
     "checkpoint",
     "name",
+    "scale_out",
 ];
 
 /// Keys whose values shape the plan: if one of them is broken, the plan
@@ -303,6 +304,9 @@ fn parse_entry(
                 }
                 q.checkpoint = s
             }),
+        "scale_out" => (|i: ParseStream| parse_nonempty_str(i, errs, "scale_out"))
+            .parse2(value)
+            .map(|s| q.scale_out = s),
         _ => (|i: ParseStream| parse_nonempty_str(i, errs, "name"))
             .parse2(value)
             .map(|s| q.name = s),
@@ -1110,7 +1114,7 @@ mod tests {
         assert_eq!(
             e,
             [
-                "fliter: unknown key `fliter`\nhelp: did you mean `filter`? (keys: source, schema, filter, select, with_column, watermark, join, drop_duplicates, drop_duplicates_within_watermark, group_by, aggregate, order_by, limit, output_mode, trigger, sink, late_rows, checkpoint, name)",
+                "fliter: unknown key `fliter`\nhelp: did you mean `filter`? (keys: source, schema, filter, select, with_column, watermark, join, drop_duplicates, drop_duplicates_within_watermark, group_by, aggregate, order_by, limit, output_mode, trigger, sink, late_rows, checkpoint, name, scale_out)",
                 "upsert: unknown output mode `upsert`\nhelp: output modes: append, update, complete",
                 "\"0 seconds\": invalid trigger interval \"0 seconds\": the duration must be greater than zero\nhelp: write a positive duration like \"10 seconds\"; leave `trigger:` out to run micro-batches as soon as possible",
                 "cnt: unknown aggregate function `cnt`\nhelp: did you mean `count`? (aggregate functions: count, sum, min, max, avg, count_distinct)",

@@ -59,6 +59,10 @@ mod pass_micro_batches;
 #[allow(dead_code)]
 #[path = "../../ui-tests/pass/page_views.rs"]
 mod pass_page_views;
+#[cfg(feature = "kafka")]
+#[allow(dead_code)]
+#[path = "../../ui-tests/pass/page_views_scaled.rs"]
+mod pass_page_views_scaled;
 #[allow(dead_code)]
 #[path = "../../ui-tests/pass/rate_lab.rs"]
 mod pass_rate_lab;

@@ -151,7 +151,21 @@ fn child_scale_out_process() {
     } else {
         Keyed::ByClick
     };
-    let q = page_views(input, output, chk, Some(group), by);
+    // Grouped by page: the query declared with `stream_query!` (its
+    // `scale_out:` key), on this test's topics, checkpoint and group.
+    let q = match by {
+        Keyed::ByPage => page_views(input, output, chk, Some(group), by),
+        Keyed::ByClick => crate::pass_page_views_scaled::writer_in(
+            &session(),
+            &bootstrap(),
+            input,
+            output,
+            chk,
+            group,
+        )
+        .and_then(|w| w.start())
+        .unwrap(),
+    };
     // Runs until the test kills it; a failure ends the process with it.
     match q.await_termination(Some(Duration::from_secs(240))) {
         Ok(_) => {}

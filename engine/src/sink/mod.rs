@@ -96,7 +96,7 @@ pub trait Sink: Send {
     /// its promise when many tasks write at once must not be divided.
     fn for_task(&self, _task: &str) -> Result<BoxSink> {
         Err(crate::error::WeirError::Config(format!(
-            "{} cannot be divided among the tasks of a scale-out query (supported: Kafka, console); run the query in one process or write to Kafka",
+            "{} cannot be divided among the tasks of a scale-out query (supported: Kafka, PostgreSQL, Redis with a key prefix, console); run the query in one process or write to Kafka",
             self.description()
         )))
     }
