@@ -91,11 +91,20 @@ fn page_views(
     group: Option<&str>,
     by: Keyed,
 ) -> StreamingQuery {
+    let w = page_views_writer(input, output, chk, by);
+    match group {
+        Some(g) => w.scale_out(g).start().unwrap(),
+        None => w.start().unwrap(),
+    }
+}
+
+/// [`page_views`], not started.
+fn page_views_writer(input: &str, output: &str, chk: &str, by: Keyed) -> weir::StreamWriter {
     let page = match by {
         Keyed::ByPage => "key",
         Keyed::ByClick => "page",
     };
-    let w = session()
+    session()
         .read_stream(
             KafkaSource::new(&bootstrap())
                 .subscribe(input)
@@ -115,11 +124,7 @@ fn page_views(
                 .topic(output)
                 .json_values()
                 .key_columns(&[page]),
-        );
-    match group {
-        Some(g) => w.scale_out(g).start().unwrap(),
-        None => w.start().unwrap(),
-    }
+        )
 }
 
 /// (window start, page) -> every count written for it (append mode: one).
@@ -201,10 +206,10 @@ fn await_windows(topic: &str, want: &BTreeMap<(String, String), Vec<i64>>, limit
             let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).collect();
             let wrong: Vec<_> = want
                 .iter()
-                .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
+                .filter_map(|(k, v)| got.get(k).filter(|g| *g != v).map(|g| (k, v, g)))
                 .collect();
             panic!(
-                "after {limit:?}: {} windows of {}; missing {missing:?}; unexpected {extra:?}; wrong counts {wrong:?}",
+                "after {limit:?}: {} windows of {}; missing {missing:?}; unexpected {extra:?}; wrong counts (want, got) {wrong:?}",
                 got.len(),
                 want.len()
             );
@@ -279,6 +284,27 @@ fn three_processes_one_joining_late_one_killed(by: Keyed) {
     assert!(
         b.child_mut().try_wait().unwrap().is_none() && c.child_mut().try_wait().unwrap().is_none(),
         "the surviving processes kept running"
+    );
+    // The scale-out checkpoint cannot be run by one process (its batches
+    // are per task), nor a one-process checkpoint scaled out.
+    let e = page_views_writer(&input, &out_single, &chk, by)
+        .start()
+        .map(|q| q.stop())
+        .expect_err("one process on a scale-out checkpoint")
+        .to_string();
+    assert!(
+        e.contains("belongs to a query running over many processes"),
+        "{e}"
+    );
+    let e = page_views_writer(&input, &out_single, &format!("s3://{bucket}/single"), by)
+        .scale_out(&group)
+        .start()
+        .map(|q| q.stop())
+        .expect_err("scale-out on a one-process checkpoint")
+        .to_string();
+    assert!(
+        e.contains("written by the query running in one process"),
+        "{e}"
     );
     // Every input partition had a task, its checkpoint on S3.
     for p in 0..6 {

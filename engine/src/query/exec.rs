@@ -119,6 +119,17 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         sources.iter().map(|(n, s)| (n.as_str(), s)),
         std::iter::once(&sink).chain(late_sink.as_ref()),
     )?;
+    // A scale-out query's checkpoint keeps its batches per task.
+    if let Some(group) = chk.storage().get("scale-out")? {
+        return Err(WeirError::checkpoint(
+            chk.root(),
+            format!(
+                "this checkpoint belongs to a query running over many processes (consumer group `{}`); its batches and state are per task under tasks/: start it with .scale_out(\"{}\") (stream_query!: `scale_out:`), or use a new checkpoint location",
+                String::from_utf8_lossy(&group),
+                String::from_utf8_lossy(&group)
+            ),
+        ));
+    }
     let meta = chk.load_or_init_metadata(&plan, conf.shuffle_partitions)?;
 
     // Recover: the last committed batch and any batch logged after it.

@@ -59,6 +59,10 @@ pub struct ScaleOut {
     pub instance_id: Option<String>,
 }
 
+/// The file at a scale-out query's checkpoint root naming its group: a
+/// single-process run of the query on that checkpoint is refused.
+pub const SCALE_OUT_MARKER: &str = "scale-out";
+
 /// A task's name: its input partition.
 fn task_name((topic, partition): &Partition) -> String {
     format!("{topic}-{partition}")
@@ -231,6 +235,17 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
     full.conf.watermark_policy = conf.watermark_policy;
     let chk = Checkpoint::open_location(&checkpoint, &conf.s3, conf.fsync_checkpoint)?;
     let meta = chk.load_or_init_metadata(&full, conf.shuffle_partitions)?;
+    // A scale-out checkpoint keeps its batches per task: one a single
+    // process wrote would be started over (and its output written again).
+    if let Some(b) = chk.offsets.latest()? {
+        return Err(WeirError::checkpoint(
+            chk.root(),
+            format!("this checkpoint was written by the query running in one process (it has offsets/{b}); scale-out keeps its batches per task under tasks/ and would read the input again: use a new checkpoint location for the scale-out query"),
+        ));
+    }
+    let _ = chk
+        .storage()
+        .put_create(SCALE_OUT_MARKER, scale.group.as_bytes())?;
     let hub = Arc::new(WatermarkHub::start(&input, &scale.group, &meta.id)?);
     let admin = KafkaAdmin::new(&input.bootstrap)?;
     let mut input_tasks = Vec::new();
@@ -268,6 +283,7 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
             let rep = repartition::create(
                 &admin,
                 name.as_deref().unwrap_or(&scale.group),
+                &meta.id,
                 &split,
                 conf.shuffle_partitions.unwrap_or(input_tasks.len()),
             )?;

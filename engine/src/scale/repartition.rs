@@ -1,5 +1,5 @@
 //! The repartition topic between a scale-out query's two stages
-//! (`<query>-repartition-<operator position>`): the first stage writes each
+//! ([`topic_name`]): the first stage writes each
 //! row as a JSON object keyed by the stateful operator's key columns, with
 //! the exactly-once Kafka sink (one transaction per batch, per task); the
 //! second stage reads it with `read_committed`, so a first-stage batch
@@ -19,10 +19,11 @@ use crate::source::{BoxSource, DecodeExt, SharedInput};
 pub(crate) fn create(
     admin: &KafkaAdmin,
     prefix: &str,
+    query_id: &str,
     split: &Split,
     partitions: usize,
 ) -> Result<String> {
-    let topic = format!("{prefix}-repartition-{}", split.operator.1);
+    let topic = topic_name(prefix, query_id, split.operator.1);
     admin.create_topic(&topic, partitions.max(1) as i32)?;
     let have = admin.partitions(&topic)?;
     if have != partitions.max(1) {
@@ -31,6 +32,14 @@ pub(crate) fn create(
         )));
     }
     Ok(topic)
+}
+
+/// `<query name>-<query id, first 8>-repartition-<operator position>`: the
+/// query id (its checkpoint's) keeps a new checkpoint of a query of the
+/// same name from reading the rows an older one left in the topic.
+pub(crate) fn topic_name(query: &str, query_id: &str, operator: usize) -> String {
+    let id: String = query_id.chars().filter(|c| *c != '-').take(8).collect();
+    format!("{query}-{id}-repartition-{operator}")
 }
 
 /// The first stage's sink: each row as JSON, keyed by the route columns.
