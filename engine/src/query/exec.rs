@@ -244,6 +244,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         run_id: uuid::Uuid::new_v4().to_string(),
         name: name.clone(),
         explain,
+        output_mode: mode,
         state: Mutex::new(QueryState {
             status: QueryStatus {
                 message: "Initializing sources".into(),

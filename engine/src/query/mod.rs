@@ -32,6 +32,7 @@ pub(crate) struct QueryShared {
     pub(crate) run_id: String,
     pub(crate) name: Option<String>,
     pub(crate) explain: String,
+    pub(crate) output_mode: weir_plan::OutputMode,
     pub(crate) state: Mutex<QueryState>,
     pub(crate) cond: Condvar,
     pub(crate) stop: AtomicBool,
@@ -107,6 +108,11 @@ impl StreamingQuery {
             Some(e) => Err(WeirError::QueryFailed(e)),
             None => Ok(()),
         }
+    }
+
+    /// The query's output mode.
+    pub fn output_mode(&self) -> weir_plan::OutputMode {
+        self.shared.output_mode
     }
 
     /// A description of the physical plan.

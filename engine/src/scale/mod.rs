@@ -362,6 +362,7 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
             input.bootstrap,
             template.checkpoint.trim_end_matches('/')
         ),
+        output_mode: mode,
         state: Mutex::new(QueryState {
             status: QueryStatus {
                 message: format!("Joining consumer group {}", scale.group),

@@ -85,11 +85,8 @@ fn query_json(q: &crate::StreamingQuery) -> Value {
 
 /// The query's output mode (`append`, `update` or `complete`), as its
 /// explain text states it (the progress JSON, as Spark's, has none).
-fn output_mode(q: &crate::StreamingQuery) -> Option<String> {
-    q.explain()
-        .lines()
-        .find_map(|l| l.strip_prefix("Output mode: "))
-        .map(|m| m.trim().to_ascii_lowercase())
+fn output_mode(q: &crate::StreamingQuery) -> String {
+    q.output_mode().spark_name().to_ascii_lowercase()
 }
 
 async fn queries(State(s): State<Session>) -> impl IntoResponse {
