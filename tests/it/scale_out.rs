@@ -285,6 +285,24 @@ fn three_processes_one_joining_late_one_killed(by: Keyed) {
         b.child_mut().try_wait().unwrap().is_none() && c.child_mut().try_wait().unwrap().is_none(),
         "the surviving processes kept running"
     );
+    // Each task's progress is committed to the group: standard Kafka
+    // tooling shows the lag (none, once everything is processed).
+    let admin = crate::kafka::admin();
+    let ends: BTreeMap<i32, i64> = (0..6)
+        .map(|p| (p, admin.watermarks(&input, p).unwrap().1))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let committed = admin.committed_offsets(&group, &input).unwrap();
+        if committed == ends {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "group {group} committed {committed:?}, the partitions end at {ends:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
     // The scale-out checkpoint cannot be run by one process (its batches
     // are per task), nor a one-process checkpoint scaled out.
     let e = page_views_writer(&input, &out_single, &chk, by)
