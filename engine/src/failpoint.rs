@@ -4,7 +4,9 @@
 //! With `WEIR_FAILPOINT=<point>:<batch id>[:<nth>]` in the environment the
 //! process kills itself with SIGKILL (no unwinding, no destructors, no
 //! buffered writes flushed: exactly what `kill -9` does) the `nth` time
-//! (default 1) that batch `<batch id>` reaches `<point>`. A point reached
+//! (default 1) that batch `<batch id>` reaches `<point>`; `*` for the batch
+//! id counts every batch (a process running several queries or scale-out
+//! tasks, whose batch ids are their own). A point reached
 //! outside a batch (a sink's open, a cleanup) passes the batch it works for.
 //! Unset, a failpoint costs one environment lookup, cached after the first.
 //! The hook is compiled into every build (the crash matrix kills the real
@@ -53,7 +55,8 @@ pub const POINTS: &[&str] = &[
 
 struct Armed {
     point: String,
-    batch: i64,
+    /// `None`: any batch (`*`).
+    batch: Option<i64>,
     nth: u64,
 }
 
@@ -64,7 +67,10 @@ fn armed() -> Option<&'static Armed> {
             let v = std::env::var("WEIR_FAILPOINT").ok()?;
             let mut it = v.split(':');
             let point = it.next()?.to_string();
-            let batch = it.next()?.parse().ok()?;
+            let batch = match it.next()? {
+                "*" => None,
+                b => Some(b.parse().ok()?),
+            };
             let nth = match it.next() {
                 Some(n) => n.parse().ok()?,
                 None => 1,
@@ -94,7 +100,7 @@ pub fn failpoint_here(point: &str) {
 pub fn failpoint(point: &str, batch_id: i64) {
     static HITS: AtomicU64 = AtomicU64::new(0);
     let Some(a) = armed() else { return };
-    if a.point != point || a.batch != batch_id {
+    if a.point != point || a.batch.is_some_and(|b| b != batch_id) {
         return;
     }
     if HITS.fetch_add(1, Ordering::SeqCst) + 1 == a.nth {

@@ -171,22 +171,46 @@ fn child_scale_out_process() {
         .and_then(|w| w.start())
         .unwrap(),
     };
-    // Runs until the test kills it; a failure ends the process with it.
-    match q.await_termination(Some(Duration::from_secs(240))) {
-        Ok(_) => {}
-        Err(e) => panic!("scale-out process failed: {e}"),
+    // Runs until the test kills it (a failure ends the process with it),
+    // noting the tasks it runs in WEIR_SCALE_STATUS's file.
+    let status = std::env::var("WEIR_SCALE_STATUS").ok();
+    let end = Instant::now() + Duration::from_secs(600);
+    while Instant::now() < end {
+        match q.await_termination(Some(Duration::from_millis(200))) {
+            Ok(false) => {}
+            Ok(true) => return,
+            Err(e) => panic!("scale-out process failed: {e}"),
+        }
+        let message = q.status().message;
+        if let (Some(path), true) = (&status, message.starts_with("Running tasks")) {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap();
+            writeln!(f, "{message}").unwrap();
+        }
     }
 }
 
-fn spawn(input: &str, output: &str, chk: &str, group: &str, by: Keyed) -> TestChild {
+/// One process of the group; `extra`: more environment (a failpoint, the
+/// status file).
+fn spawn(
+    input: &str,
+    output: &str,
+    chk: &str,
+    group: &str,
+    by: Keyed,
+    extra: &[(&str, String)],
+) -> TestChild {
     let by = if by == Keyed::ByPage { "page" } else { "click" };
-    TestChild::of_test(
-        "scale_out::child_scale_out_process",
-        &[(
-            "WEIR_SCALE_CHILD",
-            format!("{input}|{output}|{chk}|{group}|{by}"),
-        )],
-    )
+    let mut env = vec![(
+        "WEIR_SCALE_CHILD",
+        format!("{input}|{output}|{chk}|{group}|{by}"),
+    )];
+    env.extend(extra.iter().cloned());
+    TestChild::of_test("scale_out::child_scale_out_process", &env)
 }
 
 /// Waits until `topic` holds `want` exactly (and fails with the difference
@@ -230,18 +254,24 @@ fn three_processes_one_joining_late_one_killed(by: Keyed) {
     let group = format!("weir-it-scale-{}", crate::s3::unique());
 
     produce_clicks(&input, 0, 600, by);
-    let mut a = spawn(&input, &out_scaled, &chk, &group, by);
-    let mut b = spawn(&input, &out_scaled, &chk, &group, by);
-    // Wait for output: the two processes run.
+    // Process A kills itself (SIGKILL) in the middle of its second Kafka
+    // transaction (any task's): the rows sent, not committed (with a
+    // repartition, the first stage's writes come first).
+    let mut a = spawn(
+        &input,
+        &out_scaled,
+        &chk,
+        &group,
+        by,
+        &[("WEIR_FAILPOINT", "kafka_after_send:*:2".into())],
+    );
+    let mut b = spawn(&input, &out_scaled, &chk, &group, by, &[]);
+    // Wait for output (A may have killed itself already).
     let deadline = Instant::now() + Duration::from_secs(90);
     while windows(&out_scaled).is_empty() {
         assert!(
             Instant::now() < deadline,
             "no output from the first two processes"
-        );
-        assert!(
-            a.child_mut().try_wait().unwrap().is_none(),
-            "process A ended"
         );
         assert!(
             b.child_mut().try_wait().unwrap().is_none(),
@@ -250,13 +280,21 @@ fn three_processes_one_joining_late_one_killed(by: Keyed) {
         std::thread::sleep(Duration::from_millis(300));
     }
     // A third process joins: partitions move to it.
-    let mut c = spawn(&input, &out_scaled, &chk, &group, by);
+    let status = tempfile::tempdir().unwrap();
+    let c_status = status.path().join("c");
+    let mut c = spawn(
+        &input,
+        &out_scaled,
+        &chk,
+        &group,
+        by,
+        &[("WEIR_SCALE_STATUS", c_status.display().to_string())],
+    );
+    // More input: A dies in its second batch; its partitions move after
+    // the group's session timeout, their state restored from S3.
     produce_clicks(&input, 600, 1200, by);
     std::thread::sleep(Duration::from_secs(4));
-    // Kill -9 one of the first two mid-run: its partitions move after the
-    // group's session timeout, their state restored from S3.
     produce_clicks(&input, 1200, 1500, by);
-    drop(a);
     produce_clicks(&input, 1500, 2000, by);
 
     // The reference: one process over the same input.
@@ -284,6 +322,20 @@ fn three_processes_one_joining_late_one_killed(by: Keyed) {
     assert!(
         b.child_mut().try_wait().unwrap().is_none() && c.child_mut().try_wait().unwrap().is_none(),
         "the surviving processes kept running"
+    );
+    {
+        use std::os::unix::process::ExitStatusExt;
+        let a_end = a.wait_within(Duration::from_secs(5), "process A");
+        assert_eq!(
+            a_end.signal(),
+            Some(9),
+            "A killed itself at its failpoint: {a_end:?}"
+        );
+    }
+    let c_ran = std::fs::read_to_string(&c_status).unwrap_or_default();
+    assert!(
+        c_ran.lines().any(|l| l.starts_with("Running tasks [")),
+        "the process that joined late ran no task"
     );
     // Each task's progress is committed to the group: standard Kafka
     // tooling shows the lag (none, once everything is processed).

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use arrow::record_batch::RecordBatch;
 use weir_plan::{OutputMode, StreamPlan};
 
-use super::shared_watermark::{self, WatermarkShare};
+use super::shared_watermark::{self, Pending, WatermarkShare};
 use super::{QueryShared, QueryState, StreamingQuery, Trigger};
 use crate::checkpoint::{Checkpoint, CommitEntry, OffsetEntry};
 use crate::dataset::StreamWriter;
@@ -37,6 +37,9 @@ use crate::session::Session;
 use crate::sink::{BoxSink, SinkContext};
 use crate::source::{BoxSource, Offset, SourceContext, SourceStorage};
 use crate::state::PartitionedStore;
+
+/// The file marking a checkpoint as a scale-out query's (`crate::scale`).
+pub(crate) const SCALE_OUT_MARKER: &str = "scale-out";
 
 /// A batch logged in `offsets/N` but not committed: it runs again as logged.
 struct PendingBatch {
@@ -85,6 +88,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     } = w;
     let session = stream.session.clone();
     let conf = session.conf().clone();
+    let is_task = watermark_share.is_some();
     let mut plan = stream.plan.clone();
     plan.output_mode = mode;
     plan.conf.no_data_batches = conf.no_data_batches;
@@ -120,7 +124,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         std::iter::once(&sink).chain(late_sink.as_ref()),
     )?;
     // A scale-out query's checkpoint keeps its batches per task.
-    if let Some(group) = chk.storage().get("scale-out")? {
+    if let Some(group) = chk.storage().get(SCALE_OUT_MARKER)? {
         return Err(WeirError::checkpoint(
             chk.root(),
             format!(
@@ -299,7 +303,11 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         .map_err(|e| WeirError::Config(format!("cannot start the query thread: {e}")))?;
     *shared.thread.lock().unwrap() = Some(handle);
     let q = StreamingQuery { shared };
-    session.inner.queries.lock().unwrap().push(q.clone());
+    // A scale-out task is not one of the session's queries: its
+    // coordinator is (a task that moves away is not a query that ended).
+    if !is_task {
+        session.inner.queries.lock().unwrap().push(q.clone());
+    }
     Ok(q)
 }
 
@@ -436,7 +444,10 @@ impl Runner {
             };
         }
         self.shared.cond.notify_all();
-        self.session.notify_terminated();
+        if self.watermark_share.is_none() {
+            // (A scale-out task's end is its coordinator's business.)
+            self.session.notify_terminated();
+        }
     }
 
     fn wait(&self, d: Duration) {
@@ -559,17 +570,20 @@ impl Runner {
                     .any(|(l, c)| l.is_some() && l != c);
                 if let Some(share) = &self.watermark_share {
                     // Scale-out: see `shared_watermark`.
-                    share.publish(&self.op_wms, !has_data);
-                    let mut wms = if share.follows_own_rows() {
-                        self.op_wms.clone()
-                    } else {
-                        vec![None; self.op_wms.len()]
-                    };
+                    let mut wms = vec![None; self.op_wms.len()];
+                    let pending = share.pending(!has_data);
+                    if pending == Pending::OwnRows {
+                        wms = self.op_wms.clone();
+                    }
                     if let (false, Some(whole)) = (has_data, &whole_source) {
                         shared_watermark::merge(&mut wms, whole);
                     }
-                    if let Some(w) = shared_watermark::choose(self.plan.conf.watermark_policy, &wms)
-                    {
+                    let chosen = shared_watermark::choose(self.plan.conf.watermark_policy, &wms);
+                    let bound = match pending {
+                        Pending::Bound(b) => b,
+                        Pending::OwnRows => None,
+                    };
+                    for w in chosen.into_iter().chain(bound) {
                         self.next_wm = self.next_wm.max(w);
                     }
                 }
@@ -583,6 +597,7 @@ impl Runner {
                         .pipeline
                         .needs_no_data_batch(self.current_wm, self.next_wm);
                 if !has_data && !no_data {
+                    self.publish_watermark(true);
                     return Ok(false);
                 }
                 let sources = if has_data {
@@ -600,10 +615,14 @@ impl Runner {
                 set_current_batch(batch_id);
                 self.checkpoint.offsets.write_offsets(batch_id, &entry)?;
                 failpoint("after_offsets", batch_id);
+                self.publish_watermark(!has_data);
                 durations.insert("walCommit".into(), t.elapsed().as_millis() as i64);
                 (entry, no_data)
             }
         };
+        if let Some(share) = &self.watermark_share {
+            share.batch(batch_id, entry.batch_watermark_ms);
+        }
         self.set_status("Processing new data", !no_data, true);
         // Read each source's (committed, end].
         let t = Instant::now();
@@ -737,6 +756,19 @@ impl Runner {
             has_wm,
         );
         Ok(true)
+    }
+
+    /// Scale-out: publishes this task's watermarks (after the next batch's
+    /// watermark is logged, if a batch runs).
+    fn publish_watermark(&self, caught_up: bool) {
+        if let Some(share) = &self.watermark_share {
+            share.publish(
+                &self.op_wms,
+                caught_up,
+                self.committed.first().and_then(|o| o.as_ref()),
+                self.next_wm,
+            );
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

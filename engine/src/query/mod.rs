@@ -10,8 +10,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub(crate) use exec::SCALE_OUT_MARKER;
 pub(crate) use shared_watermark::merge as merge_watermarks;
-pub use shared_watermark::WatermarkShare;
+pub use shared_watermark::{Pending, WatermarkShare};
 pub use trigger::Trigger;
 
 use crate::dataset::StreamWriter;

@@ -1,36 +1,66 @@
 //! The watermark across processes (scale-out): a task of a query spread
 //! over many processes sees only its own partition's event times, while
-//! Spark's watermark is the maximum over the whole source. Each task
-//! publishes its own watermark operators' watermarks (from the rows it has
-//! committed) and whether it has caught up with its input.
+//! Spark's watermark is the maximum over the whole source, and Spark judges
+//! a row late against the watermark of the batch that reads it. A task must
+//! never judge a row late that Spark would have kept.
 //!
-//! A task that has caught up, when every task feeding it has too, takes the
-//! largest watermark any task has published: everything read so far has
-//! reached it, so its windows close as the whole source's time moves, as in
-//! one process. Otherwise a task reading its input partition directly
-//! keeps its own watermark: its backlog is judged against its own
-//! partition's time, never against partitions that ran ahead (Spark,
-//! reading every partition in each batch, would not have been ahead
-//! either). A task reading a repartition topic holds its watermark while
-//! rows may still be on their way to it: rows from first-stage tasks at
-//! different paces interleave in its partition, so its own event times say
-//! nothing about the rows not yet arrived. The batch's watermark is logged
-//! in `offsets/N`, so a re-run after a crash uses the same.
+//! - A task reading an input partition follows its own rows while it has
+//!   rows pending: its backlog is judged by its own partition's time (Spark,
+//!   reading every partition in each batch, would not have been ahead).
+//! - Once it has caught up, and every task feeding it has caught up with
+//!   its input (checked against the input's end offsets, not trusted from
+//!   an old report), it takes the largest watermark any task has published:
+//!   everything written so far has reached it, so its windows close as the
+//!   whole source's time moves, as in one process.
+//! - A task reading a repartition topic cannot judge by its own rows: rows
+//!   from first-stage tasks at different paces interleave in its partition.
+//!   Each row carries the watermark of the first-stage batch that wrote it,
+//!   which is what Spark would have judged it by; later rows from that task
+//!   carry the same or more. So the second stage moves to the least, over
+//!   the first-stage tasks, of the latest such watermark it has read from
+//!   each (or, when it has caught up, of what each has announced for its
+//!   next batch).
+//!
+//! A batch's watermark is logged in `offsets/N` before it is published, so
+//! a re-run after a crash uses the same one.
 
 use weir_plan::WatermarkPolicy;
 
-/// Shares watermark operators' watermarks between the tasks of a query.
+use crate::source::Offset;
+
+/// How a task's watermark may move while it has rows pending.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pending {
+    /// By its own rows' event times (a task reading its input partition).
+    OwnRows,
+    /// Up to this bound (ms; `None`: not at all), whatever its own rows say
+    /// (a task fed by other tasks).
+    Bound(Option<i64>),
+}
+
+/// Shares watermarks between the tasks of a scale-out query.
 pub trait WatermarkShare: Send + Sync {
     /// Called before the task reads its input's latest offsets: the
     /// largest watermark per operator any task has published, when every
-    /// task feeding this one had caught up; `None` otherwise.
+    /// task feeding this one has caught up; `None` otherwise.
     fn whole_source(&self, operators: usize) -> Option<Vec<Option<i64>>>;
-    /// Publishes this task's own watermark per watermark operator (ms;
-    /// `None`: no data yet) and whether it has caught up with its input.
-    fn publish(&self, own: &[Option<i64>], caught_up: bool);
-    /// Whether the task's watermark may follow its own rows while it has
-    /// rows pending (false for a task fed by other tasks).
-    fn follows_own_rows(&self) -> bool;
+    /// How the task's watermark may move; `caught_up`: it has no rows
+    /// pending.
+    fn pending(&self, caught_up: bool) -> Pending;
+    /// Publishes the task's own watermark per watermark operator (ms;
+    /// `None`: no rows yet), whether it has caught up, the position its
+    /// input was read to (its source's committed offset) and the watermark
+    /// its next batch runs with (logged already).
+    fn publish(
+        &self,
+        own: &[Option<i64>],
+        caught_up: bool,
+        position: Option<&Offset>,
+        next_batch_watermark_ms: i64,
+    );
+    /// Batch `batch_id` runs with watermark `watermark_ms` (a re-run too):
+    /// for a sink that writes it with the rows.
+    fn batch(&self, batch_id: i64, watermark_ms: i64);
 }
 
 /// Folds the other tasks' watermarks into this task's, per operator: an

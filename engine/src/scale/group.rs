@@ -28,6 +28,7 @@ pub(crate) trait Membership: Send + Sync {
     fn assigned(&self, partitions: &[Partition]);
 }
 
+/// The group consumer's callbacks: rebalances reach the [`Membership`].
 pub(crate) struct GroupContext {
     membership: Arc<dyn Membership>,
 }
@@ -77,19 +78,21 @@ impl GroupMember {
         membership: Arc<dyn Membership>,
     ) -> Result<GroupMember> {
         let mut conf = ClientConfig::new();
-        conf.set("bootstrap.servers", &input.bootstrap)
-            .set("group.id", group)
-            .set("partition.assignment.strategy", "cooperative-sticky")
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "false")
-            .set("session.timeout.ms", "10000")
+        // Defaults the source's `kafka.*` settings may change ...
+        conf.set("session.timeout.ms", "10000")
             .set("heartbeat.interval.ms", "1000")
             // A revocation waits for the task's running batch.
             .set("max.poll.interval.ms", "300000");
         for (k, v) in &input.kafka_conf {
             conf.set(k, v);
         }
+        // ... and what scale-out needs, which they may not.
+        conf.set("bootstrap.servers", &input.bootstrap)
+            .set("group.id", group)
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false");
         if let Some(id) = instance {
             // Static membership: a restart with the same id gets its
             // partitions back without a rebalance (within the session timeout).

@@ -29,7 +29,7 @@ mod watermarks;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use weir_plan::StreamPlan;
 
@@ -37,7 +37,7 @@ use crate::checkpoint::Checkpoint;
 use crate::dataset::{DataStream, StreamWriter};
 use crate::error::{Result, WeirError};
 use crate::progress::{QueryStatus, StreamingQueryProgress};
-use crate::query::{QueryShared, QueryState, StreamingQuery, Trigger};
+use crate::query::{QueryShared, QueryState, StreamingQuery, Trigger, SCALE_OUT_MARKER};
 use crate::session::Session;
 use crate::sink::BoxSink;
 use crate::source::kafka::KafkaAdmin;
@@ -59,10 +59,6 @@ pub struct ScaleOut {
     pub instance_id: Option<String>,
 }
 
-/// The file at a scale-out query's checkpoint root naming its group: a
-/// single-process run of the query on that checkpoint is refused.
-pub const SCALE_OUT_MARKER: &str = "scale-out";
-
 /// A task's name: its input partition.
 fn task_name((topic, partition): &Partition) -> String {
     format!("{topic}-{partition}")
@@ -76,8 +72,19 @@ struct Stage {
     sink: usize,
     late_sink: Option<usize>,
     mode: weir_plan::OutputMode,
-    /// The tasks whose progress gates this stage's shared watermark.
-    upstream: Vec<String>,
+    /// What the stage's tasks are.
+    role: Role,
+}
+
+/// A stage's place in the query.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Role {
+    /// The whole query, per input partition.
+    Whole,
+    /// The stateless part, per input partition, writing the repartition topic.
+    First,
+    /// The stateful part, per repartition partition.
+    Second,
 }
 
 /// The parts every task is built from.
@@ -93,6 +100,8 @@ struct Template {
     stages: BTreeMap<String, Stage>,
     sources: Vec<BoxSource>,
     sinks: Vec<BoxSink>,
+    /// The input's partitions (the first stage's tasks).
+    input_partitions: Vec<Partition>,
 }
 
 impl Template {
@@ -104,11 +113,23 @@ impl Template {
                 "the group assigned partition {task}, of a topic this query does not read; another query shares the consumer group: give each query its own group"
             ))
         })?;
+        let upstream = match stage.role {
+            Role::Second => self.input_partitions.clone(),
+            Role::Whole | Role::First => vec![],
+        };
+        let marks = self.hub.for_task(partition.clone(), upstream);
+        let mut source =
+            self.sources[stage.source].for_partitions(std::slice::from_ref(partition))?;
+        let mut sink = self.sinks[stage.sink].for_task(&task)?;
+        match stage.role {
+            Role::First => sink = Box::new(repartition::StampedSink::new(sink, marks.clone())),
+            Role::Second => {
+                source = Box::new(repartition::StampedSource::new(source, marks.clone()))
+            }
+            Role::Whole => {}
+        }
         let mut sources = BTreeMap::new();
-        sources.insert(
-            self.source_name.clone(),
-            self.sources[stage.source].for_partitions(std::slice::from_ref(partition))?,
-        );
+        sources.insert(self.source_name.clone(), source);
         let writer = StreamWriter {
             stream: DataStream {
                 session: self.session.clone(),
@@ -126,12 +147,12 @@ impl Template {
                 "{}/tasks/{task}",
                 self.checkpoint.trim_end_matches('/')
             )),
-            sink: Some(self.sinks[stage.sink].for_task(&task)?),
+            sink: Some(sink),
             late_sink: match stage.late_sink {
                 Some(l) => Some(self.sinks[l].for_task(&task)?),
                 None => None,
             },
-            watermark_share: Some(self.hub.for_task(&task, stage.upstream.clone())),
+            watermark_share: Some(marks),
             scale_out: None,
         };
         crate::query::start(writer)
@@ -143,6 +164,8 @@ struct Task {
     query: StreamingQuery,
     /// The last batch whose progress was forwarded.
     seen: i64,
+    /// The next input offset after its last batch (committed to the group).
+    position: Option<i64>,
 }
 
 /// The tasks this process owns, shared by the coordinator's loop and the
@@ -243,15 +266,26 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
             format!("this checkpoint was written by the query running in one process (it has offsets/{b}); scale-out keeps its batches per task under tasks/ and would read the input again: use a new checkpoint location for the scale-out query"),
         ));
     }
-    let _ = chk
+    if chk
         .storage()
-        .put_create(SCALE_OUT_MARKER, scale.group.as_bytes())?;
+        .put_create(SCALE_OUT_MARKER, scale.group.as_bytes())?
+        == crate::storage::Created::Exists
+    {
+        let owner = chk.storage().get(SCALE_OUT_MARKER)?.unwrap_or_default();
+        let owner = String::from_utf8_lossy(&owner);
+        if owner != scale.group {
+            return Err(WeirError::checkpoint(
+                chk.root(),
+                format!("this checkpoint belongs to the scale-out query of consumer group `{owner}`, not `{}`: two groups would run the same tasks; start with .scale_out(\"{owner}\"), or use a new checkpoint location", scale.group),
+            ));
+        }
+    }
     let hub = Arc::new(WatermarkHub::start(&input, &scale.group, &meta.id)?);
     let admin = KafkaAdmin::new(&input.bootstrap)?;
-    let mut input_tasks = Vec::new();
+    let mut input_partitions = Vec::new();
     for t in &input.topics {
         for p in 0..admin.partitions(t)? {
-            input_tasks.push(task_name(&(t.clone(), p as i32)));
+            input_partitions.push((t.clone(), p as i32));
         }
     }
     // Sources and sinks by index: 0 the query's own.
@@ -274,7 +308,7 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
                         sink: 0,
                         late_sink: late,
                         mode,
-                        upstream: vec![],
+                        role: Role::Whole,
                     },
                 );
             }
@@ -285,7 +319,7 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
                 name.as_deref().unwrap_or(&scale.group),
                 &meta.id,
                 &split,
-                conf.shuffle_partitions.unwrap_or(input_tasks.len()),
+                conf.shuffle_partitions.unwrap_or(input_partitions.len()),
             )?;
             let first = stages::with_ops(&plan, split.first.clone());
             let fields = {
@@ -305,7 +339,7 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
                         sink: first_sink,
                         late_sink: None,
                         mode: weir_plan::OutputMode::Append,
-                        upstream: vec![],
+                        role: Role::First,
                     },
                 );
             }
@@ -322,7 +356,7 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
                     sink: 0,
                     late_sink: late,
                     mode,
-                    upstream: input_tasks.clone(),
+                    role: Role::Second,
                 },
             );
             topics.push(rep);
@@ -343,6 +377,7 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
         stages,
         sources,
         sinks,
+        input_partitions,
     };
     let tasks = Arc::new(Tasks::default());
     let member = GroupMember::join(
@@ -386,6 +421,7 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
         tasks,
         member,
         hub,
+        last_commit: Mutex::new(Instant::now()),
     };
     let handle = std::thread::Builder::new()
         .name(format!("weir-scale-out-{}", scale.group))
@@ -407,7 +443,13 @@ struct Coordinator {
     tasks: Arc<Tasks>,
     member: GroupMember,
     hub: Arc<WatermarkHub>,
+    /// When the tasks' positions were last committed to the group.
+    last_commit: Mutex<Instant>,
 }
+
+/// How often the tasks' positions are committed to the group again (a
+/// commit can fail during a rebalance).
+const RECOMMIT: Duration = Duration::from_secs(2);
 
 impl Coordinator {
     fn run(self) {
@@ -453,11 +495,14 @@ impl Coordinator {
                     task_name(&p)
                 );
                 let query = self.template.start(&p)?;
-                self.tasks
-                    .running
-                    .lock()
-                    .unwrap()
-                    .insert(p, Task { query, seen: -1 });
+                self.tasks.running.lock().unwrap().insert(
+                    p,
+                    Task {
+                        query,
+                        seen: -1,
+                        position: None,
+                    },
+                );
             }
             self.follow_tasks()?;
             self.serve_process_all_available()?;
@@ -469,6 +514,7 @@ impl Coordinator {
     /// and fails when a task failed.
     fn follow_tasks(&self) -> Result<()> {
         let mut commits = Vec::new();
+        let mut moved = false;
         let mut forwarded = Vec::new();
         let names: Vec<String>;
         {
@@ -484,13 +530,22 @@ impl Coordinator {
                     if prog.batch_id > t.seen {
                         t.seen = prog.batch_id;
                         if let Some(o) = next_offset(&prog, p) {
-                            commits.push((p.clone(), o));
+                            moved |= t.position != Some(o);
+                            t.position = Some(o);
                         }
                         forwarded.push(prog);
                     }
                 }
             }
             names = running.keys().map(task_name).collect();
+            let mut last = self.last_commit.lock().unwrap();
+            if moved || last.elapsed() >= RECOMMIT {
+                *last = Instant::now();
+                commits = running
+                    .iter()
+                    .filter_map(|(p, t)| t.position.map(|o| (p.clone(), o)))
+                    .collect();
+            }
         }
         self.member.commit(&commits);
         let keep = self.session.conf().num_recent_progress_updates.max(1);
