@@ -352,6 +352,39 @@ pub fn scale_out_can_divide(q: &QueryDecl, errs: &mut Errors) {
         if let Some((message, help)) = refused {
             errs.spanned_help(&s.ident, message, help);
         }
+        if let (Sink::Postgres { .. } | Sink::Redis { .. }, Some(m)) = (&s.kind, &q.output_mode) {
+            if m.mode == OutputMode::Complete {
+                errs.spanned_help(
+                    &m.ident,
+                    "complete output mode replaces the whole table each batch, but under scale-out each task has only its own keys",
+                    "use `output_mode: update` (an upsert by key), or remove `scale_out:`",
+                );
+            }
+        }
+    }
+    if let Some(s) = q
+        .late_rows
+        .as_ref()
+        .filter(|s| !matches!(s.kind, Sink::Console { .. }))
+    {
+        errs.spanned_help(
+            &s.ident,
+            "late rows cannot go to this sink under scale-out: it cannot be divided among the tasks",
+            "send them to `console`, or remove `scale_out:`",
+        );
+    }
+    for key in [
+        q.order_by.as_ref().map(|o| &o.key),
+        q.limit.as_ref().map(|l| &l.key),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        errs.spanned_help(
+            key,
+            format!("`{key}` needs every row in one task, which a scale-out query divides"),
+            "remove it, or remove `scale_out:`",
+        );
     }
     if let (Some(TriggerDecl::Once | TriggerDecl::AvailableNow), Some(t)) =
         (&q.trigger, &q.trigger_tokens)

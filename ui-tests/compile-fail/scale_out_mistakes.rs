@@ -1,6 +1,7 @@
 // Scale-out mistakes: a source that is not a Kafka subscription, a file
-// sink (one manifest writer), a trigger that would end, and no checkpoint
-// shared by the group's processes.
+// sink (one manifest writer), a trigger that would end, no checkpoint
+// shared by the group's processes, and a sort (all rows in one task) with
+// complete mode into PostgreSQL (each task has only its own keys).
 weir_macros::stream_query! {
     query RateScaled {
         source: rate(rows_per_second = 10),
@@ -30,6 +31,21 @@ weir_macros::stream_query! {
         schema: Click2 { page: String },
         sink: console,
         scale_out: "no-checkpoint",
+    }
+}
+
+
+weir_macros::stream_query! {
+    query CompleteToPostgres {
+        source: kafka(bootstrap_servers = "127.0.0.1:9092", subscribe = "clicks", format = json),
+        schema: Click3 { page: String },
+        group_by: [page],
+        aggregate: { views: count() },
+        order_by: [views desc],
+        output_mode: complete,
+        sink: postgres(url = "host=127.0.0.1", table = "views", key = [page]),
+        checkpoint: "chk/complete",
+        scale_out: "complete",
     }
 }
 

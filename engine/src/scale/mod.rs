@@ -120,7 +120,7 @@ impl Template {
         let marks = self.hub.for_task(partition.clone(), upstream);
         let mut source =
             self.sources[stage.source].for_partitions(std::slice::from_ref(partition))?;
-        let mut sink = self.sinks[stage.sink].for_task(&task)?;
+        let mut sink = self.sinks[stage.sink].for_task(&task, stage.mode)?;
         match stage.role {
             Role::First => sink = Box::new(repartition::StampedSink::new(sink, marks.clone())),
             Role::Second => {
@@ -149,7 +149,7 @@ impl Template {
             )),
             sink: Some(sink),
             late_sink: match stage.late_sink {
-                Some(l) => Some(self.sinks[l].for_task(&task)?),
+                Some(l) => Some(self.sinks[l].for_task(&task, weir_plan::OutputMode::Append)?),
                 None => None,
             },
             watermark_share: Some(marks),
@@ -246,9 +246,9 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
     let split = stages::split(&plan)?;
     // Every sink of the query must keep its promise per task: refused
     // before anything is written.
-    sink.for_task("check")?;
+    sink.for_task("check", mode)?;
     if let Some(l) = &late_sink {
-        l.for_task("check")?;
+        l.for_task("check", weir_plan::OutputMode::Append)?;
     }
     // The query's id, shared by every process (the first creates it).
     let conf = session.conf().clone();

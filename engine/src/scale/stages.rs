@@ -35,10 +35,7 @@ fn ops(plan: &StreamPlan) -> &[Op] {
 }
 
 fn is_stateful(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Aggregate { .. } | Op::Dedup { .. } | Op::Sort { .. } | Op::Limit { .. }
-    )
+    matches!(op, Op::Aggregate { .. } | Op::Dedup { .. })
 }
 
 /// Whether a stateful operator's rows already meet in one task: its key
@@ -68,6 +65,15 @@ pub(crate) fn split(plan: &StreamPlan) -> Result<Option<Split>> {
         ));
     }
     let ops = ops(plan);
+    if let Some(op) = ops
+        .iter()
+        .find(|o| matches!(o, Op::Sort { .. } | Op::Limit { .. }))
+    {
+        return Err(WeirError::Config(format!(
+            "`{}` needs every row in one task, which a scale-out query divides: remove it, or run this query in one process",
+            op.name()
+        )));
+    }
     let Some(k) = ops.iter().position(is_stateful) else {
         return Ok(None);
     };
@@ -168,6 +174,14 @@ mod tests {
         }]))
         .unwrap()
         .is_none());
+    }
+
+    #[test]
+    fn a_sort_or_limit_is_refused_anywhere() {
+        let e = split(&plan(vec![agg(vec![column("key")]), Op::Limit { n: 3 }]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`limit` needs every row in one task"), "{e}");
     }
 
     #[test]

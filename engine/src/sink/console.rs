@@ -202,7 +202,7 @@ pub fn show_string(
 }
 
 impl Sink for ConsoleSink {
-    fn for_task(&self, _task: &str) -> Result<super::BoxSink> {
+    fn for_task(&self, _task: &str, _mode: weir_plan::OutputMode) -> Result<super::BoxSink> {
         // Each task prints its own batches in this process.
         Ok(Box::new(ConsoleSink {
             truncate: self.truncate,

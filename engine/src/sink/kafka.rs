@@ -868,7 +868,7 @@ fn headers(list: &dyn Array) -> OwnedHeaders {
 }
 
 impl Sink for KafkaSink {
-    fn for_task(&self, task: &str) -> Result<BoxSink> {
+    fn for_task(&self, task: &str, _mode: weir_plan::OutputMode) -> Result<BoxSink> {
         // One transactional producer per task (Kafka Streams' exactly-once
         // v2): the task's query id names it, so the task's next owner
         // fences the last one; a configured id gets the task appended.

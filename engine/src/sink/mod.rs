@@ -90,11 +90,12 @@ pub trait Sink: Send {
     /// Writes batch `batch_id`'s rows.
     fn add_batch(&mut self, batch_id: i64, batches: &[RecordBatch]) -> Result<()>;
     /// Scale-out: a copy of this sink, not yet opened, for task `task` of a
-    /// query divided among processes. It is opened with the task's own
-    /// query id (its checkpoint's), so exactly-once markers are kept per
-    /// task. The default refuses, naming the sink: a sink that cannot keep
-    /// its promise when many tasks write at once must not be divided.
-    fn for_task(&self, _task: &str) -> Result<BoxSink> {
+    /// query divided among processes, written in output mode `mode`. It is
+    /// opened with the task's own query id (its checkpoint's), so
+    /// exactly-once markers are kept per task. The default refuses, naming
+    /// the sink: a sink that cannot keep its promise when many tasks write
+    /// at once must not be divided.
+    fn for_task(&self, _task: &str, _mode: OutputMode) -> Result<BoxSink> {
         Err(crate::error::WeirError::Config(format!(
             "{} cannot be divided among the tasks of a scale-out query (supported: Kafka, PostgreSQL, Redis with a key prefix, console); run the query in one process or write to Kafka",
             self.description()

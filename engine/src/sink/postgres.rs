@@ -149,8 +149,6 @@ pub struct PostgresSink {
     connect_timeout: Duration,
     statement_timeout: Duration,
     lock_timeout: Duration,
-    /// Scale-out: the task this copy writes for.
-    task: Option<String>,
     rt: Option<Runtime>,
 }
 
@@ -377,7 +375,6 @@ impl PostgresSink {
             connect_timeout: Duration::from_secs(10),
             statement_timeout: Duration::from_secs(60),
             lock_timeout: Duration::from_secs(10),
-            task: None,
             rt: None,
         }
     }
@@ -1007,7 +1004,12 @@ impl Sink for PostgresSink {
         format!("PostgresSink[{}{at}]", self.table)
     }
 
-    fn for_task(&self, task: &str) -> Result<BoxSink> {
+    fn for_task(&self, task: &str, mode: OutputMode) -> Result<BoxSink> {
+        if mode == OutputMode::Complete {
+            return Err(self.err(format!(
+                "complete output mode replaces the whole table each batch, but under scale-out task {task} has only its own keys: use update mode (an upsert by key), or run the query in one process"
+            )));
+        }
         // Each task's batch markers are its own (keyed by the task's query
         // id); the tasks write disjoint keys.
         Ok(Box::new(PostgresSink {
@@ -1018,17 +1020,11 @@ impl Sink for PostgresSink {
             connect_timeout: self.connect_timeout,
             statement_timeout: self.statement_timeout,
             lock_timeout: self.lock_timeout,
-            task: Some(task.to_string()),
             rt: None,
         }))
     }
 
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
-        if let (Some(task), OutputMode::Complete) = (&self.task, ctx.output_mode) {
-            return Err(self.err(format!(
-                "complete output mode replaces the whole table each batch, but under scale-out task {task} has only its own keys: use update mode (an upsert by key), or run the query in one process"
-            )));
-        }
         let mut config = Config::from_str(&self.conn_str).map_err(|e| {
             self.err(format!(
                 "invalid connection string ({e}); use `host=127.0.0.1 port=5432 user=me dbname=app` \

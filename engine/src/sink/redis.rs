@@ -461,8 +461,6 @@ pub struct RedisSink {
     key_fields: bool,
     timeout: Duration,
     chunk_rows: usize,
-    /// Scale-out: the task this copy writes for.
-    task: Option<String>,
     rt: Option<Runtime>,
 }
 
@@ -647,7 +645,6 @@ impl RedisSink {
             key_fields: false,
             timeout: Duration::from_secs(30),
             chunk_rows: 1000,
-            task: None,
             rt: None,
         }
     }
@@ -930,7 +927,12 @@ impl Sink for RedisSink {
         }
     }
 
-    fn for_task(&self, task: &str) -> Result<BoxSink> {
+    fn for_task(&self, task: &str, mode: OutputMode) -> Result<BoxSink> {
+        if mode == OutputMode::Complete {
+            return Err(self.err(format!(
+                "complete output mode replaces every key each batch, but under scale-out task {task} has only its own keys: use update mode, or run the query in one process"
+            )));
+        }
         // Each task's batch markers are its own (keyed by the task's query
         // id); the tasks write disjoint keys under one prefix.
         if self.key_prefix.as_deref().is_none_or(str::is_empty) {
@@ -945,17 +947,11 @@ impl Sink for RedisSink {
             key_fields: self.key_fields,
             timeout: self.timeout,
             chunk_rows: self.chunk_rows,
-            task: Some(task.to_string()),
             rt: None,
         }))
     }
 
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
-        if let (Some(task), OutputMode::Complete) = (&self.task, ctx.output_mode) {
-            return Err(self.err(format!(
-                "complete output mode replaces every key each batch, but under scale-out task {task} has only its own keys: use update mode, or run the query in one process"
-            )));
-        }
         let client = Client::open(self.url.as_str()).map_err(|e| {
             self.err(format!(
                 "invalid Redis URL ({e}); use `redis://host:port/db`, e.g. `redis://127.0.0.1:6379/0`"
