@@ -22,12 +22,26 @@
 //! offsets to group G so Kafka's tools show the lag), `--verbose` (each
 //! batch's phase durations on stderr). At the end it prints
 //! the throughput: events in, rows out, events per second.
+//!
+//! Scale-out (see README, "Running on many machines"): start the same
+//! command in several processes with `--scale-out GROUP` and one shared
+//! `--checkpoint`; they divide the topic's partitions. `--group-by key`
+//! counts per window and Kafka message key instead of per page (the clicks'
+//! key is the user): that aggregation runs whole in each input partition's
+//! task, while the default (`page`) runs behind a repartition topic.
+//! `--conf KEY=VALUE` sets a session setting (e.g. `weir.workerThreads=1`),
+//! `--trigger default` runs batches back to back, and `--stats-file PATH`
+//! keeps a one-line JSON summary of this process's batches up to date
+//! (events per stage, last busy moment, phase times; scripts/scale_bench.sh
+//! reads it to tell when the whole input is processed).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use weir::sink::KafkaSink;
+use weir::functions::{col, count_star, window};
+use weir::plan::OutputMode;
+use weir::sink::{ConsoleSink, KafkaSink};
 use weir::source::{DecodeExt, KafkaSource, StartingOffsets};
 use weir::{Row, Session, Trigger};
 
@@ -57,6 +71,86 @@ struct Totals {
     phases: Mutex<std::collections::BTreeMap<String, i64>>,
     watermark: Mutex<Option<String>>,
     verbose: bool,
+    /// Per stage, for `--stats-file` (scale-out: each task reports its own
+    /// batches; a task reading the input topic is the first stage).
+    stages: Mutex<Stats>,
+    /// The input topic (tells the first stage's tasks from the second's).
+    topic: String,
+    stats_file: Option<std::path::PathBuf>,
+}
+
+/// What `--stats-file` holds: this process's batches so far.
+#[derive(Default, serde::Serialize)]
+struct Stats {
+    /// Process id.
+    pid: u32,
+    /// Input events read by tasks of the input topic (a single-process
+    /// query: all of them).
+    input_events: i64,
+    /// Rows read by second-stage tasks (from the repartition topic).
+    repartition_events: i64,
+    /// Batches that read rows, per stage.
+    input_batches: i64,
+    repartition_batches: i64,
+    /// Wall clock (ms since the epoch) when the first batch that read rows
+    /// started, and when the last batch that read rows ended.
+    first_busy_ms: Option<i64>,
+    last_busy_ms: Option<i64>,
+    /// Summed phase durations (ms) of batches that read rows, per stage.
+    input_phases: std::collections::BTreeMap<String, i64>,
+    repartition_phases: std::collections::BTreeMap<String, i64>,
+    /// The tasks seen (scale-out: one per partition this process ran).
+    tasks: std::collections::BTreeSet<String>,
+}
+
+impl Totals {
+    /// Adds a batch to the per-stage stats and rewrites `--stats-file`.
+    fn record(&self, p: &weir::StreamingQueryProgress) {
+        let Some(path) = &self.stats_file else {
+            return;
+        };
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut guard = self.stages.lock().unwrap();
+        let st = &mut *guard;
+        st.pid = std::process::id();
+        if let Some(n) = &p.name {
+            st.tasks.insert(n.clone());
+        }
+        if p.num_input_rows > 0 {
+            let first_stage = p.sources.iter().any(|s| {
+                s.end_offset
+                    .as_ref()
+                    .is_some_and(|o| o.get(&self.topic).is_some())
+            });
+            let (events, batches, phases) = if first_stage {
+                (
+                    &mut st.input_events,
+                    &mut st.input_batches,
+                    &mut st.input_phases,
+                )
+            } else {
+                (
+                    &mut st.repartition_events,
+                    &mut st.repartition_batches,
+                    &mut st.repartition_phases,
+                )
+            };
+            *events += p.num_input_rows;
+            *batches += 1;
+            for (k, v) in &p.duration_ms {
+                *phases.entry(k.clone()).or_default() += v;
+            }
+            let took = p.duration_ms.get("triggerExecution").copied().unwrap_or(0);
+            st.first_busy_ms = Some(st.first_busy_ms.map_or(now - took, |f| f.min(now - took)));
+            st.last_busy_ms = Some(now);
+        }
+        // Written whole, then renamed: a reader never sees half a line.
+        let tmp = path.with_extension("tmp");
+        let line = serde_json::to_string(&*st).unwrap_or_default();
+        if std::fs::write(&tmp, line + "\n").is_ok() {
+            let _ = std::fs::rename(&tmp, path);
+        }
+    }
 }
 
 impl weir::QueryListener for Totals {
@@ -64,10 +158,18 @@ impl weir::QueryListener for Totals {
         self.batches.fetch_add(1, Ordering::Relaxed);
         if self.verbose {
             eprintln!(
-                "batch {}: {} events, {} rows out, durations {:?}",
-                p.batch_id, p.num_input_rows, p.sink.num_output_rows, p.duration_ms
+                "batch {}{}: {} events, {} rows out, durations {:?}",
+                p.batch_id,
+                p.name
+                    .as_ref()
+                    .map(|n| format!(" of {n}"))
+                    .unwrap_or_default(),
+                p.num_input_rows,
+                p.sink.num_output_rows,
+                p.duration_ms
             );
         }
+        self.record(p);
         self.events.fetch_add(p.num_input_rows, Ordering::Relaxed);
         self.rows
             .fetch_add(p.sink.num_output_rows, Ordering::Relaxed);
@@ -90,6 +192,16 @@ enum SinkKind {
     Console,
     /// A Kafka topic, exactly once.
     Kafka,
+}
+
+/// What the views are counted by (besides the minute).
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+enum GroupBy {
+    /// The page (the declared query; under scale-out, behind a repartition topic).
+    Page,
+    /// The Kafka message key (the user, for click_generator's clicks): under
+    /// scale-out each input partition's task aggregates on its own.
+    Key,
 }
 
 /// Where a new checkpoint starts reading.
@@ -125,7 +237,8 @@ struct Args {
     /// Where a new checkpoint starts reading.
     #[arg(long, value_enum, default_value_t = Start::Latest)]
     starting_offsets: Start,
-    /// The trigger interval, e.g. "10 seconds" (default: 1 minute).
+    /// The trigger interval, e.g. "10 seconds" (default: 1 minute), or
+    /// `default`: each batch as soon as the previous one finished.
     #[arg(long)]
     trigger: Option<String>,
     /// At most this many offsets per trigger.
@@ -143,6 +256,20 @@ struct Args {
     /// Each batch's phase durations on stderr.
     #[arg(long)]
     verbose: bool,
+    /// Run as one process of a query spread over many: every process
+    /// started with this consumer group and the same `--checkpoint`
+    /// divides the topic's partitions (runs until stopped).
+    #[arg(long, value_name = "GROUP")]
+    scale_out: Option<String>,
+    /// What the views are counted by (besides the minute).
+    #[arg(long, value_enum, default_value_t = GroupBy::Page)]
+    group_by: GroupBy,
+    /// A session setting, KEY=VALUE (repeatable), e.g. weir.workerThreads=1.
+    #[arg(long = "conf", value_name = "KEY=VALUE")]
+    confs: Vec<String>,
+    /// Keep a one-line JSON summary of this process's batches in this file.
+    #[arg(long, value_name = "PATH")]
+    stats_file: Option<std::path::PathBuf>,
 }
 
 fn main() -> weir::Result<()> {
@@ -174,20 +301,48 @@ fn main() -> weir::Result<()> {
     }
     let clicks = source.from_json("value", Click::fields());
     let malformed = clicks.malformed_counter();
-    let session = Session::new();
+    let mut conf = weir::SessionConfig::default();
+    for kv in &a.confs {
+        let (k, v) = kv.split_once('=').ok_or_else(|| {
+            weir::WeirError::Config(format!(
+                "--conf {kv}: expected KEY=VALUE, e.g. --conf weir.workerThreads=1"
+            ))
+        })?;
+        conf.set(k.trim(), v.trim())?;
+    }
+    let session = Session::with_config(conf);
     let totals = Arc::new(Totals {
         verbose: a.verbose,
+        topic: a.topic.clone(),
+        stats_file: a.stats_file.clone(),
         ..Totals::default()
     });
     session.add_listener(totals.clone());
-    let mut writer =
-        PageViews::writer_from(&session, clicks.into())?.checkpoint_location(&checkpoint);
+    let key_column = match a.group_by {
+        GroupBy::Page => "page",
+        GroupBy::Key => "key",
+    };
+    let mut writer = match a.group_by {
+        GroupBy::Page => PageViews::writer_from(&session, clicks.into())?,
+        // The declared query with the message key for the page.
+        GroupBy::Key => session
+            .read_stream(clicks.keep(&["key"]))
+            .with_watermark("event_ts", "2 minutes")
+            .group_by(vec![window("event_ts", "1 minute"), col("key")])
+            .agg(vec![count_star("views")])
+            .write_stream()
+            .output_mode(OutputMode::Update)
+            .trigger(Trigger::processing_time("1 minute")?)
+            .query_name(PageViews::NAME)
+            .sink(ConsoleSink::new().truncate(false)),
+    }
+    .checkpoint_location(&checkpoint);
     if a.sink == SinkKind::Kafka {
         weir::source::KafkaAdmin::new(&a.bootstrap)?.create_topic(&a.out_topic, 1)?;
         let mut sink = KafkaSink::new(&a.bootstrap)
             .topic(&a.out_topic)
             .json_values()
-            .key_columns(&["page"]);
+            .key_columns(&[key_column]);
         if a.at_least_once {
             sink = sink.at_least_once();
         }
@@ -195,13 +350,22 @@ fn main() -> weir::Result<()> {
     }
     if a.available_now {
         writer = writer.trigger(Trigger::AvailableNow);
+    } else if a.trigger.as_deref() == Some("default") {
+        writer = writer.trigger(Trigger::Default);
     } else if let Some(t) = &a.trigger {
         writer = writer.trigger(Trigger::processing_time(t)?);
+    }
+    if let Some(g) = &a.scale_out {
+        writer = writer.scale_out(g);
     }
     let started = Instant::now();
     let query = writer.start()?;
     println!(
-        "page_views: {} -> {} (checkpoint {checkpoint})",
+        "page_views{}: {} -> {} (checkpoint {checkpoint})",
+        a.scale_out
+            .as_ref()
+            .map(|g| format!(" (scale-out, group {g})"))
+            .unwrap_or_default(),
         a.topic,
         if a.sink == SinkKind::Kafka {
             format!("Kafka topic `{}`", a.out_topic)
