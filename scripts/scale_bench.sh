@@ -3,7 +3,7 @@
 # and 3 processes of one consumer group (one worker thread each), on the same
 # input. Prints one JSON line per run, then a summary line per configuration.
 #
-#   bash scripts/scale_bench.sh [EVENTS] [MAX_OFFSETS_PER_TRIGGER]   # defaults 1000000, 50000
+#   bash scripts/scale_bench.sh [EVENTS] [MAX_OFFSETS_PER_TRIGGER]   # defaults 3000000, 50000
 #
 # The input is produced once (examples/click_generator: EVENTS clicks keyed by
 # user into a topic of $WEIR_SCALE_PARTITIONS partitions, default 6). Each run
@@ -47,7 +47,7 @@
 # as there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EVENTS="${1:-1000000}"
+EVENTS="${1:-3000000}"
 MAX_OFFSETS="${2:-50000}"
 PROFILE="${WEIR_BENCH_PROFILE:-kafka-bench}"
 TARGET="${CARGO_TARGET_DIR:-target}"
