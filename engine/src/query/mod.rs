@@ -121,16 +121,20 @@ impl StreamingQuery {
         self.shared.explain.clone()
     }
 
+    /// Asks the query to stop after its running batch, without waiting
+    /// (several queries stopping at once: ask each, then [`Self::stop`] each).
+    pub(crate) fn request_stop(&self) {
+        // Under the state lock: the loop checks the flag and waits under
+        // it, so the wake-up cannot fall between the two.
+        let _st = self.shared.state.lock().unwrap();
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.cond.notify_all();
+    }
+
     /// Stops the query: the running batch finishes, then the query ends.
     /// Returns once the query's thread has ended.
     pub fn stop(&self) -> Result<()> {
-        {
-            // Under the state lock: the loop checks the flag and waits under
-            // it, so the wake-up cannot fall between the two.
-            let _st = self.shared.state.lock().unwrap();
-            self.shared.stop.store(true, Ordering::SeqCst);
-            self.shared.cond.notify_all();
-        }
+        self.request_stop();
         let handle = self.shared.thread.lock().unwrap().take();
         if let Some(h) = handle {
             if h.thread().id() != std::thread::current().id() {

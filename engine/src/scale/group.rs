@@ -63,6 +63,8 @@ impl ConsumerContext for GroupContext {
 /// The process's member of the group.
 pub(crate) struct GroupMember {
     consumer: BaseConsumer<GroupContext>,
+    /// The topics it subscribes to.
+    topics: Vec<String>,
     /// Serialises commits with rebalances.
     lock: Mutex<()>,
 }
@@ -114,6 +116,7 @@ impl GroupMember {
         })?;
         Ok(GroupMember {
             consumer,
+            topics: input.topics.clone(),
             lock: Mutex::new(()),
         })
     }
@@ -131,12 +134,12 @@ impl GroupMember {
     /// group, for lag monitoring only: the tasks' checkpoints hold the
     /// offsets that matter.
     pub(crate) fn commit(&self, offsets: &[(Partition, i64)]) {
-        if offsets.is_empty() {
-            return;
-        }
         let mut tpl = TopicPartitionList::new();
-        for ((t, p), o) in offsets {
+        for ((t, p), o) in offsets.iter().filter(|((t, _), _)| self.topics.contains(t)) {
             let _ = tpl.add_partition_offset(t, *p, Offset::Offset(*o));
+        }
+        if tpl.count() == 0 {
+            return;
         }
         let _g = self.lock.lock().unwrap();
         if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {

@@ -190,11 +190,16 @@ impl Membership for Tasks {
             .lock()
             .unwrap()
             .retain(|p| !partitions.contains(p));
-        for (p, t) in stopping {
+        // Every revoked task finishes its running batch at once: the
+        // rebalance waits for the slowest, not for their sum.
+        for (p, t) in &stopping {
             tracing::info!(
                 "scale-out: partition {} revoked; stopping its task",
-                task_name(&p)
+                task_name(p)
             );
+            t.query.request_stop();
+        }
+        for (_, t) in stopping {
             let _ = t.query.stop();
         }
     }
@@ -296,7 +301,7 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
         sinks.len() - 1
     });
     let mut stages = BTreeMap::new();
-    let mut topics = input.topics.clone();
+    let mut repartition_topic = None;
     match split {
         None => {
             for t in &input.topics {
@@ -359,13 +364,10 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
                     role: Role::Second,
                 },
             );
-            topics.push(rep);
+            repartition_topic = Some(rep);
         }
     }
-    let subscription = SharedInput {
-        topics,
-        ..input.clone()
-    };
+    let subscription = input.clone();
     let template = Template {
         session: session.clone(),
         source_name,
@@ -380,12 +382,26 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
         input_partitions,
     };
     let tasks = Arc::new(Tasks::default());
-    let member = GroupMember::join(
+    // One member per stage: the broker balances each topic's partitions on
+    // its own (one group over both would balance their total, and could
+    // give one process every first-stage task).
+    let mut members = vec![GroupMember::join(
         &subscription,
         &scale.group,
         scale.instance_id.as_deref(),
         tasks.clone(),
-    )?;
+    )?];
+    if let Some(rep) = &repartition_topic {
+        members.push(GroupMember::join(
+            &SharedInput {
+                topics: vec![rep.clone()],
+                ..input.clone()
+            },
+            &format!("{}-repartition", scale.group),
+            scale.instance_id.as_deref(),
+            tasks.clone(),
+        )?);
+    }
     let shared = Arc::new(QueryShared {
         id: meta.id.clone(),
         run_id: uuid::Uuid::new_v4().to_string(),
@@ -419,7 +435,7 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
         session: session.clone(),
         template,
         tasks,
-        member,
+        members,
         hub,
         last_commit: Mutex::new(Instant::now()),
     };
@@ -441,7 +457,8 @@ struct Coordinator {
     session: Session,
     template: Template,
     tasks: Arc<Tasks>,
-    member: GroupMember,
+    /// The process's members of the query's groups (one per stage).
+    members: Vec<GroupMember>,
     hub: Arc<WatermarkHub>,
     /// When the tasks' positions were last committed to the group.
     last_commit: Mutex<Instant>,
@@ -455,7 +472,9 @@ impl Coordinator {
     fn run(self) {
         let result = self.run_loop();
         // Leaving the group revokes (stops) every task.
-        self.member.leave();
+        for m in &self.members {
+            m.leave();
+        }
         let left: Vec<Task> = std::mem::take(&mut *self.tasks.running.lock().unwrap())
             .into_values()
             .collect();
@@ -486,7 +505,9 @@ impl Coordinator {
 
     fn run_loop(&self) -> Result<()> {
         while !self.shared.stop.load(Ordering::SeqCst) {
-            self.member.poll(Duration::from_millis(100));
+            for m in &self.members {
+                m.poll(Duration::from_millis(100 / self.members.len() as u64));
+            }
             let to_start: Vec<Partition> =
                 std::mem::take(&mut *self.tasks.to_start.lock().unwrap());
             for p in to_start {
@@ -547,7 +568,9 @@ impl Coordinator {
                     .collect();
             }
         }
-        self.member.commit(&commits);
+        for m in &self.members {
+            m.commit(&commits);
+        }
         let keep = self.session.conf().num_recent_progress_updates.max(1);
         let mut st = self.shared.state.lock().unwrap();
         for p in forwarded {

@@ -76,6 +76,9 @@ pub(crate) fn source(input: &SharedInput, topic: &str, mut fields: Vec<Field>) -
     for (k, v) in &input.kafka_conf {
         s = s.option(&format!("kafka.{k}"), v);
     }
+    if let Some(n) = input.max_offsets_per_trigger {
+        s = s.max_offsets_per_trigger(n);
+    }
     Box::new(s.from_json("value", fields))
 }
 

@@ -658,6 +658,7 @@ impl Source for KafkaSource {
                 bootstrap,
                 topics: topics.clone(),
                 kafka_conf: self.kafka_conf.clone(),
+                max_offsets_per_trigger: self.max_offsets,
             }),
             Some(Strategy::Pattern(..)) => Err(self.err(
                 "scale-out divides the partitions of named topics among processes: use subscribe with the topics' names instead of subscribePattern",

@@ -78,6 +78,9 @@ pub struct SharedInput {
     /// The source's `kafka.*` client settings (security, timeouts), for the
     /// group's own clients.
     pub kafka_conf: BTreeMap<String, String>,
+    /// The source's `maxOffsetsPerTrigger`, for the sources scale-out adds
+    /// (a repartition topic's).
+    pub max_offsets_per_trigger: Option<u64>,
 }
 
 /// A streaming source.
