@@ -13,16 +13,16 @@
 //! On restart an `offsets/N` without `commits/N` is re-run with its logged
 //! offsets and watermark.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use weir_plan::{OutputMode, StreamPlan};
 
 use super::shared_watermark::{self, Pending, WatermarkShare};
-use super::{QueryShared, QueryState, StreamingQuery, Trigger};
+use super::{QueryShared, StreamingQuery, Trigger};
 use crate::checkpoint::{Checkpoint, CommitEntry, OffsetEntry};
 use crate::dataset::StreamWriter;
 use crate::error::{Result, WeirError};
@@ -243,28 +243,13 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         })?;
     }
     let explain = explain(&plan, &sources, sink.description(), trigger);
-    let shared = Arc::new(QueryShared {
-        id: meta.id.clone(),
-        run_id: uuid::Uuid::new_v4().to_string(),
-        name: name.clone(),
+    let shared = Arc::new(QueryShared::new(
+        meta.id.clone(),
+        name.clone(),
         explain,
-        output_mode: mode,
-        state: Mutex::new(QueryState {
-            status: QueryStatus {
-                message: "Initializing sources".into(),
-                is_data_available: false,
-                is_trigger_active: false,
-            },
-            progress: VecDeque::new(),
-            active: true,
-            error: None,
-            idle_epoch: 0,
-        }),
-        cond: Condvar::new(),
-        stop: AtomicBool::new(false),
-        request_epoch: AtomicU64::new(0),
-        thread: Mutex::new(None),
-    });
+        mode,
+        "Initializing sources".into(),
+    ));
     let listeners = session.inner.listeners.lock().unwrap().clone();
     let runner = Runner {
         shared: shared.clone(),

@@ -41,6 +41,40 @@ pub(crate) struct QueryShared {
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
 }
 
+impl QueryShared {
+    /// A new run of query `id`, active, with status `message`.
+    pub(crate) fn new(
+        id: String,
+        name: Option<String>,
+        explain: String,
+        output_mode: weir_plan::OutputMode,
+        message: String,
+    ) -> QueryShared {
+        QueryShared {
+            id,
+            run_id: uuid::Uuid::new_v4().to_string(),
+            name,
+            explain,
+            output_mode,
+            state: Mutex::new(QueryState {
+                status: QueryStatus {
+                    message,
+                    is_data_available: false,
+                    is_trigger_active: false,
+                },
+                progress: VecDeque::new(),
+                active: true,
+                error: None,
+                idle_epoch: 0,
+            }),
+            cond: Condvar::new(),
+            stop: AtomicBool::new(false),
+            request_epoch: AtomicU64::new(0),
+            thread: Mutex::new(None),
+        }
+    }
+}
+
 /// A running (or ended) streaming query.
 #[derive(Clone)]
 pub struct StreamingQuery {

@@ -26,9 +26,9 @@ mod repartition;
 mod stages;
 mod watermarks;
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use weir_plan::StreamPlan;
@@ -37,7 +37,7 @@ use crate::checkpoint::Checkpoint;
 use crate::dataset::{DataStream, StreamWriter};
 use crate::error::{Result, WeirError};
 use crate::progress::{QueryStatus, StreamingQueryProgress};
-use crate::query::{QueryShared, QueryState, StreamingQuery, Trigger, SCALE_OUT_MARKER};
+use crate::query::{QueryShared, StreamingQuery, Trigger, SCALE_OUT_MARKER};
 use crate::session::Session;
 use crate::sink::BoxSink;
 use crate::source::kafka::KafkaAdmin;
@@ -402,34 +402,20 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
             tasks.clone(),
         )?);
     }
-    let shared = Arc::new(QueryShared {
-        id: meta.id.clone(),
-        run_id: uuid::Uuid::new_v4().to_string(),
-        name: name.clone(),
-        explain: format!(
+    let explain = format!(
             "== Scale-out query ==\nGroup: {}\nInput: {} at {}\nTasks: one per input partition, under {}/tasks/\n",
             scale.group,
             input.topics.join(", "),
             input.bootstrap,
             template.checkpoint.trim_end_matches('/')
-        ),
-        output_mode: mode,
-        state: Mutex::new(QueryState {
-            status: QueryStatus {
-                message: format!("Joining consumer group {}", scale.group),
-                is_data_available: false,
-                is_trigger_active: false,
-            },
-            progress: VecDeque::new(),
-            active: true,
-            error: None,
-            idle_epoch: 0,
-        }),
-        cond: Condvar::new(),
-        stop: AtomicBool::new(false),
-        request_epoch: AtomicU64::new(0),
-        thread: Mutex::new(None),
-    });
+        );
+    let shared = Arc::new(QueryShared::new(
+        meta.id.clone(),
+        name.clone(),
+        explain,
+        mode,
+        format!("Joining consumer group {}", scale.group),
+    ));
     let coordinator = Coordinator {
         shared: shared.clone(),
         session: session.clone(),
