@@ -355,6 +355,27 @@ fn three_processes_one_joining_late_one_killed(by: Keyed) {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
+    // Behind a repartition topic: the rows the second stage has committed
+    // are purged (the topic keeps rows until read, with no time limit).
+    if by == Keyed::ByClick {
+        let meta = weir::storage::Storage::open(&chk, &crate::s3::settings(), false)
+            .unwrap()
+            .get("metadata")
+            .unwrap()
+            .unwrap();
+        let id = serde_json::from_slice::<serde_json::Value>(&meta).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let rep = weir::scale::repartition_topic("page_views_scaled", &id, 2);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        // (spark.sql.shuffle.partitions partitions)
+        let n = admin.partitions(&rep).unwrap() as i32;
+        while (0..n).all(|p| admin.watermarks(&rep, p).unwrap().0 == 0) {
+            assert!(Instant::now() < deadline, "{rep}: nothing purged");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
     // The scale-out checkpoint cannot be run by one process (its batches
     // are per task), nor a one-process checkpoint scaled out.
     let e = page_views_writer(&input, &out_single, &chk, by)

@@ -46,6 +46,7 @@ use crate::table::StaticTable;
 use group::{GroupMember, Membership, Partition};
 use watermarks::WatermarkHub;
 
+pub use repartition::topic_name as repartition_topic;
 pub use watermarks::topic_name as watermark_topic;
 
 /// How a scale-out query runs in this process.
@@ -175,6 +176,10 @@ struct Tasks {
     running: Mutex<BTreeMap<Partition, Task>>,
     /// Assigned, not started yet (the loop starts them).
     to_start: Mutex<Vec<Partition>>,
+    /// How many of the process's group members have had an assignment
+    /// (until each has, the process cannot say it has processed what is
+    /// available).
+    assignments: std::sync::atomic::AtomicUsize,
 }
 
 impl Membership for Tasks {
@@ -205,6 +210,7 @@ impl Membership for Tasks {
     }
 
     fn assigned(&self, partitions: &[Partition]) {
+        self.assignments.fetch_add(1, Ordering::SeqCst);
         self.to_start
             .lock()
             .unwrap()
@@ -424,6 +430,9 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
         members,
         hub,
         last_commit: Mutex::new(Instant::now()),
+        started: Instant::now(),
+        admin,
+        purged: Mutex::new((BTreeMap::new(), Instant::now())),
     };
     let handle = std::thread::Builder::new()
         .name(format!("weir-scale-out-{}", scale.group))
@@ -448,7 +457,20 @@ struct Coordinator {
     hub: Arc<WatermarkHub>,
     /// When the tasks' positions were last committed to the group.
     last_commit: Mutex<Instant>,
+    /// When the process joined.
+    started: Instant,
+    /// Purges the repartition topic's consumed records.
+    admin: KafkaAdmin,
+    /// Per second-stage task, the offset its partition was last purged to,
+    /// and when the purges last ran.
+    purged: Mutex<(BTreeMap<Partition, i64>, Instant)>,
 }
+
+/// How often the repartition topic's consumed records are purged.
+const PURGE: Duration = Duration::from_secs(30);
+
+/// How long `process_all_available` waits for the group's first assignment.
+const ASSIGNMENT_WAIT: Duration = Duration::from_secs(15);
 
 /// How often the tasks' positions are committed to the group again (a
 /// commit can fail during a rebalance).
@@ -512,6 +534,7 @@ impl Coordinator {
                 );
             }
             self.follow_tasks()?;
+            self.purge_repartition();
             self.serve_process_all_available()?;
         }
         Ok(())
@@ -577,11 +600,55 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Deletes the repartition records this process's second-stage tasks
+    /// have committed (Kafka's DeleteRecords), every [`PURGE`].
+    fn purge_repartition(&self) {
+        let mut purged = self.purged.lock().unwrap();
+        if purged.1.elapsed() < PURGE {
+            return;
+        }
+        purged.1 = Instant::now();
+        let positions: Vec<(Partition, i64)> = self
+            .tasks
+            .running
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _)| {
+                self.template
+                    .stages
+                    .get(&p.0)
+                    .is_some_and(|s| s.role == Role::Second)
+            })
+            .filter_map(|(p, t)| t.position.map(|o| (p.clone(), o)))
+            .collect();
+        for ((topic, p), o) in positions {
+            if purged
+                .0
+                .get(&(topic.clone(), p))
+                .is_some_and(|done| *done >= o)
+            {
+                continue;
+            }
+            match self.admin.delete_records_before(&topic, p, o) {
+                Ok(()) => {
+                    purged.0.insert((topic, p), o);
+                }
+                Err(e) => tracing::debug!("scale-out: purging {topic}-{p}: {e}"),
+            }
+        }
+    }
+
     /// `process_all_available` on the query: every task of this process
     /// processes what is available.
     fn serve_process_all_available(&self) -> Result<()> {
         let epoch = self.shared.request_epoch.load(Ordering::SeqCst);
-        if self.shared.state.lock().unwrap().idle_epoch >= epoch {
+        // Until the group has assigned this process its share (or for at
+        // most a session timeout, for a process the group gives nothing),
+        // nothing it runs says the input is processed.
+        let unassigned = self.tasks.assignments.load(Ordering::SeqCst) < self.members.len()
+            && self.started.elapsed() < ASSIGNMENT_WAIT;
+        if self.shared.state.lock().unwrap().idle_epoch >= epoch || unassigned {
             return Ok(());
         }
         let queries: Vec<StreamingQuery> = self

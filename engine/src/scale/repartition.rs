@@ -34,7 +34,14 @@ pub(crate) fn create(
     partitions: usize,
 ) -> Result<String> {
     let topic = topic_name(prefix, query_id, split.operator.1);
-    admin.create_topic(&topic, partitions.max(1) as i32)?;
+    // Kept until read (as Kafka Streams does): no time-based retention,
+    // which could delete rows the second stage has not read yet; the
+    // second stage's owners purge what their tasks have committed.
+    admin.create_topic_with_config(
+        &topic,
+        partitions.max(1) as i32,
+        &[("retention.ms", "-1"), ("cleanup.policy", "delete")],
+    )?;
     let have = admin.partitions(&topic)?;
     if have != partitions.max(1) {
         return Err(WeirError::Config(format!(
@@ -47,7 +54,7 @@ pub(crate) fn create(
 /// `<query name>-<query id, first 8>-repartition-<operator position>`: the
 /// query id (its checkpoint's) keeps a new checkpoint of a query of the
 /// same name from reading the rows an older one left in the topic.
-pub(crate) fn topic_name(query: &str, query_id: &str, operator: usize) -> String {
+pub fn topic_name(query: &str, query_id: &str, operator: usize) -> String {
     let id: String = query_id.chars().filter(|c| *c != '-').take(8).collect();
     format!("{query}-{id}-repartition-{operator}")
 }
