@@ -64,6 +64,10 @@ struct Runner {
     current_wm: Option<i64>,
     /// The watermark the next batch runs with, ms.
     next_wm: i64,
+    /// The next batch's watermark as logged (in the last `commits/N`): what
+    /// a restart starts from, so all a scale-out task may announce when no
+    /// batch runs (`next_wm` may have moved since, unlogged).
+    logged_next_wm: i64,
     /// Each watermark operator's own watermark.
     op_wms: Vec<Option<i64>>,
     pending: Option<PendingBatch>,
@@ -265,6 +269,7 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
         committed,
         current_wm,
         next_wm,
+        logged_next_wm: next_wm,
         op_wms,
         pending,
         late_sink,
@@ -582,7 +587,7 @@ impl Runner {
                         .pipeline
                         .needs_no_data_batch(self.current_wm, self.next_wm);
                 if !has_data && !no_data {
-                    self.publish_watermark(true);
+                    self.publish_watermark(true, self.logged_next_wm);
                     return Ok(false);
                 }
                 let sources = if has_data {
@@ -600,7 +605,7 @@ impl Runner {
                 set_current_batch(batch_id);
                 self.checkpoint.offsets.write_offsets(batch_id, &entry)?;
                 failpoint("after_offsets", batch_id);
-                self.publish_watermark(!has_data);
+                self.publish_watermark(!has_data, entry.batch_watermark_ms);
                 durations.insert("walCommit".into(), t.elapsed().as_millis() as i64);
                 (entry, no_data)
             }
@@ -722,6 +727,7 @@ impl Runner {
         let start_offsets = std::mem::replace(&mut self.committed, entry.sources.clone());
         self.current_wm = Some(entry.batch_watermark_ms);
         self.next_wm = next_wm;
+        self.logged_next_wm = next_wm;
         self.op_wms = op_wms;
         self.batch_id += 1;
         durations.insert(
@@ -743,15 +749,17 @@ impl Runner {
         Ok(true)
     }
 
-    /// Scale-out: publishes this task's watermarks (after the next batch's
-    /// watermark is logged, if a batch runs).
-    fn publish_watermark(&self, caught_up: bool) {
+    /// Scale-out: publishes this task's watermarks, announcing
+    /// `logged_next_wm` for its next batch: a watermark already logged (the
+    /// batch's own in `offsets/N`, or the last `commits/N`'s), so a restart
+    /// never runs a batch below what was announced.
+    fn publish_watermark(&self, caught_up: bool, logged_next_wm: i64) {
         if let Some(share) = &self.watermark_share {
             share.publish(
                 &self.op_wms,
                 caught_up,
                 self.committed.first().and_then(|o| o.as_ref()),
-                self.next_wm,
+                logged_next_wm,
             );
         }
     }
