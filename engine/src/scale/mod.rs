@@ -556,6 +556,20 @@ impl Coordinator {
                         task_name(p)
                     )));
                 }
+                // Every loop turn: look at the newest batch before copying
+                // the task's recent progress.
+                let newest = t
+                    .query
+                    .shared
+                    .state
+                    .lock()
+                    .unwrap()
+                    .progress
+                    .back()
+                    .map(|p| p.batch_id);
+                if newest.is_none_or(|b| b <= t.seen) {
+                    continue;
+                }
                 for prog in t.query.recent_progress() {
                     if prog.batch_id > t.seen {
                         t.seen = prog.batch_id;

@@ -101,13 +101,27 @@ pub(crate) const WRITER: &str = "__weir_writer";
 pub(crate) struct StampedSink {
     inner: BoxSink,
     marks: Arc<TaskWatermarks>,
+    /// The last rows' schema and it with the two stamp columns.
+    stamped: Option<(SchemaRef, SchemaRef)>,
 }
 
 impl StampedSink {
     /// Stamps the rows `inner` writes for the task of `marks`.
     pub(crate) fn new(inner: BoxSink, marks: Arc<TaskWatermarks>) -> StampedSink {
-        StampedSink { inner, marks }
+        StampedSink {
+            inner,
+            marks,
+            stamped: None,
+        }
     }
+}
+
+/// `schema` with the two stamp columns after its own.
+fn stamped_schema(schema: &Schema) -> SchemaRef {
+    let mut fields: Vec<ArrowField> = schema.fields().iter().map(|f| (**f).clone()).collect();
+    fields.push(ArrowField::new(BATCH_WATERMARK, DataType::Int64, false));
+    fields.push(ArrowField::new(WRITER, DataType::Utf8, false));
+    Arc::new(Schema::new(fields))
 }
 
 impl Sink for StampedSink {
@@ -120,12 +134,8 @@ impl Sink for StampedSink {
     }
 
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
-        let mut fields: Vec<ArrowField> =
-            ctx.schema.fields().iter().map(|f| (**f).clone()).collect();
-        fields.push(ArrowField::new(BATCH_WATERMARK, DataType::Int64, false));
-        fields.push(ArrowField::new(WRITER, DataType::Utf8, false));
         let mut ctx = ctx.clone();
-        ctx.schema = Arc::new(Schema::new(fields));
+        ctx.schema = stamped_schema(&ctx.schema);
         self.inner.open(&ctx)
     }
 
@@ -143,11 +153,15 @@ impl Sink for StampedSink {
                 let mut columns = b.columns().to_vec();
                 columns.push(Arc::new(Int64Array::from(vec![wm; n])) as ArrayRef);
                 columns.push(Arc::new(StringArray::from(vec![self.marks.task(); n])) as ArrayRef);
-                let mut fields: Vec<ArrowField> =
-                    b.schema().fields().iter().map(|f| (**f).clone()).collect();
-                fields.push(ArrowField::new(BATCH_WATERMARK, DataType::Int64, false));
-                fields.push(ArrowField::new(WRITER, DataType::Utf8, false));
-                RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+                let schema = match &self.stamped {
+                    Some((base, s)) if *base == b.schema() => s.clone(),
+                    _ => {
+                        let s = stamped_schema(&b.schema());
+                        self.stamped = Some((b.schema(), s.clone()));
+                        s
+                    }
+                };
+                RecordBatch::try_new(schema, columns)
                     .map_err(|e| WeirError::Config(format!("scale-out: stamping rows: {e}")))
             })
             .collect::<Result<Vec<_>>>()?;

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
@@ -163,6 +163,7 @@ impl WatermarkHub {
             announced: Mutex::new(BTreeMap::new()),
             read: Mutex::new(BTreeMap::new()),
             batches: Mutex::new(BTreeMap::new()),
+            verified: Mutex::new((None, None)),
         })
     }
 
@@ -235,7 +236,16 @@ pub(crate) struct TaskWatermarks {
     read: Mutex<BTreeMap<String, i64>>,
     /// The watermark of each recent batch of this task.
     batches: Mutex<BTreeMap<i64, i64>>,
+    /// The whole source's watermarks last checked against the input's end
+    /// offsets and found fed, and when a check last ran.
+    verified: Mutex<(Option<Watermarks>, Option<Instant>)>,
 }
+
+/// Per watermark operator, a watermark (ms).
+type Watermarks = Vec<Option<i64>>;
+
+/// How often a task may check the input's end offsets.
+const VERIFY: Duration = Duration::from_millis(250);
 
 impl TaskWatermarks {
     /// The watermark batch `batch_id` runs with (for the repartition sink).
@@ -277,10 +287,32 @@ impl WatermarkShare for TaskWatermarks {
             *self.announced.lock().unwrap() = announced;
             (positions, largest(&published, operators))
         };
+        if snapshot.is_empty() {
+            // No feeding tasks: nothing to check.
+            return Some(all);
+        }
+        if snapshot.iter().any(|(_, position)| position.is_none()) {
+            return None;
+        }
+        // Checking the input's end offsets costs a broker round trip per
+        // feeding partition, and an idle task plans every polling delay:
+        // a watermark already checked needs no new check (it only moves
+        // forward), and a new one is checked at most every VERIFY.
+        let mut verified = self.verified.lock().unwrap();
+        if verified.0.as_ref() == Some(&all) {
+            return Some(all);
+        }
+        if verified.1.is_some_and(|t| t.elapsed() < VERIFY) {
+            return None;
+        }
+        verified.1 = Some(Instant::now());
         // Every feeding task caught up, and its input has not grown since.
         let fed = snapshot.iter().all(|((topic, p), position)| {
             position.is_some_and(|pos| self.hub.ends_by(topic, *p, pos))
         });
+        if fed {
+            verified.0 = Some(all.clone());
+        }
         fed.then_some(all)
     }
 
