@@ -454,6 +454,10 @@ impl StreamWriter {
             kind: s.kind(),
             checkpoint: self.checkpoint.is_some(),
         });
+        #[cfg(feature = "kafka")]
+        {
+            p.scale_out = self.scale_out.as_ref().map(|s| s.group.clone());
+        }
         p.trigger = Some(match self.trigger {
             Trigger::Default => weir_plan::TriggerDecl::Default,
             Trigger::ProcessingTime(d) => {

@@ -300,13 +300,14 @@ pub fn not_supported_yet(q: &QueryDecl, errs: &mut Errors) {
 }
 
 /// `scale_out:` divides a Kafka subscription's partitions among processes,
-/// each partition a task with its own exactly-once sink: the source must be
-/// a Kafka subscription, the stream one (a stream-stream join needs both
-/// inputs in one task), the sink one that keeps its promise per task, the
-/// trigger one that runs until stopped, and the checkpoint given (every
-/// process shares it). The engine refuses the same at `start()`.
+/// each partition a task with its own exactly-once sink. The plan's rule
+/// (`weir_plan::check`, `scale_out_divides`) refuses what needs one task,
+/// an end or one writer; here, what only the declaration shows: the
+/// source's kind, and the sinks the plan knows only as "other".
 pub fn scale_out_can_divide(q: &QueryDecl, errs: &mut Errors) {
-    let Some(group) = &q.scale_out else { return };
+    if q.scale_out.is_none() {
+        return;
+    }
     if let Some(s) = &q.source {
         match &s.kind {
             Source::Kafka(k) if k.subscribe.is_some() => {}
@@ -325,32 +326,19 @@ pub fn scale_out_can_divide(q: &QueryDecl, errs: &mut Errors) {
             ),
         }
     }
-    if let Some(j) = q.join.as_ref().filter(|j| !j.table) {
-        errs.spanned_help(
-            &j.key,
-            "a scale-out query reads one stream: a stream-stream join needs both inputs in one task",
-            "remove `scale_out:` and run the query in one process",
-        );
-    }
     if let Some(s) = &q.sink {
-        let refused = match &s.kind {
-            Sink::Kafka { .. } | Sink::Console { .. } | Sink::Postgres { .. } => None,
-            Sink::Redis { key_prefix, .. } if key_prefix.is_some() => None,
-            Sink::Redis { .. } => Some((
+        match &s.kind {
+            Sink::Redis { key_prefix: None, .. } => errs.spanned_help(
+                &s.ident,
                 "under scale-out each task is a query of its own name, so the Redis key prefix cannot default to the query name",
                 "give it one: `redis(url = ..., key_prefix = \"views\", ...)`",
-            )),
-            Sink::Files { .. } => Some((
-                "the file sink cannot be divided among the tasks of a scale-out query: its manifest (`_spark_metadata`) has one writer",
-                "write to Kafka (exactly once per task), or remove `scale_out:`",
-            )),
-            Sink::Memory { .. } | Sink::ForeachBatch(_) | Sink::Foreach(_) => Some((
-                "this sink cannot be divided among the tasks of a scale-out query",
+            ),
+            Sink::Foreach(_) => errs.spanned_help(
+                &s.ident,
+                "this sink cannot be divided among the tasks of a scale-out query: it has one writer",
                 "write to Kafka, PostgreSQL or Redis (exactly once per task) or the console, or remove `scale_out:`",
-            )),
-        };
-        if let Some((message, help)) = refused {
-            errs.spanned_help(&s.ident, message, help);
+            ),
+            _ => {}
         }
         if let (Sink::Postgres { .. } | Sink::Redis { .. }, Some(m)) = (&s.kind, &q.output_mode) {
             if m.mode == OutputMode::Complete {
@@ -371,35 +359,6 @@ pub fn scale_out_can_divide(q: &QueryDecl, errs: &mut Errors) {
             &s.ident,
             "late rows cannot go to this sink under scale-out: it cannot be divided among the tasks",
             "send them to `console`, or remove `scale_out:`",
-        );
-    }
-    for key in [
-        q.order_by.as_ref().map(|o| &o.key),
-        q.limit.as_ref().map(|l| &l.key),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        errs.spanned_help(
-            key,
-            format!("`{key}` needs every row in one task, which a scale-out query divides"),
-            "remove it, or remove `scale_out:`",
-        );
-    }
-    if let (Some(TriggerDecl::Once | TriggerDecl::AvailableNow), Some(t)) =
-        (&q.trigger, &q.trigger_tokens)
-    {
-        errs.spanned_help(
-            t,
-            "a scale-out query runs until stopped: its partitions move between processes, so `once` and `available_now` have no end to reach",
-            "use the default trigger or `processing_time(...)`",
-        );
-    }
-    if q.checkpoint.is_none() {
-        errs.spanned_help(
-            group,
-            "a scale-out query needs a `checkpoint:` every process of the group reaches",
-            "add `checkpoint: \"s3://bucket/prefix\"` (a local path serves processes on one machine)",
         );
     }
 }

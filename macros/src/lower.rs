@@ -628,6 +628,7 @@ pub fn lower(q: &QueryDecl, errs: &mut Errors) -> Option<Lowered> {
         Some(TriggerDecl::Once) => weir_plan::TriggerDecl::Once,
         Some(TriggerDecl::Continuous { ms, .. }) => weir_plan::TriggerDecl::Continuous(*ms),
     });
+    plan.scale_out = q.scale_out.as_ref().map(|g| g.value());
     let query_name = q
         .name
         .as_ref()

@@ -219,6 +219,10 @@ pub fn plan(plan: &StreamPlan) -> TokenStream {
         }
         None => quote!(::std::option::Option::None),
     };
+    let scale_out = match &plan.scale_out {
+        Some(g) => quote!(::std::option::Option::Some(::std::string::String::from(#g))),
+        None => quote!(::std::option::Option::None),
+    };
     quote! {{
         let mut sources = ::std::collections::BTreeMap::new();
         #(#sources)*
@@ -237,6 +241,7 @@ pub fn plan(plan: &StreamPlan) -> TokenStream {
             },
             sink: #sink,
             trigger: #trig,
+            scale_out: #scale_out,
         }
     }}
 }

@@ -68,6 +68,9 @@ pub enum Rule {
     ContinuousCurrentTime,
     /// A sink that cannot run under a continuous trigger (`foreach_batch`).
     ContinuousUnsupportedSink,
+    /// Something a query spread over many processes (`scale_out`) cannot
+    /// divide among its tasks.
+    ScaleOutCannotDivide,
 }
 
 /// Which part of an op a violation points at, so the macro can find the token.
@@ -255,6 +258,7 @@ const RULES: &[RuleFn] = &[
     sink_needs_checkpoint,
     session_window_not_in_update_mode,
     session_window_needs_another_key,
+    scale_out_divides,
 ];
 
 fn session_keys(op: &Op) -> Option<(&Vec<GroupKey>, bool)> {
@@ -811,6 +815,72 @@ fn sink_needs_checkpoint(cx: &Ctx, out: &mut Vec<Violation>) {
     ));
 }
 
+/// weir, beyond Spark: a query spread over many processes (`scale_out`)
+/// runs one task per Kafka partition, each with its own micro-batches and
+/// sink. What needs every row in one place, an end, or a single writer
+/// cannot be divided: a stream-stream join (both inputs in one task), a
+/// sort or a limit (every row), `once`/`available_now` (partitions move
+/// between processes: there is no end to reach), the file, memory and
+/// `foreach_batch` sinks (one writer), and a query without a checkpoint
+/// (every process shares it).
+fn scale_out_divides(cx: &Ctx, out: &mut Vec<Violation>) {
+    if cx.plan.scale_out.is_none() {
+        return;
+    }
+    let stream_join = cx.plan.nodes.len() > 1;
+    for (ni, oi, op) in cx.result_ops() {
+        let what = match op {
+            Op::Join { .. } if stream_join => "a stream-stream join needs both inputs in one task",
+            Op::Sort { .. } => "a sort needs every row in one task",
+            Op::Limit { .. } => "a limit needs every row in one task",
+            _ => continue,
+        };
+        out.push(Violation::new(
+            Rule::ScaleOutCannotDivide,
+            Location::Op {
+                node: ni,
+                op: oi,
+                part: Part::Whole,
+            },
+            format!("{what}, and a scale-out query divides its rows among tasks"),
+            Some("remove it, or run the query in one process (no scale_out)".into()),
+        ));
+    }
+    if matches!(
+        cx.plan.trigger,
+        Some(TriggerDecl::Once | TriggerDecl::AvailableNow)
+    ) {
+        out.push(Violation::new(
+            Rule::ScaleOutCannotDivide,
+            Location::Trigger,
+            "a scale-out query runs until stopped: its partitions move between processes, so `once` and `available_now` have no end to reach".into(),
+            Some("use the default trigger or a processing-time one".into()),
+        ));
+    }
+    let Some(sink) = &cx.plan.sink else { return };
+    let refused = match sink.kind {
+        SinkKind::File => Some("the file sink cannot be divided among the tasks of a scale-out query: its manifest (`_spark_metadata`) has one writer"),
+        SinkKind::Memory | SinkKind::ForeachBatch => Some("this sink cannot be divided among the tasks of a scale-out query: it has one writer"),
+        _ => None,
+    };
+    if let Some(message) = refused {
+        out.push(Violation::new(
+            Rule::ScaleOutCannotDivide,
+            Location::Sink,
+            message.into(),
+            Some("write to Kafka, PostgreSQL or Redis (exactly once per task) or the console, or run the query in one process".into()),
+        ));
+    }
+    if !sink.checkpoint {
+        out.push(Violation::new(
+            Rule::ScaleOutCannotDivide,
+            Location::Sink,
+            "a scale-out query needs a checkpoint location every process of the group reaches".into(),
+            Some("give it one (`checkpoint: \"s3://bucket/prefix\"`, builder: `.checkpoint_location(...)`); a local path serves processes on one machine".into()),
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1304,5 +1374,53 @@ mod tests {
             rules(&session(vec![sw], OutputMode::Append)),
             vec![Rule::SessionWindowWithoutKey]
         );
+    }
+
+    #[test]
+    fn scale_out_refuses_what_it_cannot_divide() {
+        let mut p = window_count(true, OutputMode::Complete);
+        p.nodes[0].ops.push(Op::Sort {
+            by: vec![SortKey {
+                column: "count".into(),
+                desc: true,
+            }],
+        });
+        p.sink = Some(SinkDecl {
+            kind: SinkKind::File,
+            checkpoint: false,
+        });
+        p.trigger = Some(TriggerDecl::AvailableNow);
+        assert!(!rules(&p).contains(&Rule::ScaleOutCannotDivide));
+        p.scale_out = Some("g".into());
+        let v: Vec<(Location, String)> = check(&p)
+            .into_iter()
+            .filter(|v| v.rule == Rule::ScaleOutCannotDivide)
+            .map(|v| (v.at, v.message))
+            .collect();
+        assert_eq!(v.len(), 4, "{v:?}");
+        assert!(
+            matches!(v[0].0, Location::Op { node: 0, .. })
+                && v[0].1.starts_with("a sort needs every row")
+        );
+        assert_eq!(v[1].0, Location::Trigger);
+        assert!(v[2].1.starts_with("the file sink cannot be divided"));
+        assert!(v[3]
+            .1
+            .starts_with("a scale-out query needs a checkpoint location"));
+        // A limit, as a sort.
+        p.nodes[0].ops.pop();
+        p.nodes[0].ops.push(Op::Limit { n: 3 });
+        assert!(check(&p)
+            .iter()
+            .any(|v| v.rule == Rule::ScaleOutCannotDivide
+                && v.message.starts_with("a limit needs every row in one task")));
+        // What it can divide: a Kafka sink with a checkpoint, the default trigger.
+        p.nodes[0].ops.pop();
+        p.sink = Some(SinkDecl {
+            kind: SinkKind::KafkaJson,
+            checkpoint: true,
+        });
+        p.trigger = None;
+        assert!(!rules(&p).contains(&Rule::ScaleOutCannotDivide));
     }
 }

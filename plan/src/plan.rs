@@ -32,6 +32,10 @@ pub struct StreamPlan {
     /// The trigger, when known (rules check what continuous processing allows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<TriggerDecl>,
+    /// The consumer group of a query spread over many processes
+    /// (`scale_out`), if it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_out: Option<String>,
 }
 
 /// The sink as the rules see it.
@@ -514,6 +518,7 @@ impl StreamPlan {
             conf: Conf::default(),
             sink: None,
             trigger: None,
+            scale_out: None,
         }
     }
 

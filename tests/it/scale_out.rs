@@ -450,7 +450,7 @@ fn what_scale_out_cannot_divide_is_refused_at_start() {
         .sink(weir::sink::ConsoleSink::new())
         .scale_out("g")
         .start());
-    assert!(e.contains("reads one Kafka source"), "{e}");
+    assert!(e.contains("needs both inputs in one task"), "{e}");
     // A sink that cannot keep its promise per task.
     let e = err(Session::new()
         .read_stream(kafka())

@@ -220,14 +220,13 @@ impl Membership for Tasks {
 
 /// Starts `writer` as this process's share of a scale-out query.
 pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<StreamingQuery> {
-    let checkpoint = writer.checkpoint.take().ok_or_else(|| {
-        WeirError::Config("a scale-out query needs a checkpoint location every process of the group reaches (an s3:// prefix when they run on several machines): call .checkpoint_location(...)".into())
-    })?;
-    if matches!(writer.trigger, Trigger::Once | Trigger::AvailableNow) {
-        return Err(WeirError::Config(
-            "a scale-out query runs until stopped: its partitions move between processes, so `once` and `available_now` have no end to reach; use the default or a processing-time trigger".into(),
-        ));
-    }
+    // What a scale-out query cannot divide (a join of two streams, a sort,
+    // an ending trigger, a one-writer sink, no checkpoint) was refused by
+    // the plan's rules in `StreamWriter::validate`.
+    let checkpoint = writer
+        .checkpoint
+        .take()
+        .ok_or_else(|| WeirError::Config("a scale-out query needs a checkpoint location".into()))?;
     let sink = writer
         .sink
         .take()
@@ -246,13 +245,12 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
         sources,
         statics,
     } = stream;
-    if sources.len() != 1 {
-        return Err(WeirError::Config(format!(
-            "a scale-out query reads one Kafka source; this one reads {} sources (a stream-stream join needs both inputs in one task): run it in one process",
-            sources.len()
-        )));
-    }
-    let (source_name, source) = sources.into_iter().next().expect("one source");
+    let mut sources = sources.into_iter();
+    let (Some((source_name, source)), None) = (sources.next(), sources.next()) else {
+        return Err(WeirError::Config(
+            "a scale-out query reads one Kafka source".into(),
+        ));
+    };
     let input = source.shared_input()?;
     let split = stages::split(&plan)?;
     // Every sink of the query must keep its promise per task: refused

@@ -59,21 +59,8 @@ fn keyed_by_message_key(before: &[Op], op: &Op) -> bool {
 /// Cuts `plan`: `None` when it runs whole per input partition (no stateful
 /// operator, or the first one is keyed by the message key).
 pub(crate) fn split(plan: &StreamPlan) -> Result<Option<Split>> {
-    if plan.nodes.len() > 1 {
-        return Err(WeirError::Config(
-            "a scale-out query reads one stream: joins of two streams need both inputs in one task; run this query in one process".into(),
-        ));
-    }
+    // (One stream, no sort or limit: the plan's rules, `scale_out_divides`.)
     let ops = ops(plan);
-    if let Some(op) = ops
-        .iter()
-        .find(|o| matches!(o, Op::Sort { .. } | Op::Limit { .. }))
-    {
-        return Err(WeirError::Config(format!(
-            "`{}` needs every row in one task, which a scale-out query divides: remove it, or run this query in one process",
-            op.name()
-        )));
-    }
     let Some(k) = ops.iter().position(is_stateful) else {
         return Ok(None);
     };
@@ -174,14 +161,6 @@ mod tests {
         }]))
         .unwrap()
         .is_none());
-    }
-
-    #[test]
-    fn a_sort_or_limit_is_refused_anywhere() {
-        let e = split(&plan(vec![agg(vec![column("key")]), Op::Limit { n: 3 }]))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("`limit` needs every row in one task"), "{e}");
     }
 
     #[test]
