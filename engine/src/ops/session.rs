@@ -152,6 +152,20 @@ impl SessionAggregateOp {
         self.schema.clone()
     }
 
+    /// One stored session: its key (the group keys, row-encoded), start,
+    /// end and aggregates; `None` for a damaged entry.
+    fn decode_entry<'a>(&self, k: &'a [u8], v: &[u8]) -> Option<(&'a [u8], i64, i64, Vec<Acc>)> {
+        let key = length_prefixed_key(k)?;
+        let start = i64::from_be_bytes(k.get(4 + key.len()..)?.try_into().ok()?);
+        let end = i64::from_le_bytes(v.get(..8)?.try_into().ok()?);
+        let mut accs = self.new_accs();
+        let mut pos = 8;
+        for a in &mut accs {
+            a.decode(v, &mut pos)?;
+        }
+        Some((key, start, end, accs))
+    }
+
     fn new_accs(&self) -> Vec<Acc> {
         self.aggs
             .iter()
@@ -181,21 +195,8 @@ impl SessionAggregateOp {
         for part in store.parts() {
             let mut index = Index::new();
             for (k, v) in part.iter() {
-                let key = length_prefixed_key(&k).ok_or_else(bad)?.to_vec();
-                let start = i64::from_be_bytes(
-                    k.get(4 + key.len()..)
-                        .ok_or_else(bad)?
-                        .try_into()
-                        .map_err(|_| bad())?,
-                );
-                let end =
-                    i64::from_le_bytes(v.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
-                let mut accs = self.new_accs();
-                let mut pos = 8;
-                for a in &mut accs {
-                    a.decode(&v, &mut pos).ok_or_else(bad)?;
-                }
-                index.entry(key).or_default().push(Session {
+                let (key, start, end, accs) = self.decode_entry(&k, &v).ok_or_else(bad)?;
+                index.entry(key.to_vec()).or_default().push(Session {
                     start,
                     end,
                     accs,
@@ -550,20 +551,7 @@ impl SessionAggregateOp {
         let mut windows = Vec::with_capacity(entries.len());
         let mut accs = Vec::with_capacity(entries.len());
         for (k, v) in entries {
-            let key = length_prefixed_key(k).ok_or_else(bad)?;
-            let start = i64::from_be_bytes(
-                k.get(4 + key.len()..)
-                    .ok_or_else(bad)?
-                    .try_into()
-                    .map_err(|_| bad())?,
-            );
-            let end =
-                i64::from_le_bytes(v.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
-            let mut a = self.new_accs();
-            let mut pos = 8;
-            for acc in &mut a {
-                acc.decode(v, &mut pos).ok_or_else(bad)?;
-            }
+            let (key, start, end, a) = self.decode_entry(k, v).ok_or_else(bad)?;
             keys.push(key);
             windows.push(Window {
                 start: Timestamp(start),
