@@ -2,6 +2,7 @@
 //! engine, so they share one).
 
 mod common;
+mod aggregate_functions;
 mod conformance;
 mod crash_matrix;
 #[cfg(any(feature = "postgres", feature = "redis"))]
@@ -13,6 +14,7 @@ mod macros;
 #[cfg(feature = "ui")]
 mod operate;
 mod partitions;
+mod plan_agreement;
 mod properties;
 mod query_changes;
 mod recovery;
