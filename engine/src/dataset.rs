@@ -11,7 +11,7 @@ use weir_plan::{
 };
 
 use crate::error::{Result, WeirError};
-use crate::query::{StreamingQuery, Trigger};
+use crate::query::{IntoQuerySpec, QuerySpec, StreamingQuery, Trigger};
 use crate::session::Session;
 use crate::sink::{BoxSink, ForeachBatchSink};
 use crate::source::BoxSource;
@@ -445,11 +445,7 @@ impl StreamWriter {
 
     /// The query plan that `start` would run, with settings applied.
     pub fn plan(&self) -> StreamPlan {
-        let mut p = self.stream.plan.clone();
-        p.output_mode = self.mode;
-        let c = self.stream.session.conf();
-        p.conf.no_data_batches = c.no_data_batches;
-        p.conf.watermark_policy = c.watermark_policy;
+        let mut p = QuerySpec::running_plan(&self.stream.session, &self.stream.plan, self.mode);
         p.sink = self.sink.as_ref().map(|s| weir_plan::SinkDecl {
             kind: s.kind(),
             checkpoint: self.checkpoint.is_some(),
@@ -512,6 +508,111 @@ impl StreamWriter {
         if let Some(scale) = self.scale_out.take() {
             return crate::scale::start(self, scale);
         }
-        crate::query::start(self)
+        crate::query::start(self.into_query_spec()?)
+    }
+}
+
+impl IntoQuerySpec for StreamWriter {
+    /// The query as the executor runs it: the plan with this writer's
+    /// settings applied, its sources, sinks and checkpoint location.
+    fn into_query_spec(self) -> Result<QuerySpec> {
+        let StreamWriter {
+            stream,
+            mode,
+            trigger,
+            name,
+            checkpoint,
+            sink,
+            late_sink,
+            watermark_share,
+            ..
+        } = self;
+        let sink = sink.ok_or_else(|| {
+            WeirError::Config(
+                "no sink: call .sink(...) or .foreach_batch(...) before start()".into(),
+            )
+        })?;
+        Ok(QuerySpec {
+            plan: QuerySpec::running_plan(&stream.session, &stream.plan, mode),
+            session: stream.session,
+            sources: stream.sources,
+            statics: stream.statics,
+            trigger,
+            name,
+            checkpoint,
+            sink,
+            late_sink,
+            watermark_share,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use weir_plan::{DataType, Field, WatermarkPolicy};
+
+    use super::*;
+    use crate::sink::MemorySink;
+    use crate::source::MemoryStream;
+
+    fn session() -> Session {
+        Session::builder()
+            .config("spark.sql.streaming.weir.stopOnSignal", "false")
+            .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+            .config("spark.sql.streaming.multipleWatermarkPolicy", "max")
+            .build()
+            .unwrap()
+    }
+
+    fn writer() -> StreamWriter {
+        let events = MemoryStream::new(&[Field::new("n", DataType::Int64)]);
+        session()
+            .read_stream(events)
+            .filter("n > 0")
+            .write_stream()
+            .output_mode(OutputMode::Update)
+            .trigger(Trigger::AvailableNow)
+            .query_name("positives")
+            .checkpoint_location("/tmp/weir-spec-test")
+    }
+
+    #[test]
+    fn the_spec_runs_the_plan_with_the_writers_and_sessions_settings() {
+        let spec = writer()
+            .sink(MemorySink::new(""))
+            .into_query_spec()
+            .unwrap();
+        assert_eq!(spec.plan.output_mode, OutputMode::Update);
+        assert!(!spec.plan.conf.no_data_batches);
+        assert_eq!(spec.plan.conf.watermark_policy, WatermarkPolicy::Max);
+        assert_eq!(spec.trigger, Trigger::AvailableNow);
+        assert_eq!(spec.name.as_deref(), Some("positives"));
+        assert_eq!(spec.checkpoint.as_deref(), Some("/tmp/weir-spec-test"));
+        assert_eq!(spec.sources.keys().collect::<Vec<_>>(), ["stream"]);
+        assert_eq!(spec.sink.kind(), weir_plan::SinkKind::Memory);
+        assert!(spec.late_sink.is_none() && spec.watermark_share.is_none());
+    }
+
+    #[test]
+    fn the_spec_runs_the_plan_that_validate_checks() {
+        let writer = writer().sink(MemorySink::new(""));
+        let checked = writer.plan();
+        let spec = writer.into_query_spec().unwrap();
+        // The same plan, but for the declarations only the checks read.
+        let mut ran = spec.plan;
+        ran.sink = checked.sink.clone();
+        ran.trigger = checked.trigger;
+        ran.scale_out = checked.scale_out.clone();
+        assert_eq!(ran, checked);
+    }
+
+    #[test]
+    fn a_query_without_a_sink_is_refused_at_start_saying_what_to_call() {
+        let err = match writer().start() {
+            Ok(_) => panic!("a query without a sink started"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("no sink"), "{err}");
+        assert!(err.contains(".sink(...)"), "{err}");
     }
 }

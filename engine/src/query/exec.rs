@@ -22,9 +22,9 @@ use arrow::record_batch::RecordBatch;
 use weir_plan::{OutputMode, StreamPlan};
 
 use super::shared_watermark::{self, Pending, WatermarkShare};
+use super::spec::QuerySpec;
 use super::{QueryShared, StreamingQuery, Trigger};
 use crate::checkpoint::{Checkpoint, CommitEntry, OffsetEntry};
-use crate::dataset::StreamWriter;
 use crate::error::{Result, WeirError};
 use crate::failpoint::{failpoint, set_current_batch};
 use crate::ops::aggregate::Watermarks;
@@ -78,34 +78,29 @@ struct Runner {
     watermark_share: Option<Arc<dyn WatermarkShare>>,
 }
 
-pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
-    let StreamWriter {
-        stream,
-        mode,
+pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
+    let QuerySpec {
+        session,
+        plan,
+        sources,
+        statics,
         trigger,
         name,
         checkpoint,
-        sink,
+        mut sink,
         late_sink,
         watermark_share,
-        ..
-    } = w;
-    let session = stream.session.clone();
+    } = spec;
     let conf = session.conf().clone();
     let is_task = watermark_share.is_some();
-    let mut plan = stream.plan.clone();
-    plan.output_mode = mode;
-    plan.conf.no_data_batches = conf.no_data_batches;
-    plan.conf.watermark_policy = conf.watermark_policy;
-    let mut sink = sink.ok_or_else(|| {
-        WeirError::Config("no sink: call .sink(...) or .foreach_batch(...) before start()".into())
-    })?;
+    let mode = plan.output_mode;
     let needs_checkpoint = !matches!(
         sink.kind(),
         weir_plan::SinkKind::Console | weir_plan::SinkKind::Memory
     );
     // A local path, file:///... or s3://bucket/prefix. S3 settings: the
     // session's `spark.hadoop.fs.s3a.*` over the environment's AWS_*.
+    let checkpoint_given = checkpoint.is_some();
     let chk = match checkpoint {
         Some(location) => Checkpoint::open_location(&location, &conf.s3, conf.fsync_checkpoint)?,
         None if needs_checkpoint => {
@@ -118,9 +113,9 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
             conf.fsync_checkpoint,
         )?,
     };
-    let mut sources: Vec<(String, BoxSource)> = stream.sources.into_iter().collect();
+    let mut sources: Vec<(String, BoxSource)> = sources.into_iter().collect();
     let schemas: Vec<_> = sources.iter().map(|(_, s)| s.schema()).collect();
-    let mut pipeline = Pipeline::compile(&plan, &schemas, &stream.statics)?;
+    let mut pipeline = Pipeline::compile(&plan, &schemas, &statics)?;
     // What a checkpoint on object storage cannot keep yet is refused before
     // anything is written to it.
     chk.check_supported(
@@ -246,7 +241,18 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
             s3: conf.s3.clone(),
         })?;
     }
-    let explain = explain(&plan, &sources, sink.description(), trigger);
+    let explain = explain(
+        &plan,
+        &sources,
+        &sink,
+        trigger,
+        &RunFacts {
+            checkpoint: chk.root(),
+            checkpoint_given,
+            partitions,
+            store: provider.name(),
+        },
+    );
     let shared = Arc::new(QueryShared::new(
         meta.id.clone(),
         name.clone(),
@@ -301,76 +307,59 @@ pub(crate) fn start(w: StreamWriter) -> Result<StreamingQuery> {
     Ok(q)
 }
 
+/// What only the running query knows, printed after its plan.
+struct RunFacts<'a> {
+    /// The checkpoint's root (a path, or an object storage URL).
+    checkpoint: &'a std::path::Path,
+    /// Whether the user gave the checkpoint (otherwise a temporary one).
+    checkpoint_given: bool,
+    /// The state store partitions of each stateful operator.
+    partitions: usize,
+    /// The state store provider's name.
+    store: &'static str,
+}
+
+/// The query's `explain()`: the plan as weir-plan prints it (the text
+/// `stream_query!`'s `EXPLAIN` shows for the same query), its sink and
+/// trigger filled in, then each source and the sink as they describe
+/// themselves, the state partitions and store, and the checkpoint.
 fn explain(
     plan: &StreamPlan,
     sources: &[(String, BoxSource)],
-    sink: String,
+    sink: &BoxSink,
     trigger: Trigger,
+    run: &RunFacts<'_>,
 ) -> String {
-    let mut s = String::from("== Streaming Query ==\n");
+    let mut plan = plan.clone();
+    plan.sink.get_or_insert(weir_plan::SinkDecl {
+        kind: sink.kind(),
+        checkpoint: run.checkpoint_given,
+    });
+    plan.trigger.get_or_insert(match trigger {
+        Trigger::Default => weir_plan::TriggerDecl::Default,
+        Trigger::ProcessingTime(d) => weir_plan::TriggerDecl::ProcessingTime(d.as_millis() as u64),
+        Trigger::AvailableNow => weir_plan::TriggerDecl::AvailableNow,
+        Trigger::Once => weir_plan::TriggerDecl::Once,
+    });
+    let mut s = format!("== Physical Plan ==\n{plan}\n== Run time ==\n");
     for (name, src) in sources {
         s.push_str(&format!("Source {name}: {}\n", src.description()));
     }
-    for n in &plan.nodes {
-        s.push_str(&format!("Node {} <- {}\n", n.id, n.input));
-        for op in &n.ops {
-            s.push_str(&format!("  {}\n", describe_op(op)));
-        }
-    }
+    s.push_str(&format!("Sink: {}\n", sink.description()));
     s.push_str(&format!(
-        "Output mode: {}\nTrigger: {trigger:?}\nSink: {sink}\n",
-        plan.output_mode.spark_name()
+        "State: {} partitions per stateful operator, {} store\n",
+        run.partitions, run.store
+    ));
+    let temporary = if run.checkpoint_given {
+        ""
+    } else {
+        " (temporary)"
+    };
+    s.push_str(&format!(
+        "Checkpoint: {}{temporary}\n",
+        run.checkpoint.display()
     ));
     s
-}
-
-fn describe_op(op: &weir_plan::Op) -> String {
-    use weir_plan::{GroupKey, Op};
-    match op {
-        Op::Filter { predicate } => format!("Filter {predicate}"),
-        Op::Select { columns } => format!(
-            "Project [{}]",
-            columns
-                .iter()
-                .map(|c| if c.expr == c.alias {
-                    c.alias.clone()
-                } else {
-                    format!("{} AS {}", c.expr, c.alias)
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Op::WithColumn { name, expr } => format!("WithColumn {name} = {expr}"),
-        Op::Watermark { column, delay } => format!("EventTimeWatermark {column}, {delay}"),
-        Op::Aggregate { keys, aggs } => format!(
-            "Aggregate keys=[{}] aggs=[{}]",
-            keys.iter()
-                .map(|k| match k {
-                    GroupKey::Column { column } => column.clone(),
-                    GroupKey::Window { window, alias } => format!(
-                        "window({}, {}{}) AS {alias}",
-                        window
-                            .column
-                            .clone()
-                            .or(window.expr.clone())
-                            .unwrap_or_default(),
-                        window.size,
-                        window
-                            .slide
-                            .as_ref()
-                            .map(|s| format!(", {s}"))
-                            .unwrap_or_default()
-                    ),
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-            aggs.iter()
-                .map(|a| format!("{}({}) AS {}", a.func.name(), a.column, a.alias))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        other => format!("{other:?}"),
-    }
 }
 
 impl Runner {

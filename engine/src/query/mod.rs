@@ -2,6 +2,7 @@
 
 mod exec;
 mod shared_watermark;
+mod spec;
 mod trigger;
 
 use std::collections::VecDeque;
@@ -13,9 +14,9 @@ use std::time::{Duration, Instant};
 pub(crate) use exec::SCALE_OUT_MARKER;
 pub(crate) use shared_watermark::merge as merge_watermarks;
 pub use shared_watermark::{Pending, WatermarkShare};
+pub(crate) use spec::{IntoQuerySpec, QuerySpec};
 pub use trigger::Trigger;
 
-use crate::dataset::StreamWriter;
 use crate::error::{Result, WeirError};
 use crate::progress::{QueryStatus, StreamingQueryProgress};
 
@@ -150,7 +151,11 @@ impl StreamingQuery {
         self.shared.output_mode
     }
 
-    /// A description of the physical plan.
+    /// The query's plan as text (Spark's `explain()`): the tree weir-plan
+    /// prints, the text `stream_query!`'s `EXPLAIN` shows (the sink at the
+    /// root, each operator above its input, the sources at the leaves),
+    /// then what the running query adds: its sources and sink as they
+    /// describe themselves, the state partitions and store, the checkpoint.
     pub fn explain(&self) -> String {
         self.shared.explain.clone()
     }
@@ -226,6 +231,7 @@ impl StreamingQuery {
     }
 }
 
-pub(crate) fn start(writer: StreamWriter) -> Result<StreamingQuery> {
-    exec::start(writer)
+/// Starts the query `spec` describes on its own thread.
+pub(crate) fn start(spec: impl IntoQuerySpec) -> Result<StreamingQuery> {
+    exec::start(spec.into_query_spec()?)
 }
