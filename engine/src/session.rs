@@ -1,7 +1,6 @@
 //! The session (like `SparkSession`): configuration, the registry of active
 //! queries, memory tables and listeners.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,12 +11,9 @@ use crate::dataset::DataStream;
 use crate::error::{Result, WeirError};
 use crate::progress::QueryListener;
 use crate::query::StreamingQuery;
-use crate::sink::MemoryTable;
+use crate::sink::{MemoryTable, MemoryTables};
 use crate::source::BoxSource;
 use crate::state::{MemoryStateProvider, StateStoreProvider};
-
-/// Memory tables by name (the memory sink registers into these).
-pub type MemoryTables = Arc<Mutex<HashMap<String, MemoryTable>>>;
 
 /// Session settings. Where Spark has a setting, the Spark key is given.
 #[derive(Clone)]
@@ -309,7 +305,7 @@ impl Session {
                 conf,
                 workers: std::sync::OnceLock::new(),
                 queries: Mutex::new(Vec::new()),
-                memory_tables: Arc::default(),
+                memory_tables: MemoryTables::default(),
                 listeners: Mutex::new(Vec::new()),
                 terminated: (Mutex::new(0), Condvar::new()),
             }),
@@ -358,7 +354,7 @@ impl Session {
 
     /// The memory table a memory sink registered under `name`.
     pub fn memory_table(&self, name: &str) -> Option<MemoryTable> {
-        self.inner.memory_tables.lock().unwrap().get(name).cloned()
+        self.inner.memory_tables.get(name)
     }
 
     /// Adds a listener for every query started after this call.

@@ -3,6 +3,7 @@
 //! Append and update modes add each batch's rows; complete mode replaces the
 //! table. A re-run batch id replaces what that batch wrote.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::SchemaRef;
@@ -60,6 +61,38 @@ impl MemoryTable {
     }
 }
 
+/// The memory tables of a session by name: a memory sink registers its
+/// table here when its query starts; [`crate::Session::memory_table`] reads
+/// it. Clones share the registry.
+#[derive(Clone, Default)]
+pub struct MemoryTables {
+    tables: Arc<Mutex<HashMap<String, MemoryTable>>>,
+}
+
+impl std::fmt::Debug for MemoryTables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tables = self.tables.lock().unwrap();
+        let mut names: Vec<&String> = tables.keys().collect();
+        names.sort();
+        f.debug_struct("MemoryTables")
+            .field("names", &names)
+            .finish()
+    }
+}
+
+impl MemoryTables {
+    /// Registers `table` under `name`, replacing a table of that name (a
+    /// query restarted under the same name writes a new table).
+    pub fn register(&self, name: String, table: MemoryTable) {
+        self.tables.lock().unwrap().insert(name, table);
+    }
+
+    /// The table registered under `name`.
+    pub fn get(&self, name: &str) -> Option<MemoryTable> {
+        self.tables.lock().unwrap().get(name).cloned()
+    }
+}
+
 /// Writes into a [`MemoryTable`].
 pub struct MemorySink {
     name: Option<String>,
@@ -99,10 +132,7 @@ impl Sink for MemorySink {
         }
         let name = self.name.clone().or_else(|| ctx.query_name.clone());
         if let Some(n) = name {
-            ctx.memory_tables
-                .lock()
-                .unwrap()
-                .insert(n, self.table.clone());
+            ctx.memory_tables.register(n, self.table.clone());
         }
         Ok(())
     }
@@ -113,5 +143,77 @@ impl Sink for MemorySink {
         i.batches.push((batch_id, batches.to_vec()));
         i.batches.sort_by_key(|b| b.0);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn rows(values: &[i64]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(values.to_vec()))]).unwrap()
+    }
+
+    fn context(query: Option<&str>, tables: &MemoryTables) -> SinkContext {
+        let mut ctx = SinkContext::for_tests(query, OutputMode::Append, rows(&[]).schema());
+        ctx.memory_tables = tables.clone();
+        ctx
+    }
+
+    #[test]
+    fn a_started_sink_registers_its_table_under_the_query_name() {
+        let tables = MemoryTables::default();
+        let mut sink = MemorySink::new("");
+        sink.open(&context(Some("counts"), &tables)).unwrap();
+        sink.add_batch(0, &[rows(&[1, 2])]).unwrap();
+        let table = tables
+            .get("counts")
+            .expect("registered under the query name");
+        assert_eq!(table.num_rows(), 2);
+        assert!(tables.get("other").is_none());
+    }
+
+    #[test]
+    fn the_sinks_own_name_wins_over_the_query_name() {
+        let tables = MemoryTables::default();
+        let mut sink = MemorySink::new("mine");
+        sink.open(&context(Some("counts"), &tables)).unwrap();
+        assert!(tables.get("mine").is_some());
+        assert!(tables.get("counts").is_none());
+    }
+
+    #[test]
+    fn a_restarted_query_replaces_the_table_of_its_name() {
+        let tables = MemoryTables::default();
+        let mut first = MemorySink::new("");
+        first.open(&context(Some("counts"), &tables)).unwrap();
+        first.add_batch(0, &[rows(&[1])]).unwrap();
+        let mut second = MemorySink::new("");
+        second.open(&context(Some("counts"), &tables)).unwrap();
+        assert_eq!(tables.get("counts").unwrap().num_rows(), 0);
+        second.add_batch(0, &[rows(&[1, 2, 3])]).unwrap();
+        assert_eq!(tables.get("counts").unwrap().num_rows(), 3);
+    }
+
+    #[test]
+    fn clones_of_the_registry_share_its_tables() {
+        let tables = MemoryTables::default();
+        let seen_by_session = tables.clone();
+        tables.register("t".into(), MemoryTable::default());
+        assert!(seen_by_session.get("t").is_some());
+    }
+
+    #[test]
+    fn an_unnamed_sink_of_an_unnamed_query_registers_nothing() {
+        let tables = MemoryTables::default();
+        let mut sink = MemorySink::new("");
+        sink.open(&context(None, &tables)).unwrap();
+        assert_eq!(format!("{tables:?}"), "MemoryTables { names: [] }");
     }
 }

@@ -30,7 +30,7 @@ pub use foreach::{row_fn, ForeachSink, ForeachWriter, RowFn};
 pub use foreach_batch::ForeachBatchSink;
 #[cfg(feature = "kafka")]
 pub use kafka::{DeliveryGuarantee, KafkaSink};
-pub use memory::{MemorySink, MemoryTable};
+pub use memory::{MemorySink, MemoryTable, MemoryTables};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresSink;
 #[cfg(feature = "redis")]
@@ -56,7 +56,7 @@ pub struct SinkContext {
     /// The result schema.
     pub schema: SchemaRef,
     /// The session's memory tables (for the memory sink).
-    pub memory_tables: crate::session::MemoryTables,
+    pub memory_tables: MemoryTables,
     /// Whether files the sink writes are fsync'd (the session's
     /// `weir.checkpoint.fsync`).
     pub sync: bool,
@@ -64,6 +64,30 @@ pub struct SinkContext {
     /// writing to `s3://` (the environment's `AWS_*` fill what they leave
     /// unset).
     pub s3: crate::storage::S3Settings,
+}
+
+#[cfg(test)]
+impl SinkContext {
+    /// A context for a sink's unit tests: query `name` (id `query-id`) in
+    /// `mode` with output `schema`, a checkpoint in a fresh temporary directory.
+    pub(crate) fn for_tests(
+        name: Option<&str>,
+        mode: OutputMode,
+        schema: SchemaRef,
+    ) -> SinkContext {
+        let dir = std::env::temp_dir().join(format!("weir-sink-test-{}", uuid::Uuid::new_v4()));
+        SinkContext {
+            query_name: name.map(str::to_string),
+            checkpoint_dir: dir.clone(),
+            query_id: "query-id".into(),
+            checkpoint: crate::storage::Storage::local(dir, false),
+            output_mode: mode,
+            schema,
+            memory_tables: MemoryTables::default(),
+            sync: false,
+            s3: crate::storage::S3Settings::default(),
+        }
+    }
 }
 
 /// A streaming sink.
