@@ -1,7 +1,8 @@
-//! The `EXPLAIN` constant: the query as a short, readable text (source,
-//! ops in the order they run, result columns, mode, trigger, sink).
-
-use weir_plan::{GroupKey, Op};
+//! The `EXPLAIN` constant: the plan as weir-plan prints it (the same text
+//! as `StreamingQuery::explain()` starts with: the sink at the root, each
+//! operator above its input, the sources at the leaves), then what only the
+//! declaration shows (source and sink settings, with passwords hidden, the
+//! Rust types of the rows, the trigger and checkpoint as written).
 
 use crate::ast::{join_type_name, QueryDecl, Setting, Sink, Source, TriggerDecl};
 use crate::lower::Lowered;
@@ -9,10 +10,13 @@ use crate::types::{rust_type_name, Col};
 
 /// The description of the query.
 pub fn explain(q: &QueryDecl, l: &Lowered, output: &[Col]) -> String {
-    let mut lines = vec![format!("query {} ({})", l.query_name, q.ident)];
+    let mut lines = vec![
+        format!("== Query {} ({}) ==", l.query_name, q.ident),
+        l.plan.to_string(),
+        "== Declared ==".to_string(),
+    ];
     let mut row = |k: &str, v: String| lines.push(format!("  {k:<10} {v}"));
-    let ri = l.result_node();
-    let source_name = &l.plan.nodes[ri].input;
+    let source_name = &l.plan.nodes[l.result_node()].input;
     let src = q
         .source
         .as_ref()
@@ -20,54 +24,28 @@ pub fn explain(q: &QueryDecl, l: &Lowered, output: &[Col]) -> String {
         .unwrap_or_default();
     row("source", format!("{source_name}: {src}"));
     row("schema", columns(&l.input));
-    for op in l.result_ops() {
-        if let (Op::Join { how, on, using, .. }, Some(j), Some(side)) = (op, &q.join, &l.join) {
-            let src = j
-                .side
-                .source
-                .as_ref()
-                .map(|s| source_text(&s.kind))
-                .unwrap_or_default();
-            let what = if side.table { "table" } else { "stream" };
-            let input = if side.table {
-                side.name.as_str()
-            } else {
-                l.plan.nodes[0].input.as_str()
-            };
-            row(
-                "join",
-                format!("{} {what} {input}: {src}", join_type_name(*how)),
-            );
-            row("  schema", columns(&side.input));
-            if !side.table {
-                for op in &l.plan.nodes[0].ops {
-                    let (k, v) = op_text(op);
-                    row(&format!("  {k}"), v);
-                }
-            }
-            if let Some((lit, ms)) = &j.refresh_every {
-                row("  refresh", format!("every \"{}\" = {ms} ms", lit.value()));
-            }
-            match (on, using) {
-                (Some(on), _) => row("  on", on.clone()),
-                (None, Some(keys)) => row("  using", keys.join(", ")),
-                _ => {}
-            }
-            continue;
-        }
-        match op {
-            Op::Aggregate { keys, .. } if !keys.is_empty() => {
-                row("group by", group_keys(keys));
-                row("aggregate", op_text(op).1);
-            }
-            _ => {
-                let (k, v) = op_text(op);
-                row(k, v);
-            }
+    if let (Some(j), Some(side)) = (&q.join, &l.join) {
+        let src = j
+            .side
+            .source
+            .as_ref()
+            .map(|s| source_text(&s.kind))
+            .unwrap_or_default();
+        let (what, input) = if side.table {
+            ("table", side.name.as_str())
+        } else {
+            ("stream", l.plan.nodes[0].input.as_str())
+        };
+        row(
+            "join",
+            format!("{} {what} {input}: {src}", join_type_name(j.how)),
+        );
+        row("  schema", columns(&side.input));
+        if let Some((lit, ms)) = &j.refresh_every {
+            row("  refresh", format!("every \"{}\" = {ms} ms", lit.value()));
         }
     }
     row("output", columns(output));
-    row("mode", l.plan.output_mode.spark_name().to_ascii_lowercase());
     row(
         "trigger",
         match &q.trigger {
@@ -289,83 +267,6 @@ fn sink_text(s: &Sink, query_name: &str) -> String {
         }
     }
     call(s.name(), o)
-}
-
-/// The explain row of one op: its label and text (an aggregate's text is
-/// its aggregates; [`group_keys`] gives its keys).
-fn op_text(op: &Op) -> (&'static str, String) {
-    match op {
-        Op::Filter { predicate } => ("filter", predicate.clone()),
-        Op::Select { columns } => (
-            "select",
-            columns
-                .iter()
-                .map(|c| {
-                    if crate::expr::sql_ident(&c.alias) == c.expr {
-                        c.alias.clone()
-                    } else {
-                        format!("{} AS {}", c.expr, c.alias)
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-        ),
-        Op::WithColumn { name, expr } => ("with col", format!("{expr} AS {name}")),
-        Op::Watermark { column, delay } => ("watermark", format!("{column} delay \"{delay}\"")),
-        Op::Dedup {
-            columns,
-            within_watermark,
-        } => (
-            if *within_watermark {
-                "dedup wm"
-            } else {
-                "dedup"
-            },
-            columns.join(", "),
-        ),
-        Op::Sort { by } => (
-            "order by",
-            by.iter()
-                .map(|k| {
-                    if k.desc {
-                        format!("{} DESC", k.column)
-                    } else {
-                        k.column.clone()
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-        ),
-        Op::Limit { n } => ("limit", n.to_string()),
-        Op::Aggregate { aggs, .. } => (
-            "aggregate",
-            aggs.iter()
-                .map(|a| format!("{}({}) AS {}", a.func.name(), a.column, a.alias))
-                .collect::<Vec<_>>()
-                .join(", "),
-        ),
-        Op::Join { right, how, .. } => ("join", format!("{} {right}", join_type_name(*how))),
-    }
-}
-
-/// The grouping keys as written in `group_by:`.
-fn group_keys(keys: &[GroupKey]) -> String {
-    keys.iter()
-        .map(|k| match k {
-            GroupKey::Window { window, alias } => {
-                let col = window.time_column().unwrap_or_default();
-                if let Some(gap) = &window.gap {
-                    return format!("session_window({col}, \"{gap}\") AS {alias}");
-                }
-                match &window.slide {
-                    Some(sl) => format!("window({col}, \"{}\", \"{sl}\") AS {alias}", window.size),
-                    None => format!("window({col}, \"{}\") AS {alias}", window.size),
-                }
-            }
-            GroupKey::Column { column } => column.clone(),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// A connection setting with any password in it hidden (`EXPLAIN` is

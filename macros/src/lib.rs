@@ -104,6 +104,15 @@ mod tests {
         explain::explain(&q, &l, &out)
     }
 
+    /// The lowered plan of a declaration that must have no errors.
+    fn explained_plan(decl: TokenStream) -> weir_plan::StreamPlan {
+        let mut errs = errors::Errors::new();
+        let q = parse::parse_query(decl, &mut errs).unwrap();
+        let l = lower::lower(&q, &mut errs).unwrap();
+        assert!(errs.is_empty(), "{errs:?}");
+        l.plan
+    }
+
     #[test]
     fn expands_a_valid_query_to_items() {
         let out = expand(quote! {
@@ -164,19 +173,42 @@ mod tests {
         });
         assert_eq!(
             text,
-            r#"query page_views (PageViews)
+            r#"== Query page_views (PageViews) ==
+WriteToStream sink=console, outputMode=Update, trigger=ProcessingTime(60000 ms), checkpoint=set
++- StateStoreSave Aggregate keys=[window(event_ts, "1 minute") AS window, page], functions=[count(*) AS views, sum(n2) AS total]
+   +- EventTimeWatermark event_ts, delay "2 minutes"
+      +- Project [page, event_ts, n * 2 AS n2]
+         +- Filter n > 0 AND page <> 'x'
+            +- StreamingRelation click [page: string, event_ts: timestamp, user: string, n: bigint]
+== Declared ==
   source     click: files(path = "data/clicks", format = json, max_files_per_trigger = 10)
   schema     page: String, event_ts: Timestamp, user: Option<String>, n: i64
-  filter     n > 0 AND page <> 'x'
-  select     page, event_ts, n * 2 AS n2
-  watermark  event_ts delay "2 minutes"
-  group by   window(event_ts, "1 minute") AS window, page
-  aggregate  count(*) AS views, sum(n2) AS total
   output     window: Window, page: String, views: i64, total: Option<i64>
-  mode       update
   trigger    processing_time("1 minute") = 60000 ms
   sink       console(truncate = false, num_rows = 20)
   checkpoint "chk/page_views""#
+        );
+        // The plan's part is weir-plan's printer, the text the engine's
+        // `explain()` starts with.
+        let plan = explained_plan(quote! {
+            query PageViews {
+                source: files(path = "data/clicks", format = json, max_files_per_trigger = 10),
+                schema: Click { page: String, event_ts: Timestamp, user: Option<String>, n: i64 },
+                filter: n > 0 && page != "x",
+                select: { page, event_ts, n2: n * 2 },
+                watermark: event_ts delay "2 minutes",
+                group_by: [window(event_ts, "1 minute"), page],
+                aggregate: { views: count(), total: sum(n2) },
+                output_mode: update,
+                trigger: processing_time("1 minute"),
+                sink: console(truncate = false, num_rows = 20),
+                checkpoint: "chk/page_views",
+            }
+        })
+        .to_string();
+        assert!(
+            text.contains(&format!("==\n{plan}\n== Declared ==")),
+            "{text}"
         );
     }
 
@@ -197,17 +229,18 @@ mod tests {
                 sink: memory,
             }
         });
-        let ops: Vec<&str> = text.lines().skip(3).take(7).collect();
+        let ops: Vec<&str> = text.lines().skip(2).take(8).collect();
         assert_eq!(
             ops,
             [
-                "  with col   upper(shop) AS shop",
-                "  watermark  ts delay \"1 minute\"",
-                "  dedup wm   id",
-                "  group by   shop",
-                "  aggregate  sum(amount) AS total",
-                "  order by   total DESC, shop",
-                "  limit      3",
+                "+- Limit 3",
+                "   +- Sort [total DESC, shop ASC]",
+                "      +- StateStoreSave Aggregate keys=[shop], functions=[sum(amount) AS total]",
+                "         +- DeduplicateWithinWatermark [id]",
+                "            +- EventTimeWatermark ts, delay \"1 minute\"",
+                "               +- Project [*, upper(shop) AS shop]",
+                "                  +- StreamingRelation sale [id: string, shop: string, amount: bigint, ts: timestamp]",
+                "== Declared ==",
             ]
         );
     }
@@ -279,7 +312,7 @@ mod tests {
         let text = explained(decl);
         assert!(
             text.contains(
-                "  group by   session_window(ts, \"5 minutes\") AS session_window, user\n"
+                "\n+- SessionWindowStateStoreSave Aggregate keys=[session_window(ts, \"5 minutes\") AS session_window, user], functions=[count(*) AS clicks]\n"
             ),
             "{text}"
         );

@@ -16,6 +16,7 @@
 
 pub mod check;
 pub mod duration;
+pub mod explain;
 pub mod location;
 pub mod plan;
 pub mod resolve;

@@ -36,5 +36,5 @@ fn deduplication_is_declared() {
         }
     );
     assert!(weir::plan::check(&UniquePairs::plan()).is_empty());
-    assert!(UniquePairs::EXPLAIN.contains("dedup      id, value"));
+    assert!(UniquePairs::EXPLAIN.contains("\n+- Deduplicate [id, value]\n   +- StreamingRelation "));
 }

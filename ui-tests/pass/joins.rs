@@ -53,7 +53,15 @@ fn joins_are_declared() {
     assert!(weir::plan::check(&ClickedImpressions::plan()).is_empty());
     assert!(
         ClicksByTier::EXPLAIN.contains(
-            "  join       left_outer table page: files(path = \"data/pages\", format = csv)\n    schema   page: String, tier: i32\n    refresh  every \"10 minutes\" = 600000 ms\n    using    page\n"
+            "  join       left_outer table page: files(path = \"data/pages\", format = csv)\n    schema   page: String, tier: i32\n    refresh  every \"10 minutes\" = 600000 ms\n"
+        ),
+        "{}",
+        ClicksByTier::EXPLAIN
+    );
+    // The plan's tree: the join over the stream and the table.
+    assert!(
+        ClicksByTier::EXPLAIN.contains(
+            "   +- HashJoin LeftOuter, using [page]\n      :- EventTimeWatermark event_ts, delay \"1 minute\"\n      :  +- StreamingRelation tier_click [page: string, event_ts: timestamp]\n      +- StaticTable page [page: string, tier: int]\n"
         ),
         "{}",
         ClicksByTier::EXPLAIN

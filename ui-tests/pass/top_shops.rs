@@ -34,7 +34,7 @@ fn top_shops_sorts_and_limits_the_complete_result() {
         plan.nodes[0].ops.last(),
         Some(&weir::plan::Op::Limit { n: 3 })
     );
-    assert!(TopShops::EXPLAIN.contains("order by   total DESC, shop"));
+    assert!(TopShops::EXPLAIN.contains("+- Limit 3\n   +- Sort [total DESC, shop ASC]\n"));
     let row = TopShopsRow {
         shop: "north".into(),
         total: Some(5),

@@ -29,8 +29,9 @@ pub fn start(
 fn user_sessions_group_by_a_session_window_and_the_user() {
     let plan = UserSessions::plan();
     assert!(weir::plan::check(&plan).is_empty());
-    assert!(UserSessions::EXPLAIN
-        .contains("group by   session_window(ts, \"5 minutes\") AS session_window, user"));
+    assert!(UserSessions::EXPLAIN.contains(
+        "SessionWindowStateStoreSave Aggregate keys=[session_window(ts, \"5 minutes\") AS session_window, user]"
+    ));
     // The session window is a `Window`; count is i64.
     let row = UserSessionsRow {
         session_window: weir::Window {
