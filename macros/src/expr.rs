@@ -21,6 +21,7 @@ use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::{BinOp, Expr, Lit, UnOp};
+pub use weir_plan::expr::{sql_ident, sql_string};
 use weir_plan::DataType;
 
 use crate::errors::Errors;
@@ -83,105 +84,6 @@ pub fn translate(expr: &Expr, env: &[Col], errs: &mut Errors) -> Translated {
         columns: t.columns,
     }
 }
-
-/// A column name as SQL: bare when it is a plain lower-case identifier, else
-/// double-quoted (DataFusion folds unquoted names to lower case).
-pub fn sql_ident(name: &str) -> String {
-    let plain = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain && !SQL_KEYWORDS.contains(&name) {
-        name.to_string()
-    } else {
-        format!("\"{}\"", name.replace('"', "\"\""))
-    }
-}
-
-/// A string literal as SQL: single-quoted, quotes doubled.
-pub fn sql_string(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
-
-/// Words that must be quoted to be read as column names.
-const SQL_KEYWORDS: &[&str] = &[
-    "all",
-    "and",
-    "any",
-    "array",
-    "as",
-    "asc",
-    "between",
-    "by",
-    "case",
-    "cast",
-    "current",
-    "date",
-    "default",
-    "desc",
-    "distinct",
-    "else",
-    "end",
-    "escape",
-    "except",
-    "exists",
-    "false",
-    "filter",
-    "first",
-    "following",
-    "for",
-    "from",
-    "full",
-    "group",
-    "having",
-    "ilike",
-    "in",
-    "inner",
-    "intersect",
-    "interval",
-    "is",
-    "join",
-    "last",
-    "left",
-    "like",
-    "limit",
-    "not",
-    "null",
-    "nulls",
-    "offset",
-    "on",
-    "or",
-    "order",
-    "outer",
-    "over",
-    "partition",
-    "preceding",
-    "range",
-    "right",
-    "row",
-    "rows",
-    "select",
-    "similar",
-    "some",
-    "table",
-    "then",
-    "time",
-    "timestamp",
-    "to",
-    "true",
-    "unbounded",
-    "union",
-    "user",
-    "using",
-    "values",
-    "when",
-    "where",
-    "window",
-    "with",
-];
 
 // SQL precedence, loosest first.
 const OR: u8 = 1;

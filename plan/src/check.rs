@@ -9,9 +9,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::expr::{BinaryOp, Expr};
 use crate::plan::{AggFn, GroupKey, JoinType, Op, OutputMode, SinkKind, StreamPlan, TriggerDecl};
 use crate::resolve::{resolve, NodeSchema};
-use crate::sql;
 use crate::types::DataType;
 
 /// Which rule a violation breaks.
@@ -71,6 +71,8 @@ pub enum Rule {
     /// Something a query spread over many processes (`scale_out`) cannot
     /// divide among its tasks.
     ScaleOutCannotDivide,
+    /// Expression text that is not one SQL expression.
+    InvalidExpression,
 }
 
 /// Which part of an op a violation points at, so the macro can find the token.
@@ -473,9 +475,18 @@ fn no_non_time_window_functions(cx: &Ctx, out: &mut Vec<Violation>) {
             _ => vec![],
         };
         for (name, expr, part) in exprs {
-            let Some((call, spec)) = sql::window_function(&expr) else {
+            let Ok(parsed) = Expr::parse(&expr) else {
                 continue;
             };
+            let Some(window_call) = parsed.window_function() else {
+                continue;
+            };
+            let call = window_call.signature();
+            let spec = window_call
+                .over
+                .as_ref()
+                .map(|o| o.to_string())
+                .unwrap_or_default();
             if !cx.input_of(ni, oi).streaming {
                 continue;
             }
@@ -585,14 +596,21 @@ fn outer_joins_need_watermark_or_static_side(cx: &Ctx, out: &mut Vec<Violation>)
         }
         // Stream-stream outer / semi: a watermark in the join keys, or a
         // watermark on the nullable side and a range condition.
-        let conj = match (on, using) {
-            (Some(on), _) => sql::conjuncts(on),
-            (None, Some(keys)) => keys.iter().map(|k| format!("{k} = {k}")).collect(),
+        let conj: Vec<Expr> = match (on, using) {
+            (Some(on), _) => Expr::parse(on).map(|e| e.conjuncts()).unwrap_or_default(),
+            (None, Some(keys)) => keys
+                .iter()
+                .map(|k| Expr::Binary {
+                    left: Box::new(Expr::column(k)),
+                    op: BinaryOp::Eq,
+                    right: Box::new(Expr::column(k)),
+                })
+                .collect(),
             _ => vec![],
         };
         let wm_in_keys = conj.iter().any(|c| {
-            sql::comparison_op(c).as_deref() == Some("=")
-                && sql::referenced_columns(c).iter().any(|col| {
+            c.is_equality()
+                && c.columns().iter().any(|col| {
                     left.column(col)
                         .or_else(|| rs.column(col))
                         .is_some_and(|c| c.watermark)
@@ -605,12 +623,10 @@ fn outer_joins_need_watermark_or_static_side(cx: &Ctx, out: &mut Vec<Violation>)
         };
         let ranged = |side: &NodeSchema| {
             conj.iter().any(|c| {
-                matches!(
-                    sql::comparison_op(c).as_deref(),
-                    Some("<" | "<=" | ">" | ">=" | "between")
-                ) && sql::referenced_columns(c)
-                    .iter()
-                    .any(|col| side.column(col).is_some_and(|c| c.watermark))
+                c.is_range()
+                    && c.columns()
+                        .iter()
+                        .any(|col| side.column(col).is_some_and(|c| c.watermark))
             })
         };
         if !wm_in_keys && !nullable.iter().all(|s| ranged(s)) {
@@ -689,7 +705,7 @@ fn continuous_no_current_time(cx: &Ctx, out: &mut Vec<Violation>) {
             _ => continue,
         };
         for (expr, part) in exprs {
-            if sql::uses_current_time(expr) {
+            if Expr::parse(expr).is_ok_and(|e| e.uses_current_time()) {
                 out.push(Violation::new(
                     Rule::ContinuousCurrentTime,
                     Location::Op { node: ni, op: oi, part },

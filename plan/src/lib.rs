@@ -17,10 +17,10 @@
 pub mod check;
 pub mod duration;
 pub mod explain;
+pub mod expr;
 pub mod location;
 pub mod plan;
 pub mod resolve;
-pub mod sql;
 pub mod state_schema;
 pub mod types;
 

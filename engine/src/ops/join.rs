@@ -571,27 +571,6 @@ pub struct JoinOp {
     metrics: StateOperatorProgress,
 }
 
-/// Parses `col`, `col + INTERVAL '15 minutes'`, `col - INTERVAL '...'` into (column, offset ms).
-fn time_term(tokens: &[weir_plan::sql::Token]) -> Option<(String, i64)> {
-    use weir_plan::sql::Token;
-    match tokens {
-        [Token::Ident(c)] => Some((c.clone(), 0)),
-        [Token::Ident(c), Token::Symbol(op), Token::Ident(kw), Token::Str(d)]
-            if kw.eq_ignore_ascii_case("interval") && (op == "+" || op == "-") =>
-        {
-            let ms = weir_plan::parse_duration_ms(d).ok()?;
-            Some((c.clone(), if op == "+" { ms } else { -ms }))
-        }
-        [Token::Ident(c), Token::Symbol(op), Token::Ident(kw), Token::Number(n), Token::Ident(unit)]
-            if kw.eq_ignore_ascii_case("interval") && (op == "+" || op == "-") =>
-        {
-            let ms = weir_plan::parse_duration_ms(&format!("{n} {unit}")).ok()?;
-            Some((c.clone(), if op == "+" { ms } else { -ms }))
-        }
-        _ => None,
-    }
-}
-
 /// From the join condition: for each side, the tightest lower bound of its
 /// event time relative to the other side's: `side >= other + c` gives `c`.
 fn state_bounds(
@@ -599,23 +578,22 @@ fn state_bounds(
     left_time: Option<&str>,
     right_time: Option<&str>,
 ) -> (Option<i64>, Option<i64>) {
-    use weir_plan::sql::{conjuncts, tokenize, Token};
     let (Some(lt), Some(rt)) = (left_time, right_time) else {
         return (None, None);
     };
+    let Ok(condition) = weir_plan::expr::Expr::parse(on) else {
+        return (None, None);
+    };
     let (mut lb, mut rb): (Option<i64>, Option<i64>) = (None, None);
-    for c in conjuncts(on) {
-        let toks = tokenize(&c);
-        let Some(pos) = toks.iter().position(
-            |t| matches!(t, Token::Symbol(s) if ["<", "<=", ">", ">="].contains(&s.as_str())),
-        ) else {
+    for c in condition.conjuncts() {
+        let Some((left, op, right)) = c.comparison() else {
             continue;
         };
-        let Token::Symbol(op) = &toks[pos] else {
+        let op = op.sql();
+        if !["<", "<=", ">", ">="].contains(&op) {
             continue;
-        };
-        let (Some((a, ao)), Some((b, bo))) = (time_term(&toks[..pos]), time_term(&toks[pos + 1..]))
-        else {
+        }
+        let (Some((a, ao)), Some((b, bo))) = (left.time_term(), right.time_term()) else {
             continue;
         };
         // Normalise to `x + xo >= y + yo`, i.e. x >= y + (yo - xo). Future
@@ -718,17 +696,13 @@ impl JoinOp {
                 return Err(WeirError::Config(format!("join `{on}`: both sides have columns of the same name; rename one side with a select first")));
             }
             joined = Arc::new(Schema::new(fields.clone()));
-            for c in weir_plan::sql::conjuncts(on) {
-                if weir_plan::sql::comparison_op(&c).as_deref() != Some("=") {
+            let condition = weir_plan::expr::Expr::parse(on)
+                .map_err(|e| WeirError::Config(format!("join condition: {e}")))?;
+            for c in condition.conjuncts() {
+                let Some((a, weir_plan::expr::BinaryOp::Eq, b)) = c.comparison() else {
                     continue;
-                }
-                let toks = weir_plan::sql::tokenize(&c);
-                if let [weir_plan::sql::Token::Ident(a), weir_plan::sql::Token::Symbol(eq), weir_plan::sql::Token::Ident(b)] =
-                    toks.as_slice()
-                {
-                    if eq != "=" && eq != "==" {
-                        continue;
-                    }
+                };
+                if let (Some(a), Some(b)) = (a.as_column(), b.as_column()) {
                     match (
                         left.index_of(a),
                         right.index_of(b),
