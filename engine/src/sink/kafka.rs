@@ -91,6 +91,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientConfig, Offset as KafkaOffset, TopicPartitionList};
 
+use super::exactly_once;
 use super::{BoxSink, Sink, SinkContext};
 use crate::error::{Result, WeirError};
 use crate::failpoint::failpoint;
@@ -686,16 +687,9 @@ impl KafkaSink {
     }
 
     fn add_transactional(&mut self, batch_id: i64, batches: &[RecordBatch]) -> Result<()> {
-        if self
-            .rt
-            .as_ref()
-            .and_then(|r| r.last_committed)
-            .is_some_and(|c| c >= batch_id)
-        {
-            tracing::info!(
-                batch_id,
-                "batch already committed to Kafka before a restart; not written again"
-            );
+        let marker = self.rt.as_ref().and_then(|r| r.last_committed);
+        if exactly_once::written_before(marker, batch_id) {
+            exactly_once::log_skipped(&self.description(), batch_id);
             return Ok(());
         }
         if batches.iter().all(|b| b.num_rows() == 0) {

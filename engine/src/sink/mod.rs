@@ -4,6 +4,8 @@
 //! batch id).
 
 pub mod console;
+#[cfg(any(feature = "kafka", feature = "postgres", feature = "redis"))]
+mod exactly_once;
 pub mod file;
 pub mod foreach;
 pub mod foreach_batch;

@@ -124,6 +124,7 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use weir_plan::OutputMode;
 
+use super::exactly_once::{self, AttemptError, MarkedWrite, Written};
 use super::{BoxSink, Sink, SinkContext};
 use crate::error::{Result, WeirError};
 
@@ -857,23 +858,24 @@ impl PostgresSink {
             .collect()
     }
 
-    /// Writes one batch in one transaction; `Ok(false)`: it was written before.
+    /// Writes one batch in one transaction (or nothing, if its marker says
+    /// it was written before).
     fn write(
         &self,
         rt: &Runtime,
         conn: &mut Conn,
         batch_id: i64,
         batches: &[RecordBatch],
-    ) -> std::result::Result<bool, WriteError> {
-        let rows = Self::rows_to_write(rt, batches).map_err(WriteError::Other)?;
+    ) -> std::result::Result<Written, AttemptError<::postgres::Error>> {
+        let rows = Self::rows_to_write(rt, batches).map_err(AttemptError::Other)?;
         if rows.is_empty() && rt.mode != OutputMode::Complete {
-            return Ok(true); // nothing to write, nothing to duplicate
+            return Ok(Written::Now); // nothing to write, nothing to duplicate
         }
         let values: Vec<Vec<Values>> = batches
             .iter()
             .map(|b| Self::values(rt, b))
             .collect::<Result<_>>()
-            .map_err(WriteError::Other)?;
+            .map_err(AttemptError::Other)?;
         let per_stmt = Self::rows_per_statement(rt);
         // Prepare (outside the transaction) the statements this batch needs.
         let mut sizes = vec![];
@@ -891,7 +893,7 @@ impl PostgresSink {
                 let stmt = conn
                     .client
                     .prepare(&Self::insert_sql(rt, &conn.table, n))
-                    .map_err(WriteError::Pg)?;
+                    .map_err(AttemptError::Client)?;
                 conn.statements.insert(n, stmt);
             }
         }
@@ -902,10 +904,10 @@ impl PostgresSink {
             statements,
             marked,
         } = conn;
-        let mut tx = client.transaction().map_err(WriteError::Pg)?;
+        let mut tx = client.transaction().map_err(AttemptError::Client)?;
         if !*marked {
             Self::carry_earlier_marker(&mut tx, commits, &rt.query_id, &self.table)
-                .map_err(WriteError::Pg)?;
+                .map_err(AttemptError::Client)?;
         }
         let claimed = tx
             .execute(
@@ -916,16 +918,16 @@ impl PostgresSink {
                 ),
                 &[&rt.query_id, &self.table, &batch_id],
             )
-            .map_err(WriteError::Pg)?;
+            .map_err(AttemptError::Client)?;
         if claimed == 0 {
             // Nothing written but a carried-over marker (see above).
-            tx.commit().map_err(WriteError::Pg)?;
+            tx.commit().map_err(AttemptError::Client)?;
             *marked = true;
-            return Ok(false);
+            return Ok(Written::Before);
         }
         if rt.mode == OutputMode::Complete {
             tx.execute(&format!("DELETE FROM {table}"), &[])
-                .map_err(WriteError::Pg)?;
+                .map_err(AttemptError::Client)?;
         }
         for chunk in rows.chunks(per_stmt) {
             let mut params: Vec<&(dyn ToSql + Sync)> =
@@ -936,12 +938,12 @@ impl PostgresSink {
                 }
             }
             tx.execute(&statements[&chunk.len()], &params)
-                .map_err(WriteError::Pg)?;
+                .map_err(AttemptError::Client)?;
         }
         crate::failpoint::failpoint("postgres_before_commit", batch_id);
-        tx.commit().map_err(WriteError::Pg)?;
+        tx.commit().map_err(AttemptError::Client)?;
         *marked = true;
-        Ok(true)
+        Ok(Written::Now)
     }
 
     /// In the batch's transaction, before the claim: when the commit table
@@ -986,11 +988,6 @@ impl PostgresSink {
     }
 }
 
-enum WriteError {
-    Pg(::postgres::Error),
-    Other(WeirError),
-}
-
 impl Sink for PostgresSink {
     fn description(&self) -> String {
         let at = match Config::from_str(&self.conn_str) {
@@ -1005,11 +1002,13 @@ impl Sink for PostgresSink {
     }
 
     fn for_task(&self, task: &str, mode: OutputMode) -> Result<BoxSink> {
-        if mode == OutputMode::Complete {
-            return Err(self.err(format!(
-                "complete output mode replaces the whole table each batch, but under scale-out task {task} has only its own keys: use update mode (an upsert by key), or run the query in one process"
-            )));
-        }
+        exactly_once::refuse_complete_per_task(
+            mode,
+            task,
+            "the whole table",
+            " (an upsert by key)",
+        )
+        .map_err(|m| self.err(m))?;
         // Each task's batch markers are its own (keyed by the task's query
         // id); the tasks write disjoint keys.
         Ok(Box::new(PostgresSink {
@@ -1053,31 +1052,14 @@ impl Sink for PostgresSink {
             return Err(self.err("the table name is empty"));
         }
         let columns = self.table_columns(&ctx.schema)?;
-        let names: Vec<&String> = ctx.schema.fields().iter().map(|f| f.name()).collect();
-        for k in &self.key_columns {
-            if !names.contains(&k) {
-                return Err(self.err(format!(
-                    "key column `{k}` is not in the query's output (its columns: {})",
-                    names
-                        .iter()
-                        .map(|n| n.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
-        }
-        if ctx.output_mode == OutputMode::Update && self.key_columns.is_empty() {
-            return Err(self.err(
-                "update output mode upserts rows by key: call .key_columns(vec![...]) with the \
-                 query's group-by columns, e.g. [\"window\", \"page\"]",
-            ));
-        }
-        let key_sources = names
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| self.key_columns.contains(n))
-            .map(|(i, _)| i)
-            .collect();
+        let key_sources =
+            exactly_once::key_positions(&ctx.schema, &self.key_columns).map_err(|m| self.err(m))?;
+        exactly_once::require_keys_in_update_mode(
+            ctx.output_mode,
+            &self.key_columns,
+            "upserts rows by key",
+        )
+        .map_err(|m| self.err(m))?;
         let query_id = ctx.query_id.clone();
         self.rt = Some(Runtime {
             config,
@@ -1129,49 +1111,74 @@ impl PostgresSink {
         batch_id: i64,
         batches: &[RecordBatch],
     ) -> Result<()> {
-        for attempt in 0..2 {
-            let mut conn = match rt.conn.take() {
-                Some(c) if !c.client.is_closed() => c,
-                _ => self.connect(rt)?,
-            };
-            match self.write(rt, &mut conn, batch_id, batches) {
-                Ok(written) => {
-                    if !written {
-                        tracing::info!(
-                            table = %self.table,
-                            "PostgreSQL sink: batch {batch_id} was written before; skipped"
-                        );
-                    }
-                    rt.conn = Some(conn);
-                    return Ok(());
-                }
-                Err(WriteError::Pg(e)) if attempt == 0 && is_connection_error(&e) => {
-                    tracing::warn!(
-                        table = %self.table,
-                        "PostgreSQL sink: batch {batch_id}: {}; retrying on a new connection",
-                        pg_message(&e)
-                    );
-                }
-                Err(WriteError::Pg(e)) => {
-                    if !conn.client.is_closed() {
-                        rt.conn = Some(conn);
-                    }
-                    return Err(self.err(format!(
-                        "writing batch {batch_id} to `{}` at {} failed (nothing of it was \
-                         committed): {}{}",
-                        self.table,
-                        Self::address(&rt.config),
-                        pg_message(&e),
-                        self.timeout_hint(&e)
-                    )));
-                }
-                Err(WriteError::Other(e)) => {
-                    rt.conn = Some(conn);
-                    return Err(e);
-                }
-            }
-        }
-        unreachable!("the second attempt returns")
+        let mut conn = rt.conn.take();
+        let result = exactly_once::write_batch(
+            &mut Attempt {
+                sink: self,
+                rt,
+                batch_id,
+                batches,
+            },
+            &mut conn,
+            batch_id,
+        );
+        rt.conn = conn;
+        result
+    }
+}
+
+/// One batch written to PostgreSQL, as [`exactly_once::write_batch`] runs it.
+struct Attempt<'a> {
+    sink: &'a PostgresSink,
+    rt: &'a Runtime,
+    batch_id: i64,
+    batches: &'a [RecordBatch],
+}
+
+impl MarkedWrite for Attempt<'_> {
+    type Conn = Conn;
+    type Error = ::postgres::Error;
+
+    fn sink(&self) -> String {
+        self.sink.description()
+    }
+
+    fn connect(&mut self) -> Result<Conn> {
+        self.sink.connect(self.rt)
+    }
+
+    fn reusable(&self, conn: &Conn) -> bool {
+        !conn.client.is_closed()
+    }
+
+    fn write(
+        &mut self,
+        conn: &mut Conn,
+    ) -> std::result::Result<Written, AttemptError<Self::Error>> {
+        self.sink.write(self.rt, conn, self.batch_id, self.batches)
+    }
+
+    fn describe(&self, e: &::postgres::Error) -> String {
+        pg_message(e)
+    }
+
+    fn is_connection_error(&self, e: &::postgres::Error) -> bool {
+        is_connection_error(e)
+    }
+
+    fn keeps_connection(&self, conn: &Conn, _e: &::postgres::Error) -> bool {
+        !conn.client.is_closed()
+    }
+
+    fn failed(&self, e: ::postgres::Error) -> WeirError {
+        self.sink.err(format!(
+            "writing batch {} to `{}` at {} failed (nothing of it was committed): {}{}",
+            self.batch_id,
+            self.sink.table,
+            PostgresSink::address(&self.rt.config),
+            pg_message(&e),
+            self.sink.timeout_hint(&e)
+        ))
     }
 }
 

@@ -143,6 +143,7 @@ use arrow::record_batch::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use weir_plan::OutputMode;
 
+use super::exactly_once::{self, AttemptError, MarkedWrite, Written};
 use super::{BoxSink, Sink, SinkContext};
 use crate::error::{Result, WeirError};
 
@@ -787,14 +788,15 @@ impl RedisSink {
     }
 
     /// Stages the batch in chunks and applies it with one script (see the
-    /// module docs); `Ok(false)`: the batch was written before.
+    /// module docs), or writes nothing if its marker says it was written
+    /// before.
     fn write(
         &self,
         rt: &Runtime,
         conn: &mut Connection,
         batch_id: i64,
         batches: &[RecordBatch],
-    ) -> std::result::Result<bool, WriteError> {
+    ) -> std::result::Result<Written, AttemptError<RedisError>> {
         let marker = format!("{}:{MARKER_NAME}", rt.prefix);
         let legacy_marker = format!("{}:__weir_batch__", rt.prefix);
         let last: i64 = rt
@@ -803,9 +805,10 @@ impl RedisSink {
             .key(&legacy_marker)
             .arg(&rt.query_id)
             .invoke(conn)
-            .map_err(WriteError::Redis)?;
-        if last >= batch_id {
-            return Ok(false);
+            .map_err(AttemptError::Client)?;
+        // The script answers -1 when the query wrote no batch yet.
+        if exactly_once::written_before(Some(last).filter(|l| *l >= 0), batch_id) {
+            return Ok(Written::Before);
         }
         let stage = format!(
             "{}:{STAGE_NAME}:{}:{batch_id}:{}",
@@ -820,10 +823,10 @@ impl RedisSink {
         let flush = |pipe: &mut ::redis::Pipeline,
                      in_pipe: &mut usize,
                      conn: &mut Connection|
-         -> std::result::Result<(), WriteError> {
+         -> std::result::Result<(), AttemptError<RedisError>> {
             if *in_pipe > 0 {
                 pipe.cmd("EXPIRE").arg(&stage).arg(STAGE_TTL_SECS).ignore();
-                pipe.query::<()>(conn).map_err(WriteError::Redis)?;
+                pipe.query::<()>(conn).map_err(AttemptError::Client)?;
                 pipe.clear();
                 *in_pipe = 0;
             }
@@ -835,7 +838,7 @@ impl RedisSink {
                 .iter()
                 .map(Cells::new)
                 .collect::<Result<_>>()
-                .map_err(WriteError::Other)?;
+                .map_err(AttemptError::Other)?;
             let schema = b.schema();
             let kinds: Vec<KeyKind> = rt.keys.iter().map(|&k| cells[k].key_kind()).collect();
             for r in 0..b.num_rows() {
@@ -905,15 +908,14 @@ impl RedisSink {
             .arg(complete)
             .arg(staged);
         crate::failpoint::failpoint("redis_before_script", batch_id);
-        let written: i64 = inv.invoke(conn).map_err(WriteError::Redis)?;
+        let written: i64 = inv.invoke(conn).map_err(AttemptError::Client)?;
         crate::failpoint::failpoint("redis_after_script", batch_id);
-        Ok(written == 1)
+        Ok(if written == 1 {
+            Written::Now
+        } else {
+            Written::Before
+        })
     }
-}
-
-enum WriteError {
-    Redis(RedisError),
-    Other(WeirError),
 }
 
 impl Sink for RedisSink {
@@ -928,11 +930,8 @@ impl Sink for RedisSink {
     }
 
     fn for_task(&self, task: &str, mode: OutputMode) -> Result<BoxSink> {
-        if mode == OutputMode::Complete {
-            return Err(self.err(format!(
-                "complete output mode replaces every key each batch, but under scale-out task {task} has only its own keys: use update mode, or run the query in one process"
-            )));
-        }
+        exactly_once::refuse_complete_per_task(mode, task, "every key", "")
+            .map_err(|m| self.err(m))?;
         // Each task's batch markers are its own (keyed by the task's query
         // id); the tasks write disjoint keys under one prefix.
         if self.key_prefix.as_deref().is_none_or(str::is_empty) {
@@ -967,29 +966,14 @@ impl Sink for RedisSink {
             }
         };
         let schema: &SchemaRef = &ctx.schema;
-        let names: Vec<&String> = schema.fields().iter().map(|f| f.name()).collect();
-        let mut keys = Vec::new();
-        for k in &self.key_columns {
-            match names.iter().position(|n| *n == k) {
-                Some(i) => keys.push(i),
-                None => {
-                    return Err(self.err(format!(
-                        "key column `{k}` is not in the query's output (its columns: {})",
-                        names
-                            .iter()
-                            .map(|n| n.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )))
-                }
-            }
-        }
-        if ctx.output_mode == OutputMode::Update && keys.is_empty() {
-            return Err(self.err(
-                "update output mode overwrites rows by key: call .key_columns(vec![...]) with \
-                 the query's group-by columns, e.g. [\"window\", \"page\"]",
-            ));
-        }
+        let keys =
+            exactly_once::key_positions(schema, &self.key_columns).map_err(|m| self.err(m))?;
+        exactly_once::require_keys_in_update_mode(
+            ctx.output_mode,
+            &self.key_columns,
+            "overwrites rows by key",
+        )
+        .map_err(|m| self.err(m))?;
         let fields: Vec<(usize, Vec<String>)> = schema
             .fields()
             .iter()
@@ -1044,58 +1028,75 @@ impl RedisSink {
         batch_id: i64,
         batches: &[RecordBatch],
     ) -> Result<()> {
-        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-        for attempt in 0..2 {
-            let mut conn = match rt.conn.take() {
-                Some(c) => c,
-                None => self.connect(rt)?,
-            };
-            if rows == 0 && !rt.complete {
-                rt.conn = Some(conn);
-                return Ok(()); // nothing to write, nothing to duplicate
-            }
-            let result = self
-                .drop_stale_staging(rt, &mut conn)
-                .map_err(WriteError::Redis)
-                .and_then(|()| self.write(rt, &mut conn, batch_id, batches));
-            if result.is_err() {
-                rt.stale_staging = true;
-            }
-            match result {
-                Ok(written) => {
-                    if !written {
-                        tracing::info!(
-                            prefix = %rt.prefix,
-                            "Redis sink: batch {batch_id} was written before; skipped"
-                        );
-                    }
-                    rt.conn = Some(conn);
-                    return Ok(());
-                }
-                Err(WriteError::Redis(e))
-                    if attempt == 0 && (e.is_io_error() || e.is_unrecoverable_error()) =>
-                {
-                    tracing::warn!(
-                        prefix = %rt.prefix,
-                        "Redis sink: batch {batch_id}: {e}; retrying on a new connection"
-                    );
-                }
-                Err(WriteError::Redis(e)) => {
-                    if !e.is_io_error() {
-                        rt.conn = Some(conn);
-                    }
-                    return Err(self.err(format!(
-                        "writing batch {batch_id} to Redis at {} failed: {e}",
-                        Self::address(&rt.client)
-                    )));
-                }
-                Err(WriteError::Other(e)) => {
-                    rt.conn = Some(conn);
-                    return Err(e);
-                }
-            }
+        let mut conn = rt.conn.take();
+        let result = exactly_once::write_batch(
+            &mut Attempt {
+                sink: self,
+                rt,
+                batch_id,
+                batches,
+            },
+            &mut conn,
+            batch_id,
+        );
+        rt.conn = conn;
+        result
+    }
+}
+
+/// One batch written to Redis, as [`exactly_once::write_batch`] runs it.
+struct Attempt<'a> {
+    sink: &'a RedisSink,
+    rt: &'a mut Runtime,
+    batch_id: i64,
+    batches: &'a [RecordBatch],
+}
+
+impl MarkedWrite for Attempt<'_> {
+    type Conn = Connection;
+    type Error = RedisError;
+
+    fn sink(&self) -> String {
+        self.sink.description()
+    }
+
+    fn connect(&mut self) -> Result<Connection> {
+        self.sink.connect(self.rt)
+    }
+
+    fn write(
+        &mut self,
+        conn: &mut Connection,
+    ) -> std::result::Result<Written, AttemptError<RedisError>> {
+        let rows: usize = self.batches.iter().map(|b| b.num_rows()).sum();
+        if rows == 0 && !self.rt.complete {
+            return Ok(Written::Now); // nothing to write, nothing to duplicate
         }
-        unreachable!("the second attempt returns")
+        let result = self
+            .sink
+            .drop_stale_staging(self.rt, conn)
+            .map_err(AttemptError::Client)
+            .and_then(|()| self.sink.write(self.rt, conn, self.batch_id, self.batches));
+        if result.is_err() {
+            self.rt.stale_staging = true;
+        }
+        result
+    }
+
+    fn is_connection_error(&self, e: &RedisError) -> bool {
+        e.is_io_error() || e.is_unrecoverable_error()
+    }
+
+    fn keeps_connection(&self, _conn: &Connection, e: &RedisError) -> bool {
+        !e.is_io_error()
+    }
+
+    fn failed(&self, e: RedisError) -> WeirError {
+        self.sink.err(format!(
+            "writing batch {} to Redis at {} failed: {e}",
+            self.batch_id,
+            RedisSink::address(&self.rt.client)
+        ))
     }
 }
 
