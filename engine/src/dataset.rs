@@ -502,6 +502,8 @@ impl StreamWriter {
     }
 
     /// Checks the query and starts it on its own thread.
+    // `mut` for scale-out, which only the `kafka` feature builds.
+    #[cfg_attr(not(feature = "kafka"), allow(unused_mut))]
     pub fn start(mut self) -> Result<StreamingQuery> {
         self.validate()?;
         #[cfg(feature = "kafka")]

@@ -11,7 +11,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "kafka")]
 pub(crate) use exec::SCALE_OUT_MARKER;
+#[cfg(feature = "kafka")]
 pub(crate) use shared_watermark::merge as merge_watermarks;
 pub use shared_watermark::{Pending, WatermarkShare};
 pub(crate) use spec::{IntoQuerySpec, QuerySpec};
