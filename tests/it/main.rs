@@ -30,7 +30,7 @@ mod state_read;
 mod testing_kit;
 mod triggers;
 #[cfg(feature = "ui")]
-mod ui;
+mod web_ui;
 
 // The `ui-tests/pass` cases: valid `stream_query!` declarations, compiled
 // (and their tests run) as part of this binary.

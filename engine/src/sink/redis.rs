@@ -1530,8 +1530,8 @@ mod tests {
                 vec![t(Some("x\\\\")), t(Some("z"))],
             ],
         );
-        let s = |k: &str| Some(k.to_string());
-        assert_eq!(two, [s("pv:a:b:c"), None, None, s("pv:x\\y:z"), None]);
+        let key = |k: &str| Some(k.to_string());
+        assert_eq!(two, [key("pv:a:b:c"), None, None, key("pv:x\\y:z"), None]);
         let one = stale_legacy_keys(
             "pv",
             &[
@@ -1540,7 +1540,7 @@ mod tests {
                 vec![t(Some("x\\"))],
             ],
         );
-        assert_eq!(one, [s("pv:http://x"), None, s("pv:x\\")]);
+        assert_eq!(one, [key("pv:http://x"), None, key("pv:x\\")]);
         let times = stale_legacy_keys(
             "pv",
             &[
@@ -1548,7 +1548,7 @@ mod tests {
                 vec![KeyVal::Time(Some(0)), t(Some("a"))],
             ],
         );
-        assert_eq!(times, [s("pv::a"), None]);
+        assert_eq!(times, [key("pv::a"), None]);
         let windows = stale_legacy_keys(
             "pv",
             &[
@@ -1557,7 +1557,10 @@ mod tests {
                 vec![KeyVal::Window(Some((Some(0), Some(60_000_000))))],
             ],
         );
-        assert_eq!(windows, [s("pv:/"), s("pv:1970-01-01T00:00:00Z/"), None]);
+        assert_eq!(
+            windows,
+            [key("pv:/"), key("pv:1970-01-01T00:00:00Z/"), None]
+        );
     }
 
     #[test]
