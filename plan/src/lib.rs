@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod check;
+pub mod connectors;
 pub mod duration;
 pub mod explain;
 pub mod expr;

@@ -1,0 +1,1000 @@
+//! The connector table: each source's options under Spark's names (and the
+//! name `stream_query!` gives them, when it offers them), which are
+//! required, their defaults, how their values are checked, which options
+//! exclude each other, and the sources' fixed schemas.
+//!
+//! One rule lives in one place: the macro checks a declared source's
+//! options with these functions at compile time, and the engine's sources
+//! check the options set through their builders with the same functions
+//! when the query starts, so a value is refused by both or by neither, with
+//! the same message. Each rule takes the option's name as the caller's user
+//! spelled it (`starting_offsets` in the macro, `startingOffsets` in the
+//! engine) and returns an [`OptionError`] with the message and the help.
+//!
+//! Adding a source: one [`SourceSpec`] in [`SOURCES`] (its options, rules
+//! and fixed schema), the engine's source file, and its registration.
+//!
+//! ```
+//! use weir_plan::connectors::{self, source};
+//! let kafka = source("kafka").unwrap();
+//! assert!(kafka.option("startingOffsets").is_some());
+//! let e = connectors::assign("assign", r#"{"clicks":[]}"#).unwrap_err();
+//! assert_eq!(e.message, "`assign`: topic `clicks` needs a list of partition numbers, e.g. [0,1]");
+//! ```
+
+mod json;
+
+use crate::types::DataType;
+
+/// A refused option value: the message (naming the option as the user
+/// wrote it) and what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionError {
+    /// The option, as the user wrote it.
+    pub option: String,
+    /// What is wrong.
+    pub message: String,
+    /// What to write instead (may be empty).
+    pub help: String,
+}
+
+impl OptionError {
+    fn new(option: &str, message: impl Into<String>, help: impl Into<String>) -> OptionError {
+        OptionError {
+            option: option.to_string(),
+            message: message.into(),
+            help: help.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for OptionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.help.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{} ({})", self.message, self.help)
+        }
+    }
+}
+
+impl std::error::Error for OptionError {}
+
+/// A check of a text value: the option's name as written, then the value.
+pub type Rule = fn(&str, &str) -> Result<(), OptionError>;
+
+/// What an option takes.
+#[derive(Debug, Clone, Copy)]
+pub enum ValueKind {
+    /// A non-empty string ([`text`]).
+    Text,
+    /// A connection setting: a non-empty string; the macro also takes
+    /// `env("VAR")`, read when the query is built.
+    Setting,
+    /// A storage location ([`location`]).
+    Location,
+    /// A duration, zero allowed ([`duration`]).
+    Duration,
+    /// `true` or `false` ([`boolean`]).
+    Bool,
+    /// A whole number in `1..=max` ([`count`]).
+    Count {
+        /// The largest value.
+        max: u64,
+    },
+    /// A whole number in `0..=max` ([`whole`]).
+    Whole {
+        /// The largest value.
+        max: u64,
+    },
+    /// One of these names ([`choice`]).
+    Choice(&'static [&'static str]),
+    /// A string this rule accepts.
+    Checked(Rule),
+    /// An option Spark has and weir refuses: the reason and what to do.
+    Unsupported(&'static str),
+}
+
+/// One option of a source.
+#[derive(Debug)]
+pub struct OptionSpec {
+    /// Spark's name (matched case-insensitively, as Spark does).
+    pub name: &'static str,
+    /// `stream_query!`'s name for it; `None`: only the builder takes it.
+    pub macro_name: Option<&'static str>,
+    /// What it takes.
+    pub kind: ValueKind,
+    /// Whether the source needs it.
+    pub required: bool,
+    /// The value when it is not set, as text (`None`: unset means none).
+    pub default: Option<&'static str>,
+    /// What it means, in a line.
+    pub doc: &'static str,
+}
+
+const fn opt(
+    name: &'static str,
+    macro_name: Option<&'static str>,
+    kind: ValueKind,
+    default: Option<&'static str>,
+    doc: &'static str,
+) -> OptionSpec {
+    OptionSpec {
+        name,
+        macro_name,
+        kind,
+        required: false,
+        default,
+        doc,
+    }
+}
+
+const fn req(
+    name: &'static str,
+    macro_name: Option<&'static str>,
+    kind: ValueKind,
+    doc: &'static str,
+) -> OptionSpec {
+    OptionSpec {
+        name,
+        macro_name,
+        kind,
+        required: true,
+        default: None,
+        doc,
+    }
+}
+
+/// A column of a source's fixed schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedField {
+    /// Its name.
+    pub name: &'static str,
+    /// Its type.
+    pub dtype: DataType,
+    /// Whether it may be null.
+    pub nullable: bool,
+}
+
+const fn col(name: &'static str, dtype: DataType, nullable: bool) -> FixedField {
+    FixedField {
+        name,
+        dtype,
+        nullable,
+    }
+}
+
+/// Spark's Kafka source schema. With `includeHeaders` a last column
+/// [`KAFKA_HEADERS`] follows (`array<struct<key: string, value: binary>>`,
+/// a type weir's plan types cannot name yet).
+pub const KAFKA_SCHEMA: &[FixedField] = &[
+    col("key", DataType::Binary, true),
+    col("value", DataType::Binary, true),
+    col("topic", DataType::String, false),
+    col("partition", DataType::Int32, false),
+    col("offset", DataType::Int64, false),
+    col("timestamp", DataType::Timestamp, true),
+    col("timestampType", DataType::Int32, false),
+];
+
+/// The name of the Kafka source's `headers` column (with `includeHeaders`).
+pub const KAFKA_HEADERS: &str = "headers";
+
+/// The rate and rate-micro-batch sources' schema.
+pub const RATE_SCHEMA: &[FixedField] = &[
+    col("timestamp", DataType::Timestamp, false),
+    col("value", DataType::Int64, false),
+];
+
+/// The socket source's schema.
+pub const SOCKET_SCHEMA: &[FixedField] = &[col("value", DataType::String, false)];
+
+/// One source kind.
+#[derive(Debug)]
+pub struct SourceSpec {
+    /// weir's name (`stream_query!`'s `source:`).
+    pub name: &'static str,
+    /// Spark's `format(...)` names it stands for.
+    pub spark_formats: &'static [&'static str],
+    /// Its options.
+    pub options: &'static [OptionSpec],
+    /// A prefix whose options go to the client as they are (`kafka.`).
+    pub passthrough: Option<&'static str>,
+    /// Options of which exactly one must be set (Spark's names).
+    pub exactly_one: &'static [&'static str],
+    /// Its fixed schema; `None`: the user declares it.
+    pub schema: Option<&'static [FixedField]>,
+}
+
+impl SourceSpec {
+    /// The option named `name` by Spark (case-insensitive).
+    pub fn option(&self, name: &str) -> Option<&'static OptionSpec> {
+        self.options
+            .iter()
+            .find(|o| o.name.eq_ignore_ascii_case(name))
+    }
+
+    /// The option `stream_query!` names `name`.
+    pub fn macro_option(&self, name: &str) -> Option<&'static OptionSpec> {
+        self.options.iter().find(|o| o.macro_name == Some(name))
+    }
+
+    /// Checks one option set by Spark's name: an unknown name, or a value
+    /// the option refuses, is an error. `Ok(None)`: a passthrough option.
+    pub fn check(
+        &self,
+        name: &str,
+        value: &str,
+    ) -> Result<Option<&'static OptionSpec>, OptionError> {
+        if let Some(prefix) = self.passthrough {
+            let lower = name.to_ascii_lowercase();
+            if lower.starts_with(prefix) && self.option(name).is_none() {
+                return Ok(None);
+            }
+        }
+        let Some(spec) = self.option(name) else {
+            let known: Vec<&str> = self
+                .options
+                .iter()
+                .filter(|o| !matches!(o.kind, ValueKind::Unsupported(_)))
+                .map(|o| o.name)
+                .chain(self.passthrough.map(|_| "kafka.*"))
+                .collect();
+            return Err(OptionError::new(
+                name,
+                format!("unknown option `{name}` for the {} source", self.name),
+                format!("options of {}: {}", self.name, known.join(", ")),
+            ));
+        };
+        check_value(spec.kind, name, value)?;
+        Ok(Some(spec))
+    }
+
+    /// Spark's rule for [`SourceSpec::exactly_one`]: `set` holds, for each
+    /// of those options in order, whether it is set; `names` how the user
+    /// spells them.
+    pub fn check_exactly_one(&self, names: &[&str], set: &[bool]) -> Result<(), OptionError> {
+        exactly_one(self.name, names, set)
+    }
+}
+
+/// Checks a text value by its option's kind (the builder's path: every
+/// value is text there).
+pub fn check_value(kind: ValueKind, name: &str, value: &str) -> Result<(), OptionError> {
+    match kind {
+        ValueKind::Text | ValueKind::Setting => text(name, value),
+        ValueKind::Location => location(name, value),
+        ValueKind::Duration => duration(name, value).map(|_| ()),
+        ValueKind::Bool => boolean(name, value).map(|_| ()),
+        ValueKind::Count { max } => parse_count(name, value, max).map(|_| ()),
+        ValueKind::Whole { max } => parse_whole(name, value, max).map(|_| ()),
+        ValueKind::Choice(choices) => choice(name, value, choices),
+        ValueKind::Checked(rule) => rule(name, value),
+        ValueKind::Unsupported(why) => Err(unsupported(name, why)),
+    }
+}
+
+/// The sources, in the order `stream_query!` lists them.
+pub const SOURCES: &[SourceSpec] = &[
+    SourceSpec {
+        name: "rate",
+        spark_formats: &["rate"],
+        options: RATE,
+        passthrough: None,
+        exactly_one: &[],
+        schema: Some(RATE_SCHEMA),
+    },
+    SourceSpec {
+        name: "files",
+        spark_formats: &["json", "csv", "parquet"],
+        options: FILES,
+        passthrough: None,
+        exactly_one: &[],
+        schema: None,
+    },
+    SourceSpec {
+        name: "socket",
+        spark_formats: &["socket"],
+        options: SOCKET,
+        passthrough: None,
+        exactly_one: &[],
+        schema: Some(SOCKET_SCHEMA),
+    },
+    SourceSpec {
+        name: "memory",
+        spark_formats: &["memory"],
+        options: &[],
+        passthrough: None,
+        exactly_one: &[],
+        schema: None,
+    },
+    SourceSpec {
+        name: "rate_micro_batch",
+        spark_formats: &["rate-micro-batch"],
+        options: RATE_MICRO_BATCH,
+        passthrough: None,
+        exactly_one: &[],
+        schema: Some(RATE_SCHEMA),
+    },
+    SourceSpec {
+        name: "kafka",
+        spark_formats: &["kafka"],
+        options: KAFKA,
+        passthrough: Some("kafka."),
+        exactly_one: &["subscribe", "subscribePattern", "assign"],
+        schema: Some(KAFKA_SCHEMA),
+    },
+];
+
+/// The source named `name`: weir's name or one of Spark's formats.
+pub fn source(name: &str) -> Option<&'static SourceSpec> {
+    SOURCES
+        .iter()
+        .find(|s| s.name == name || s.spark_formats.contains(&name))
+}
+
+const U32_MAX: u64 = u32::MAX as u64;
+
+/// The file formats the file source reads.
+pub const FILE_FORMATS: &[&str] = &["json", "csv", "parquet"];
+
+#[rustfmt::skip]
+const RATE: &[OptionSpec] = &[
+    opt("rowsPerSecond", Some("rows_per_second"), ValueKind::Count { max: u64::MAX }, Some("1"), "rows generated per second"),
+    opt("rampUpTime", Some("ramp_up_time"), ValueKind::Duration, Some("0 seconds"), "time to reach rowsPerSecond"),
+    opt("numPartitions", Some("num_partitions"), ValueKind::Count { max: U32_MAX }, Some("1"), "partitions (kept for Spark compatibility)"),
+];
+
+#[rustfmt::skip]
+const RATE_MICRO_BATCH: &[OptionSpec] = &[
+    req("rowsPerBatch", Some("rows_per_batch"), ValueKind::Count { max: 100_000_000 }, "rows per micro-batch"),
+    // Milliseconds since the epoch, up to the year 9999.
+    opt("startTimestamp", Some("start_timestamp"), ValueKind::Whole { max: 253_402_300_799_999 }, Some("0"), "the first batch's timestamp, ms since the epoch"),
+    opt("advanceMillisPerBatch", Some("advance_millis_per_batch"), ValueKind::Whole { max: 86_400_000_000 }, Some("1000"), "event time advance per batch, ms"),
+];
+
+#[rustfmt::skip]
+const FILES: &[OptionSpec] = &[
+    req("path", Some("path"), ValueKind::Location, "the directory: a local path, file:///... or s3://bucket/prefix"),
+    req("format", Some("format"), ValueKind::Choice(FILE_FORMATS), "the files' format (Spark's format(...))"),
+    opt("maxFilesPerTrigger", Some("max_files_per_trigger"), ValueKind::Count { max: U32_MAX }, None, "at most this many new files per batch"),
+    opt("latestFirst", Some("latest_first"), ValueKind::Bool, Some("false"), "take the newest files first"),
+    opt("maxFileAge", None, ValueKind::Duration, None, "skip files older than the newest taken minus this"),
+    opt("header", None, ValueKind::Bool, Some("false"), "CSV files have a header line"),
+    opt("mode", None, ValueKind::Choice(&["PERMISSIVE", "DROPMALFORMED", "FAILFAST"]), Some("PERMISSIVE"), "what a malformed record becomes"),
+    opt("fileNameOnly", None, ValueKind::Unsupported("weir tells files apart by their whole path; leave it unset"), Some("false"), "Spark: new files by name only"),
+    opt("cleanSource", None, ValueKind::Unsupported("weir leaves the files it read in place; move or delete them yourself once their batch is committed"), Some("off"), "Spark: archive or delete files read"),
+    opt("sourceArchiveDir", None, ValueKind::Unsupported("weir has no cleanSource; leave it unset"), None, "Spark: where cleanSource=archive moves files"),
+];
+
+#[rustfmt::skip]
+const SOCKET: &[OptionSpec] = &[
+    opt("host", Some("host"), ValueKind::Text, Some("localhost"), "the server's host"),
+    req("port", Some("port"), ValueKind::Count { max: 65535 }, "the server's port"),
+    opt("includeTimestamp", None, ValueKind::Unsupported("weir's socket source has only the `value` column; add a timestamp with current_timestamp()"), Some("false"), "Spark: a timestamp column"),
+];
+
+#[rustfmt::skip]
+const KAFKA: &[OptionSpec] = &[
+    req("kafka.bootstrap.servers", Some("bootstrap_servers"), ValueKind::Setting, "host:port,..."),
+    opt("subscribe", Some("subscribe"), ValueKind::Checked(check_topics), None, "comma-separated topics"),
+    opt("subscribePattern", Some("subscribe_pattern"), ValueKind::Checked(pattern), None, "a regex matched against whole topic names"),
+    opt("assign", Some("assign"), ValueKind::Checked(check_assign), None, "{\"topicA\":[0,1]}"),
+    opt("startingOffsets", Some("starting_offsets"), ValueKind::Checked(check_starting_offsets), Some("latest"), "earliest, latest or {\"t\":{\"0\":23,\"1\":-2}}"),
+    opt("startingTimestamp", None, ValueKind::Whole { max: i64::MAX as u64 }, None, "epoch ms: each partition starts at its first record at or after it"),
+    opt("startingOffsetsByTimestamp", None, ValueKind::Checked(check_offsets_by_timestamp), None, "{\"t\":{\"0\":1700000000000}}"),
+    opt("startingOffsetsByTimestampStrategy", None, ValueKind::Choice(&["error", "latest"]), Some("error"), "when no record is that new"),
+    opt("endingOffsets", None, ValueKind::Checked(stream_has_no_end), None, "batch queries only"),
+    opt("endingOffsetsByTimestamp", None, ValueKind::Checked(stream_has_no_end), None, "batch queries only"),
+    opt("maxOffsetsPerTrigger", Some("max_offsets_per_trigger"), ValueKind::Count { max: i64::MAX as u64 }, Some("1000000"), "a cap per batch, split across partitions by lag (Spark: none)"),
+    opt("minOffsetsPerTrigger", None, ValueKind::Unsupported("weir runs a batch with whatever is available; leave it unset"), None, "Spark: wait for this many offsets"),
+    opt("maxTriggerDelay", None, ValueKind::Unsupported("it goes with minOffsetsPerTrigger, which weir does not have"), None, "Spark: the longest wait for minOffsetsPerTrigger"),
+    opt("minPartitions", None, ValueKind::Count { max: U32_MAX }, None, "accepted; weir does not split partitions"),
+    opt("failOnDataLoss", Some("fail_on_data_loss"), ValueKind::Bool, Some("true"), "fail when offsets to read are gone"),
+    opt("includeHeaders", None, ValueKind::Bool, Some("false"), "add the headers column"),
+    opt("kafkaConsumer.pollTimeoutMs", None, ValueKind::Whole { max: u64::MAX }, Some("120000"), "how long a read may make no progress, ms"),
+    opt("group.id", Some("group_id"), ValueKind::Text, None, "beyond Spark: commit each batch's end offsets to this group"),
+    opt("kafka.group.id", None, ValueKind::Text, None, "the same as group.id"),
+    opt("groupIdPrefix", None, ValueKind::Text, Some("weir-kafka-source"), "prefix of the generated group id"),
+    opt("format", Some("format"), ValueKind::Choice(&["json", "csv"]), None, "weir: decode `value` into the declared schema"),
+];
+
+// ---- The rules -----------------------------------------------------------
+
+fn unsupported(name: &str, why: &str) -> OptionError {
+    OptionError::new(name, format!("weir does not support `{name}`"), why)
+}
+
+/// A non-empty string.
+pub fn text(name: &str, value: &str) -> Result<(), OptionError> {
+    if value.is_empty() {
+        return Err(OptionError::new(
+            name,
+            format!("`{name}` must not be empty"),
+            "",
+        ));
+    }
+    Ok(())
+}
+
+/// A storage location: a local path, `file:///...` or `s3://bucket/prefix`.
+pub fn location(name: &str, value: &str) -> Result<(), OptionError> {
+    text(name, value)?;
+    crate::StorageLocation::parse(value)
+        .map(|_| ())
+        .map_err(|e| {
+            OptionError::new(
+                name,
+                format!(
+                    "invalid storage location `{}` for `{name}`: {}",
+                    e.location(),
+                    e.reason()
+                ),
+                crate::location::ACCEPTED_LOCATIONS,
+            )
+        })
+}
+
+/// A duration, zero allowed; its milliseconds.
+pub fn duration(name: &str, value: &str) -> Result<i64, OptionError> {
+    crate::parse_duration_ms(value)
+        .map_err(|e| {
+            OptionError::new(
+                name,
+                format!("invalid duration \"{value}\" for `{name}`: {e}"),
+                "write a duration like \"5 seconds\" or \"1 minute\"",
+            )
+        })
+        .and_then(|ms| {
+            if ms < 0 {
+                Err(OptionError::new(
+                    name,
+                    format!("invalid duration \"{value}\" for `{name}`: the duration must not be negative"),
+                    "write a duration like \"5 seconds\" or \"1 minute\"",
+                ))
+            } else {
+                Ok(ms)
+            }
+        })
+}
+
+/// `true` or `false`, in any case (Spark's reading).
+pub fn boolean(name: &str, value: &str) -> Result<bool, OptionError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(OptionError::new(
+            name,
+            format!("`{name}` takes true or false"),
+            "",
+        )),
+    }
+}
+
+/// A whole number in `1..=max`.
+pub fn count(name: &str, n: u64, max: u64) -> Result<u64, OptionError> {
+    if (1..=max).contains(&n) {
+        return Ok(n);
+    }
+    Err(count_error(name, max))
+}
+
+fn count_error(name: &str, max: u64) -> OptionError {
+    if max >= i64::MAX as u64 {
+        OptionError::new(
+            name,
+            format!("`{name}` takes a whole number of at least 1"),
+            "",
+        )
+    } else {
+        OptionError::new(
+            name,
+            format!("`{name}` takes a whole number from 1 to {max}"),
+            "",
+        )
+    }
+}
+
+/// [`count`] of a text value.
+pub fn parse_count(name: &str, value: &str, max: u64) -> Result<u64, OptionError> {
+    let n = value
+        .trim()
+        .parse::<u64>()
+        .map_err(|_| count_error(name, max))?;
+    count(name, n, max)
+}
+
+/// A whole number in `0..=max`.
+pub fn whole(name: &str, n: u64, max: u64) -> Result<u64, OptionError> {
+    if n <= max {
+        return Ok(n);
+    }
+    Err(whole_error(name, max))
+}
+
+fn whole_error(name: &str, max: u64) -> OptionError {
+    if max >= i64::MAX as u64 {
+        OptionError::new(
+            name,
+            format!("`{name}` takes a whole number of at least 0"),
+            "",
+        )
+    } else {
+        OptionError::new(
+            name,
+            format!("`{name}` takes a whole number from 0 to {max}"),
+            "",
+        )
+    }
+}
+
+/// [`whole`] of a text value.
+pub fn parse_whole(name: &str, value: &str, max: u64) -> Result<u64, OptionError> {
+    let n = value
+        .trim()
+        .parse::<u64>()
+        .map_err(|_| whole_error(name, max))?;
+    whole(name, n, max)
+}
+
+/// One of `choices` (case-insensitive, as Spark reads them).
+pub fn choice(name: &str, value: &str, choices: &[&str]) -> Result<(), OptionError> {
+    if choices.iter().any(|c| c.eq_ignore_ascii_case(value.trim())) {
+        return Ok(());
+    }
+    Err(OptionError::new(
+        name,
+        format!("unknown {name} `{value}`"),
+        format!("{name}s: {}", choices.join(", ")),
+    ))
+}
+
+/// Spark's rule for a source's strategy options: exactly one is set.
+/// `names` are the options as the user spells them, `set` whether each is.
+pub fn exactly_one(source: &str, names: &[&str], set: &[bool]) -> Result<(), OptionError> {
+    if set.iter().filter(|s| **s).count() == 1 {
+        return Ok(());
+    }
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    let list = match quoted.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => quoted.join(""),
+    };
+    Err(OptionError::new(
+        names.first().copied().unwrap_or_default(),
+        format!("the {source} source needs exactly one of {list}"),
+        "Spark's rule: they are the ways to choose the topics",
+    ))
+}
+
+/// Spark's `subscribe`: comma-separated topics, at least one.
+pub fn topics(name: &str, value: &str) -> Result<Vec<String>, OptionError> {
+    let list: Vec<String> = value
+        .split(',')
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if list.is_empty() {
+        return Err(OptionError::new(
+            name,
+            format!("`{name}` `{value}` names no topic"),
+            "name the topics, comma-separated, e.g. clicks,views",
+        ));
+    }
+    Ok(list)
+}
+
+fn check_topics(name: &str, value: &str) -> Result<(), OptionError> {
+    topics(name, value).map(|_| ())
+}
+
+/// Spark's `subscribePattern`: a non-empty pattern (the engine compiles it).
+pub fn pattern(name: &str, value: &str) -> Result<(), OptionError> {
+    if value.trim().is_empty() {
+        return Err(OptionError::new(
+            name,
+            format!("`{name}` is empty"),
+            "write a regex matched against whole topic names, e.g. clicks-.*",
+        ));
+    }
+    Ok(())
+}
+
+const ASSIGN_HELP: &str = "write {\"topic\":[0,1]}: topics and their partitions";
+
+/// Spark's `assign`: `{"topic":[0,1],...}`, at least one topic, each with
+/// at least one partition from 0 to 2^31-1; sorted, without repeats.
+///
+/// Spark reads `{}` and `{"t":[]}` as assigning nothing (a query that
+/// never reads a record) and refuses other empty strategies (`subscribe`
+/// naming no topic): weir refuses these too.
+pub fn assign(name: &str, value: &str) -> Result<Vec<(String, i32)>, OptionError> {
+    let v = json::parse(value)
+        .map_err(|e| OptionError::new(name, format!("`{name}`: not JSON ({e})"), ASSIGN_HELP))?;
+    let topics = match v {
+        json::Json::Object(t) if !t.is_empty() => t,
+        _ => {
+            return Err(OptionError::new(
+                name,
+                format!("`{name}`: {ASSIGN_HELP}"),
+                "",
+            ))
+        }
+    };
+    let mut out = Vec::new();
+    for (t, parts) in topics {
+        let bad = || {
+            OptionError::new(
+                name,
+                format!("`{name}`: topic `{t}` needs a list of partition numbers, e.g. [0,1]"),
+                "",
+            )
+        };
+        let json::Json::Array(parts) = parts else {
+            return Err(bad());
+        };
+        if parts.is_empty() {
+            return Err(bad());
+        }
+        for p in parts {
+            let p = p
+                .as_i64()
+                .and_then(|p| i32::try_from(p).ok())
+                .filter(|p| *p >= 0)
+                .ok_or_else(bad)?;
+            out.push((t.clone(), p));
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+fn check_assign(name: &str, value: &str) -> Result<(), OptionError> {
+    assign(name, value).map(|_| ())
+}
+
+/// A number per topic-partition, in (topic, partition) order.
+pub type PartitionValues = Vec<((String, i32), i64)>;
+
+/// Where a new query starts, as `startingOffsets` writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartingOffsets {
+    /// Each partition's earliest offset.
+    Earliest,
+    /// Each partition's end (Spark's default).
+    Latest,
+    /// Per topic-partition offsets (-2 earliest, -1 latest).
+    Offsets(PartitionValues),
+}
+
+const STARTING_HELP: &str =
+    "use earliest, latest or {\"topic\":{\"0\":23,\"1\":-2}} (-2: earliest, -1: latest)";
+
+/// Spark's `startingOffsets`: `earliest`, `latest` (any case) or
+/// `{"topic":{"0":23,"1":-2}}`: at least one topic, each with at least one
+/// partition (0 to 2^31-1) and an offset of at least -2 (Spark's consumer
+/// refuses to seek to other negative offsets).
+pub fn starting_offsets(name: &str, value: &str) -> Result<StartingOffsets, OptionError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "earliest" => return Ok(StartingOffsets::Earliest),
+        "latest" => return Ok(StartingOffsets::Latest),
+        _ => {}
+    }
+    partition_values(name, value, -2, STARTING_HELP).map(StartingOffsets::Offsets)
+}
+
+fn check_starting_offsets(name: &str, value: &str) -> Result<(), OptionError> {
+    starting_offsets(name, value).map(|_| ())
+}
+
+/// Spark's `startingOffsetsByTimestamp`: `{"topic":{"0":1700000000000}}`,
+/// each a time in ms since the epoch.
+pub fn offsets_by_timestamp(name: &str, value: &str) -> Result<PartitionValues, OptionError> {
+    partition_values(
+        name,
+        value,
+        0,
+        "write {\"topic\":{\"0\":1700000000000}}: a time in ms since the epoch per partition",
+    )
+}
+
+fn check_offsets_by_timestamp(name: &str, value: &str) -> Result<(), OptionError> {
+    offsets_by_timestamp(name, value).map(|_| ())
+}
+
+/// `{"topic":{"partition":n}}` with every `n >= min`.
+fn partition_values(
+    name: &str,
+    value: &str,
+    min: i64,
+    help: &str,
+) -> Result<PartitionValues, OptionError> {
+    let v = json::parse(value).map_err(|e| {
+        let word = value.trim();
+        if !word.starts_with('{') && !word.is_empty() && min < 0 {
+            OptionError::new(name, format!("`{name}`: unknown value `{word}`"), help)
+        } else {
+            OptionError::new(name, format!("`{name}`: not JSON ({e})"), help)
+        }
+    })?;
+    let topics = match v {
+        json::Json::Object(t) if !t.is_empty() => t,
+        _ => return Err(OptionError::new(name, format!("`{name}`: {help}"), "")),
+    };
+    let mut out = Vec::new();
+    for (t, parts) in topics {
+        let bad = || OptionError::new(name, format!("`{name}`: topic `{t}`: {help}"), "");
+        let json::Json::Object(parts) = parts else {
+            return Err(bad());
+        };
+        if parts.is_empty() {
+            return Err(bad());
+        }
+        for (p, n) in parts {
+            let p: i32 = p.parse().ok().filter(|p: &i32| *p >= 0).ok_or_else(bad)?;
+            let n = n.as_i64().filter(|n| *n >= min).ok_or_else(bad)?;
+            out.push(((t.clone(), p), n));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// `endingOffsets` and `endingOffsetsByTimestamp`: for batch queries only.
+pub fn stream_has_no_end(name: &str, _value: &str) -> Result<(), OptionError> {
+    Err(OptionError::new(
+        name,
+        format!("`{name}` is for batch queries; a stream has no end"),
+        "use the available-now trigger to stop at the data present at start",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg<T: std::fmt::Debug>(r: Result<T, OptionError>) -> String {
+        r.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn every_source_and_option_is_found_by_its_names() {
+        for s in SOURCES {
+            assert_eq!(source(s.name).map(|f| f.name), Some(s.name));
+            for o in s.options {
+                assert_eq!(
+                    s.option(&o.name.to_ascii_uppercase()).map(|f| f.name),
+                    Some(o.name)
+                );
+                if let Some(m) = o.macro_name {
+                    assert_eq!(s.macro_option(m).map(|f| f.name), Some(o.name));
+                }
+                if let Some(d) = o.default {
+                    assert!(
+                        check_value(o.kind, o.name, d).is_ok()
+                            || matches!(o.kind, ValueKind::Unsupported(_)),
+                        "{}: {d}",
+                        o.name
+                    );
+                }
+            }
+        }
+        assert_eq!(source("rate-micro-batch").unwrap().name, "rate_micro_batch");
+        assert_eq!(source("csv").unwrap().name, "files");
+        assert!(source("kafak").is_none());
+    }
+
+    #[test]
+    fn fixed_schemas_are_sparks() {
+        let names: Vec<&str> = KAFKA_SCHEMA.iter().map(|f| f.name).collect();
+        assert_eq!(
+            names,
+            [
+                "key",
+                "value",
+                "topic",
+                "partition",
+                "offset",
+                "timestamp",
+                "timestampType"
+            ]
+        );
+        assert_eq!(source("kafka").unwrap().schema, Some(KAFKA_SCHEMA));
+        assert_eq!(
+            source("rate").unwrap().schema.unwrap()[1].dtype,
+            DataType::Int64
+        );
+        assert_eq!(source("socket").unwrap().schema.unwrap()[0].name, "value");
+        assert_eq!(source("files").unwrap().schema, None);
+    }
+
+    #[test]
+    fn check_finds_unknown_passthrough_and_unsupported_options() {
+        let k = source("kafka").unwrap();
+        assert!(k
+            .check("kafka.isolation.level", "read_uncommitted")
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            k.check("KAFKA.BOOTSTRAP.SERVERS", "h:1")
+                .unwrap()
+                .unwrap()
+                .name,
+            "kafka.bootstrap.servers"
+        );
+        let e = k.check("startingOfsets", "earliest").unwrap_err();
+        assert_eq!(
+            e.message,
+            "unknown option `startingOfsets` for the kafka source"
+        );
+        assert!(
+            e.help
+                .starts_with("options of kafka: kafka.bootstrap.servers, subscribe,"),
+            "{}",
+            e.help
+        );
+        assert!(!e.help.contains("minOffsetsPerTrigger"));
+        assert_eq!(
+            msg(k.check("minOffsetsPerTrigger", "10")),
+            "weir does not support `minOffsetsPerTrigger` (weir runs a batch with whatever is available; leave it unset)"
+        );
+        assert_eq!(
+            msg(k.check("endingOffsets", "latest")),
+            "`endingOffsets` is for batch queries; a stream has no end (use the available-now trigger to stop at the data present at start)"
+        );
+        assert!(source("memory").unwrap().check("name", "x").is_err());
+    }
+
+    #[test]
+    fn exactly_one_strategy() {
+        let k = source("kafka").unwrap();
+        let names = ["subscribe", "subscribePattern", "assign"];
+        assert!(k.check_exactly_one(&names, &[false, true, false]).is_ok());
+        let e = k
+            .check_exactly_one(&names, &[true, true, false])
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "the kafka source needs exactly one of `subscribe`, `subscribePattern` and `assign`"
+        );
+        assert_eq!(k.check_exactly_one(&names, &[false; 3]).unwrap_err(), e);
+    }
+
+    #[test]
+    fn assign_needs_topics_with_partitions_in_range() {
+        assert_eq!(
+            assign("assign", r#"{"b":[1,0,1],"a":[2]}"#).unwrap(),
+            vec![("a".into(), 2), ("b".into(), 0), ("b".into(), 1)]
+        );
+        let partitions = "`assign`: topic `t` needs a list of partition numbers, e.g. [0,1]";
+        for bad in [
+            r#"{"t":[]}"#,
+            r#"{"t":[-1]}"#,
+            r#"{"t":[2147483648]}"#,
+            r#"{"t":["0"]}"#,
+            r#"{"t":[1.5]}"#,
+            r#"{"t":0}"#,
+        ] {
+            assert_eq!(msg(assign("assign", bad)), partitions, "{bad}");
+        }
+        assert_eq!(
+            msg(assign("assign", "{}")),
+            "`assign`: write {\"topic\":[0,1]}: topics and their partitions"
+        );
+        assert_eq!(
+            msg(assign("assign", "[1]")),
+            "`assign`: write {\"topic\":[0,1]}: topics and their partitions"
+        );
+        assert_eq!(
+            msg(assign("assign", "{t:[0]}")),
+            "`assign`: not JSON (expected a string in double quotes at character 2) (write {\"topic\":[0,1]}: topics and their partitions)"
+        );
+        assert_eq!(
+            assign("assign", r#"{"t":[2147483647]}"#).unwrap(),
+            vec![("t".into(), i32::MAX)]
+        );
+    }
+
+    #[test]
+    fn starting_offsets_are_earliest_latest_or_per_partition() {
+        assert_eq!(
+            starting_offsets("s", "EARLIEST").unwrap(),
+            StartingOffsets::Earliest
+        );
+        assert_eq!(
+            starting_offsets("s", " latest").unwrap(),
+            StartingOffsets::Latest
+        );
+        assert_eq!(
+            starting_offsets("s", r#"{"t":{"1":-2,"0":23}}"#).unwrap(),
+            StartingOffsets::Offsets(vec![(("t".into(), 0), 23), (("t".into(), 1), -2)])
+        );
+        let topic = "`s`: topic `t`: use earliest, latest or {\"topic\":{\"0\":23,\"1\":-2}} (-2: earliest, -1: latest)";
+        for bad in [
+            r#"{"t":{"0":-5}}"#,
+            r#"{"t":{}}"#,
+            r#"{"t":{"x":1}}"#,
+            r#"{"t":{"-1":1}}"#,
+            r#"{"t":[0]}"#,
+        ] {
+            assert_eq!(msg(starting_offsets("s", bad)), topic, "{bad}");
+        }
+        assert_eq!(
+            msg(starting_offsets("s", "{}")),
+            "`s`: use earliest, latest or {\"topic\":{\"0\":23,\"1\":-2}} (-2: earliest, -1: latest)"
+        );
+        assert_eq!(
+            msg(starting_offsets("s", "earliset")),
+            "`s`: unknown value `earliset` (use earliest, latest or {\"topic\":{\"0\":23,\"1\":-2}} (-2: earliest, -1: latest))"
+        );
+    }
+
+    #[test]
+    fn offsets_by_timestamp_are_times_per_partition() {
+        assert_eq!(
+            offsets_by_timestamp("o", r#"{"t":{"0":1700000000000}}"#).unwrap(),
+            vec![(("t".into(), 0), 1_700_000_000_000)]
+        );
+        assert!(offsets_by_timestamp("o", r#"{"t":{"0":-2}}"#).is_err());
+        assert!(offsets_by_timestamp("o", "latest")
+            .unwrap_err()
+            .message
+            .contains("not JSON"));
+    }
+
+    #[test]
+    fn subscribe_and_pattern_name_something() {
+        assert_eq!(topics("subscribe", " a, b ,").unwrap(), ["a", "b"]);
+        assert_eq!(
+            msg(topics("subscribe", " , ")),
+            "`subscribe` ` , ` names no topic (name the topics, comma-separated, e.g. clicks,views)"
+        );
+        assert!(pattern("subscribePattern", "a.*").is_ok());
+        assert_eq!(pattern("p", " ").unwrap_err().message, "`p` is empty");
+    }
+
+    #[test]
+    fn numbers_booleans_durations_choices_and_text() {
+        assert_eq!(count("n", 3, 10).unwrap(), 3);
+        assert_eq!(
+            msg(count("rows_per_second", 0, u64::MAX)),
+            "`rows_per_second` takes a whole number of at least 1"
+        );
+        assert_eq!(
+            msg(count("port", 70000, 65535)),
+            "`port` takes a whole number from 1 to 65535"
+        );
+        assert_eq!(
+            msg(parse_count("rowsPerSecond", "-1", u64::MAX)),
+            "`rowsPerSecond` takes a whole number of at least 1"
+        );
+        assert_eq!(parse_count("n", " 7", 10).unwrap(), 7);
+        assert_eq!(whole("w", 0, 5).unwrap(), 0);
+        assert_eq!(
+            msg(parse_whole("w", "6", 5)),
+            "`w` takes a whole number from 0 to 5"
+        );
+        assert_eq!(
+            msg(parse_whole("w", "x", u64::MAX)),
+            "`w` takes a whole number of at least 0"
+        );
+        assert!(boolean("b", "TRUE").unwrap());
+        assert!(!boolean("b", "false").unwrap());
+        assert_eq!(msg(boolean("b", "yes")), "`b` takes true or false");
+        assert_eq!(duration("d", "0 seconds").unwrap(), 0);
+        assert_eq!(duration("d", "2 minutes").unwrap(), 120_000);
+        assert!(msg(duration("rampUpTime", "5 secs later"))
+            .starts_with("invalid duration \"5 secs later\" for `rampUpTime`: "));
+        assert!(choice("mode", "failfast", &["PERMISSIVE", "FAILFAST"]).is_ok());
+        assert_eq!(
+            msg(choice("format", "xml", FILE_FORMATS)),
+            "unknown format `xml` (formats: json, csv, parquet)"
+        );
+        assert_eq!(msg(text("host", "")), "`host` must not be empty");
+        assert!(location("path", "s3://dim/users").is_ok());
+        assert!(
+            msg(location("path", "gs://out/views")).contains("the scheme `gs://` is not supported")
+        );
+    }
+}
