@@ -516,20 +516,48 @@ impl Tr<'_, '_> {
         let first = args.first().map(|a| a.ty.clone());
         let ty = if poisoned {
             Ty::Poisoned
+        } else if let Some(function) = weir_plan::functions::lookup(&name) {
+            // The plan's catalogue: arity, argument types, result type.
+            if let Some(msg) = function.arity_error(args.len()) {
+                self.errs.spanned(c, msg);
+                return Node::poisoned();
+            }
+            let mut ok = true;
+            for (i, (arg, node)) in c.args.iter().zip(&args).enumerate() {
+                if let Ty::Known(d) = node.ty {
+                    if let Some(msg) = function.argument_error(i, d) {
+                        self.errs.spanned_help(
+                            arg,
+                            msg,
+                            "convert it with `as`, or call a function that takes this type",
+                        );
+                        ok = false;
+                    }
+                }
+            }
+            let first_known = match &first {
+                Some(Ty::Known(d)) => Some(*d),
+                _ => None,
+            };
+            match (ok, function.result_type(first_known)) {
+                (false, _) => Ty::Poisoned,
+                (true, Some(d)) => Ty::Known(d),
+                (true, None) => match first {
+                    Some(Ty::Unknown(t)) => Ty::Unknown(t),
+                    _ => Ty::Unknown(c.to_token_stream()),
+                },
+            }
         } else {
             match name.as_str() {
-                "lower" | "upper" | "trim" | "ltrim" | "rtrim" | "btrim" | "initcap"
-                | "reverse" | "lpad" | "rpad" | "substr" | "substring" | "replace" | "concat"
-                | "concat_ws" => Ty::Known(DataType::String),
-                "length" | "char_length" | "character_length" => Ty::Known(DataType::Int32),
+                // Window functions: typed only so that the streaming rule,
+                // not a type error, reports them.
                 "row_number" | "rank" | "dense_rank" | "ntile" => Ty::Known(DataType::Int32),
-                "sqrt" | "ln" | "log10" | "log2" | "exp" | "power" | "pow" | "round" | "floor"
-                | "ceil" => Ty::Known(DataType::Float64),
-                "abs" | "coalesce" => first.unwrap_or(Ty::Unknown(c.to_token_stream())),
                 _ => Ty::Unknown(c.to_token_stream()),
             }
         };
-        let nullable = if name == "coalesce" {
+        let all_null = weir_plan::functions::lookup(&name)
+            .is_some_and(|f| f.null == weir_plan::functions::NullRule::AllArgs);
+        let nullable = if all_null {
             args.iter().all(|a| a.nullable)
         } else {
             any_null
@@ -801,8 +829,12 @@ mod tests {
             ty(parse_quote!(hour(ts) > 3)),
             Some(ColType::new(DataType::Bool))
         );
-        match tr(parse_quote!(hour(ts) + 1)).0.ty {
-            Inferred::Unknown(t) => assert_eq!(t.to_string(), "hour (ts)"),
+        assert_eq!(
+            ty(parse_quote!(hour(ts) + 1)),
+            Some(ColType::new(DataType::Int64))
+        );
+        match tr(parse_quote!(date_trunc("hour", ts) + 1)).0.ty {
+            Inferred::Unknown(t) => assert_eq!(t.to_string(), r#"date_trunc ("hour" , ts)"#),
             other => panic!("{other:?}"),
         }
     }
@@ -836,5 +868,38 @@ mod tests {
             sql(parse_quote!(ts > "2024-01-01 00:00:00")),
             "ts > '2024-01-01 00:00:00'"
         );
+    }
+
+    #[test]
+    fn types_calls_from_the_plans_function_catalogue() {
+        // The engine's own functions (Spark's names) are typed too.
+        assert_eq!(
+            ty(parse_quote!(hour(ts))).map(|t| t.dtype),
+            Some(DataType::Int32)
+        );
+        assert_eq!(
+            ty(parse_quote!(dayofmonth(eventTs) + 1)).map(|t| t.dtype),
+            Some(DataType::Int64)
+        );
+        assert_eq!(
+            ty(parse_quote!(abs(k))).map(|t| t.dtype),
+            Some(DataType::Int32)
+        );
+        let (_, errs) = tr(parse_quote!(hour(page) > 9));
+        let d = &errs.diagnostics()[0];
+        assert_eq!(d.at, "page");
+        assert!(d
+            .message
+            .starts_with("`hour` takes a timestamp, but this is string"));
+        let (_, errs) = tr(parse_quote!(lpad(page)));
+        assert!(errs.diagnostics()[0]
+            .message
+            .starts_with("`lpad` takes 2 to 3 arguments, but 1 were given"));
+        let (_, errs) = tr(parse_quote!(sqrt(ok)));
+        assert_eq!(errs.diagnostics()[0].at, "ok");
+        // A function the catalogue does not know still translates, untyped.
+        let (t, errs) = tr(parse_quote!(md5(page)));
+        assert!(errs.is_empty());
+        assert!(matches!(t.ty, Inferred::Unknown(_)));
     }
 }

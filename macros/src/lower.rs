@@ -1242,28 +1242,29 @@ mod tests {
     fn select_types_must_be_inferable() {
         let mut errs = Errors::new();
         let q = parse_query(
-            quote! { query Q { source: rate, select: { h: hour(timestamp), h2: hour(timestamp) as i32 }, sink: console } },
+            quote! { query Q { source: rate, select: { h: date_trunc("hour", timestamp), h2: hour(timestamp) }, sink: console } },
             &mut errs,
         )
         .unwrap();
         let l = lower(&q, &mut errs).unwrap();
         assert_eq!(errs.len(), 1);
         let d = &errs.diagnostics()[0];
-        assert_eq!(d.at, "hour (timestamp)");
+        assert_eq!(d.at, r#"date_trunc ("hour" , timestamp)"#);
         assert_eq!(
             d.message,
-            "cannot infer the type of `h`: the macro does not know what `hour(timestamp)` returns\nhelp: state the type with `as`: `h: hour(timestamp) as i32` (or i64, f64, String, bool, Timestamp)"
+            r#"cannot infer the type of `h`: the macro does not know what `date_trunc("hour" , timestamp)` returns
+help: state the type with `as`: `h: date_trunc("hour" , timestamp) as i32` (or i64, f64, String, bool, Timestamp)"#
         );
         assert_eq!(
             l.plan.nodes[0].ops[0],
             Op::Select {
                 columns: vec![
                     SelectItem {
-                        expr: "hour(\"timestamp\")".into(),
+                        expr: "date_trunc('hour', \"timestamp\")".into(),
                         alias: "h".into()
                     },
                     SelectItem {
-                        expr: "CAST(hour(\"timestamp\") AS INT)".into(),
+                        expr: "hour(\"timestamp\")".into(),
                         alias: "h2".into()
                     },
                 ]

@@ -19,6 +19,7 @@ pub mod connectors;
 pub mod duration;
 pub mod explain;
 pub mod expr;
+pub mod functions;
 pub mod location;
 pub mod plan;
 pub mod resolve;

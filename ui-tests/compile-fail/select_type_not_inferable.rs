@@ -1,8 +1,8 @@
-// The macro cannot know what an arbitrary SQL function returns: it asks for `as Type`.
+// The macro cannot know what a SQL function outside weir's catalogue returns: it asks for `as Type`.
 weir_macros::stream_query! {
     query Hours {
         source: rate(rows_per_second = 5),
-        select: { timestamp, h: hour(timestamp) },
+        select: { timestamp, h: date_trunc("hour", timestamp) },
         sink: console,
     }
 }
