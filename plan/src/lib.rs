@@ -25,11 +25,13 @@ pub mod plan;
 pub mod resolve;
 pub mod state_schema;
 pub mod types;
+pub mod violation;
 
-pub use check::{check, Location, Rule, Violation};
+pub use check::check;
 pub use duration::{parse_duration_ms, DurationError};
 pub use location::{LocationError, StorageLocation};
 pub use plan::*;
 pub use resolve::{resolve, Column, NodeSchema, ResolveError};
 pub use state_schema::{classify, Change, StateFingerprint};
 pub use types::{DataType, Field};
+pub use violation::{Location, Rule, Violation};

@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::check::{Location, Part, Rule, Violation};
 use crate::duration::{parse_duration_ms, parse_positive_duration_ms};
 use crate::expr::Expr;
 use crate::plan::{AggFn, GroupKey, JoinType, Op, StreamPlan};
 use crate::types::{DataType, Field};
+use crate::violation::{Location, Part, Rule, Violation};
 
 /// A column as resolution sees it.
 #[derive(Debug, Clone, PartialEq)]
