@@ -24,7 +24,7 @@
 
 mod json;
 
-use crate::types::DataType;
+use crate::types::{DataType, Field};
 
 /// A refused option value: the message (naming the option as the user
 /// wrote it) and what to do instead.
@@ -162,6 +162,11 @@ const fn col(name: &'static str, dtype: DataType, nullable: bool) -> FixedField 
         dtype,
         nullable,
     }
+}
+
+/// A fixed schema's columns as plan fields.
+pub fn fields(schema: &[FixedField]) -> Vec<Field> {
+    schema.iter().map(|f| Field::new(f.name, f.dtype)).collect()
 }
 
 /// Spark's Kafka source schema. With `includeHeaders` a last column
@@ -807,6 +812,10 @@ mod tests {
         );
         assert_eq!(source("socket").unwrap().schema.unwrap()[0].name, "value");
         assert_eq!(source("files").unwrap().schema, None);
+        assert_eq!(
+            fields(SOCKET_SCHEMA),
+            [Field::new("value", DataType::String)]
+        );
     }
 
     #[test]

@@ -82,8 +82,10 @@
 //! logged ranges, each once, so a replayed batch reads the same records.
 
 pub mod admin;
+mod discovery;
 mod fetch;
 pub mod offsets;
+mod options;
 mod reader;
 pub(crate) mod retry;
 mod rows;
@@ -103,6 +105,9 @@ pub use offsets::{PartitionOffsets, TopicPartition};
 pub use rdkafka;
 pub use rows::{headers_type, kafka_schema};
 
+use options::{KafkaOptions, Strategy};
+use weir_plan::connectors;
+
 use super::{BoxSource, Offset, Source, SourceContext, SourceStorage};
 use crate::error::{Result, WeirError};
 use crate::storage::Created;
@@ -120,13 +125,6 @@ pub enum StartingOffsets {
     Timestamp(i64),
     /// The first record at or after each partition's own time (epoch ms).
     ByTimestamp(PartitionOffsets),
-}
-
-#[derive(Debug, Clone)]
-enum Strategy {
-    Subscribe(Vec<String>),
-    Pattern(String, regex::Regex),
-    Assign(Vec<TopicPartition>),
 }
 
 /// Counters for one batch and for the life of the source.
@@ -153,23 +151,12 @@ struct Runtime {
 }
 
 /// A Kafka topic (or topics) as a stream. Configure with the typed builder
-/// methods or Spark's option names ([`KafkaSource::option`]).
+/// methods or Spark's option names ([`KafkaSource::option`]), both checked
+/// by weir-plan's connector table ([`weir_plan::connectors`]), as
+/// `stream_query!` checks a declared source: a refused option fails
+/// `start()` with the table's message.
 pub struct KafkaSource {
-    bootstrap: Option<String>,
-    strategy: Option<Strategy>,
-    starting: StartingOffsets,
-    starting_timestamp: Option<i64>,
-    starting_by_timestamp: Option<PartitionOffsets>,
-    by_timestamp_latest: bool,
-    max_offsets: Option<u64>,
-    min_partitions: Option<usize>,
-    fail_on_data_loss: bool,
-    include_headers: bool,
-    group_id: Option<String>,
-    group_prefix: String,
-    kafka_conf: BTreeMap<String, String>,
-    poll_timeout: Duration,
-    option_error: Option<String>,
+    options: KafkaOptions,
     rt: Option<Runtime>,
     metrics: Metrics,
 }
@@ -189,22 +176,12 @@ impl KafkaSource {
     /// (`host:port,...`); choose topics with `subscribe`, `subscribe_pattern`
     /// or `assign`.
     pub fn new(bootstrap_servers: &str) -> KafkaSource {
+        KafkaSource::with(KafkaOptions::new(Some(bootstrap_servers)))
+    }
+
+    fn with(options: KafkaOptions) -> KafkaSource {
         KafkaSource {
-            bootstrap: Some(bootstrap_servers.to_string()),
-            strategy: None,
-            starting: StartingOffsets::Latest,
-            starting_timestamp: None,
-            starting_by_timestamp: None,
-            by_timestamp_latest: false,
-            max_offsets: None,
-            min_partitions: None,
-            fail_on_data_loss: true,
-            include_headers: false,
-            group_id: None,
-            group_prefix: "weir-kafka-source".into(),
-            kafka_conf: BTreeMap::new(),
-            poll_timeout: Duration::from_millis(120_000),
-            option_error: None,
+            options,
             rt: None,
             metrics: Metrics::default(),
         }
@@ -213,8 +190,7 @@ impl KafkaSource {
     /// A source configured only by Spark-named options
     /// (`kafka.bootstrap.servers` among them).
     pub fn from_options<'a>(options: impl IntoIterator<Item = (&'a str, &'a str)>) -> KafkaSource {
-        let mut s = KafkaSource::new("");
-        s.bootstrap = None;
+        let mut s = KafkaSource::with(KafkaOptions::new(None));
         for (k, v) in options {
             s = s.option(k, v);
         }
@@ -223,66 +199,52 @@ impl KafkaSource {
 
     /// Reads these topics (comma-separated, Spark's `subscribe`).
     pub fn subscribe(mut self, topics: &str) -> Self {
-        let list: Vec<String> = topics
-            .split(',')
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-            .collect();
-        if list.is_empty() {
-            self.fail(format!("subscribe `{topics}` names no topic"));
-        }
-        self.set_strategy(Strategy::Subscribe(list))
+        self.options.subscribe("subscribe", topics);
+        self
     }
 
     /// Reads every topic whose whole name matches `pattern` (Spark's
     /// `subscribePattern`), including topics created while the query runs.
     pub fn subscribe_pattern(mut self, pattern: &str) -> Self {
-        match regex::Regex::new(&format!("^(?:{pattern})$")) {
-            Ok(re) => self.set_strategy(Strategy::Pattern(pattern.to_string(), re)),
-            Err(e) => {
-                self.fail(format!("subscribePattern `{pattern}` is not a regex: {e}"));
-                self
-            }
-        }
+        self.options.subscribe_pattern("subscribePattern", pattern);
+        self
     }
 
-    /// Reads exactly these topic-partitions (Spark's `assign`).
-    pub fn assign(self, partitions: &[(&str, i32)]) -> Self {
-        let mut v: Vec<TopicPartition> = partitions
-            .iter()
-            .map(|(t, p)| (t.to_string(), *p))
-            .collect();
-        v.sort();
-        v.dedup();
-        self.set_strategy(Strategy::Assign(v))
+    /// Reads exactly these topic-partitions (Spark's `assign`; at least one,
+    /// each partition from 0).
+    pub fn assign(mut self, partitions: &[(&str, i32)]) -> Self {
+        self.options.assign_partitions(partitions);
+        self
     }
 
     /// Where a new query starts (default [`StartingOffsets::Latest`]); a
-    /// restarted query resumes from its checkpoint instead.
+    /// restarted query resumes from its checkpoint instead. Per-partition
+    /// offsets are checked as Spark's `startingOffsets` JSON is.
     pub fn starting_offsets(mut self, s: StartingOffsets) -> Self {
-        self.starting = s;
+        self.options.starting_offsets(s);
         self
     }
 
     /// Starts each partition at its first record at or after `epoch_ms`
     /// (Spark's `startingTimestamp`; wins over `starting_offsets`).
     pub fn starting_timestamp(mut self, epoch_ms: i64) -> Self {
-        self.starting_timestamp = Some(epoch_ms);
+        self.options.starting_timestamp = Some(epoch_ms);
         self
     }
 
     /// At most `n` offsets per batch over all partitions, split in proportion
-    /// to each partition's lag (Spark's `maxOffsetsPerTrigger`; default
-    /// [`DEFAULT_MAX_OFFSETS_PER_TRIGGER`], where Spark has no cap).
+    /// to each partition's lag (Spark's `maxOffsetsPerTrigger`, at least 1;
+    /// default [`DEFAULT_MAX_OFFSETS_PER_TRIGGER`], where Spark has no cap).
     pub fn max_offsets_per_trigger(mut self, n: u64) -> Self {
-        self.max_offsets = Some(n.max(1));
+        let n = connectors::count("maxOffsetsPerTrigger", n, i64::MAX as u64);
+        self.options.max_offsets = self.options.keep(n).or(self.options.max_offsets);
         self
     }
 
     /// Spark's `minPartitions`: accepted for compatibility; weir reads each
     /// batch in one process and does not split Kafka partitions.
     pub fn min_partitions(mut self, n: usize) -> Self {
-        self.min_partitions = Some(n);
+        self.options.min_partitions = Some(n);
         self
     }
 
@@ -290,13 +252,13 @@ impl KafkaSource {
     /// deleted records or topic), naming topic, partition and range; `false`:
     /// skip them with a warning and count them in the `lostOffsets` metric.
     pub fn fail_on_data_loss(mut self, yes: bool) -> Self {
-        self.fail_on_data_loss = yes;
+        self.options.fail_on_data_loss = yes;
         self
     }
 
     /// Adds the `headers` column (Spark's `includeHeaders`).
     pub fn include_headers(mut self, yes: bool) -> Self {
-        self.include_headers = yes;
+        self.options.include_headers = yes;
         self
     }
 
@@ -304,87 +266,15 @@ impl KafkaSource {
     /// batch is committed (beyond Spark, so lag shows in Kafka's tooling).
     /// The checkpoint, not the group, decides where a restart resumes.
     pub fn group_id(mut self, group: &str) -> Self {
-        self.group_id = Some(group.to_string());
+        self.options.group_id = Some(group.to_string());
         self
     }
 
     /// Sets an option by Spark's name (case-insensitive). `kafka.`-prefixed
-    /// options go to librdkafka. An unknown or invalid option fails `start()`.
+    /// options go to librdkafka. An unknown or invalid option fails `start()`
+    /// with the connector table's message.
     pub fn option(mut self, key: &str, value: &str) -> Self {
-        let bad = |what: &str| format!("option {key}: `{value}` is not {what}");
-        let lower = key.to_ascii_lowercase();
-        match lower.as_str() {
-            "kafka.bootstrap.servers" => self.bootstrap = Some(value.to_string()),
-            "group.id" | "kafka.group.id" => self.group_id = Some(value.to_string()),
-            "subscribe" => return self.subscribe(value),
-            "subscribepattern" => return self.subscribe_pattern(value),
-            "assign" => match offsets::parse_assign(value) {
-                Ok(v) => return self.set_strategy(Strategy::Assign(v)),
-                Err(e) => self.fail(e),
-            },
-            "startingoffsets" => match value.trim().to_ascii_lowercase().as_str() {
-                "earliest" => self.starting = StartingOffsets::Earliest,
-                "latest" => self.starting = StartingOffsets::Latest,
-                _ => match serde_json::from_str(value)
-                    .map_err(|e| e.to_string())
-                    .and_then(|v| offsets::from_json(&v))
-                {
-                    Ok(o) => self.starting = StartingOffsets::Offsets(o),
-                    Err(e) => self.fail(format!(
-                        "startingOffsets `{value}`: use earliest, latest or {{\"topic\":{{\"0\":23}}}} ({e})"
-                    )),
-                },
-            },
-            "startingtimestamp" => match value.trim().parse() {
-                Ok(t) => self.starting_timestamp = Some(t),
-                Err(_) => self.fail(bad("a timestamp in epoch milliseconds")),
-            },
-            "startingoffsetsbytimestamp" => match serde_json::from_str(value)
-                .map_err(|e| e.to_string())
-                .and_then(|v| offsets::from_json(&v))
-            {
-                Ok(o) => self.starting_by_timestamp = Some(o),
-                Err(e) => self.fail(format!("startingOffsetsByTimestamp `{value}`: {e}")),
-            },
-            "startingoffsetsbytimestampstrategy" => match value.to_ascii_lowercase().as_str() {
-                "error" => self.by_timestamp_latest = false,
-                "latest" => self.by_timestamp_latest = true,
-                _ => self.fail(bad("`error` or `latest`")),
-            },
-            "maxoffsetspertrigger" => match value.trim().parse() {
-                Ok(n) => return self.max_offsets_per_trigger(n),
-                Err(_) => self.fail(bad("a positive number")),
-            },
-            "minpartitions" => match value.trim().parse() {
-                Ok(n) => self.min_partitions = Some(n),
-                Err(_) => self.fail(bad("a positive number")),
-            },
-            "failondataloss" => match value.trim().to_ascii_lowercase().as_str() {
-                "true" => self.fail_on_data_loss = true,
-                "false" => self.fail_on_data_loss = false,
-                _ => self.fail(bad("true or false")),
-            },
-            "includeheaders" => match value.trim().to_ascii_lowercase().as_str() {
-                "true" => self.include_headers = true,
-                "false" => self.include_headers = false,
-                _ => self.fail(bad("true or false")),
-            },
-            "kafkaconsumer.polltimeoutms" => match value.trim().parse() {
-                Ok(ms) => self.poll_timeout = Duration::from_millis(ms),
-                Err(_) => self.fail(bad("milliseconds")),
-            },
-            "groupidprefix" => self.group_prefix = value.to_string(),
-            "endingoffsets" | "endingoffsetsbytimestamp" => self.fail(format!(
-                "{key} is for batch queries; a stream has no end (use the available-now trigger to stop at the data present at start)"
-            )),
-            _ if lower.starts_with("kafka.") => {
-                self.kafka_conf
-                    .insert(key["kafka.".len()..].to_string(), value.to_string());
-            }
-            _ => self.fail(format!(
-                "unknown Kafka source option `{key}` (known: kafka.bootstrap.servers, subscribe, subscribePattern, assign, startingOffsets, startingTimestamp, startingOffsetsByTimestamp, startingOffsetsByTimestampStrategy, maxOffsetsPerTrigger, minPartitions, failOnDataLoss, includeHeaders, kafkaConsumer.pollTimeoutMs, group.id, groupIdPrefix, kafka.*)"
-            )),
-        }
+        self.options.set(key, value);
         self
     }
 
@@ -394,56 +284,14 @@ impl KafkaSource {
     }
 
     /// The same configuration reading exactly `partitions` (one scale-out
-    /// task's share); starting offsets given per partition keep those of
-    /// `partitions`.
+    /// task's share).
     fn for_task(&self, partitions: &[(String, i32)]) -> KafkaSource {
-        let keep = |m: &PartitionOffsets| -> PartitionOffsets {
-            m.iter()
-                .filter(|(tp, _)| partitions.contains(tp))
-                .map(|(tp, o)| (tp.clone(), *o))
-                .collect()
-        };
-        let mut tps = partitions.to_vec();
-        tps.sort();
-        tps.dedup();
-        KafkaSource {
-            bootstrap: self.bootstrap.clone(),
-            strategy: Some(Strategy::Assign(tps)),
-            starting: match &self.starting {
-                StartingOffsets::Offsets(m) => StartingOffsets::Offsets(keep(m)),
-                StartingOffsets::ByTimestamp(m) => StartingOffsets::ByTimestamp(keep(m)),
-                other => other.clone(),
-            },
-            starting_timestamp: self.starting_timestamp,
-            starting_by_timestamp: self.starting_by_timestamp.as_ref().map(keep),
-            by_timestamp_latest: self.by_timestamp_latest,
-            max_offsets: self.max_offsets,
-            min_partitions: self.min_partitions,
-            fail_on_data_loss: self.fail_on_data_loss,
-            include_headers: self.include_headers,
-            group_id: self.group_id.clone(),
-            group_prefix: self.group_prefix.clone(),
-            kafka_conf: self.kafka_conf.clone(),
-            poll_timeout: self.poll_timeout,
-            option_error: self.option_error.clone(),
-            rt: None,
-            metrics: Metrics::default(),
-        }
+        KafkaSource::with(self.options.for_partitions(partitions))
     }
 
-    fn fail(&mut self, message: String) {
-        self.option_error.get_or_insert(message);
-    }
-
-    fn set_strategy(mut self, s: Strategy) -> Self {
-        if self.strategy.is_some() {
-            self.fail(
-                "only one of subscribe, subscribePattern and assign may be set (Spark's rule)"
-                    .into(),
-            );
-        }
-        self.strategy = Some(s);
-        self
+    /// The bootstrap servers, once every option is accepted and complete.
+    fn validated(&self) -> Result<String> {
+        self.options.validate().map_err(|e| self.err(e))
     }
 
     fn err(&self, message: impl Into<String>) -> WeirError {
@@ -464,38 +312,6 @@ impl KafkaSource {
             .ok_or_else(|| self.err("used before open()"))
     }
 
-    /// The topic-partitions the strategy selects now.
-    fn discover(&self) -> Result<BTreeSet<TopicPartition>> {
-        let strategy = self
-            .strategy
-            .as_ref()
-            .ok_or_else(|| self.err("no topics"))?;
-        if let Strategy::Assign(v) = strategy {
-            return Ok(v.iter().cloned().collect());
-        }
-        let c = self.consumer()?;
-        let md = c
-            .fetch_metadata(None, META_TIMEOUT)
-            .map_err(|e| self.kerr("cannot read the cluster's metadata", e))?;
-        let mut out = BTreeSet::new();
-        for t in md.topics() {
-            if t.error().is_some() || t.name().starts_with("__") {
-                continue;
-            }
-            let wanted = match strategy {
-                Strategy::Subscribe(list) => list.iter().any(|n| n == t.name()),
-                Strategy::Pattern(_, re) => re.is_match(t.name()),
-                Strategy::Assign(_) => false,
-            };
-            if wanted {
-                for p in t.partitions() {
-                    out.insert((t.name().to_string(), p.id()));
-                }
-            }
-        }
-        Ok(out)
-    }
-
     /// Handles offsets `[from, to)` of `tp` being gone: an error naming them
     /// (failOnDataLoss=true) or a warning and a count.
     fn data_loss(&mut self, tp: &TopicPartition, from: i64, to: i64, why: &str) -> Result<()> {
@@ -504,7 +320,7 @@ impl KafkaSource {
         } else {
             format!("offsets from {from}")
         };
-        if self.fail_on_data_loss {
+        if self.options.fail_on_data_loss {
             return Err(self.err(format!(
                 "data loss in topic `{}` partition {}: {range} can no longer be read: {why}. Some data may have been lost because it is not available in Kafka any more; either it was aged out by retention, deleted, or the topic was deleted before all of it was processed. If you want the query to go on in such cases, set the source option failOnDataLoss to false",
                 tp.0, tp.1
@@ -515,111 +331,6 @@ impl KafkaSource {
         self.metrics.lost_batch += n;
         self.metrics.lost_total += n;
         Ok(())
-    }
-
-    /// Resolves the starting offsets of a new query to absolute offsets.
-    fn resolve_initial(&mut self) -> Result<PartitionOffsets> {
-        let parts = self.discover()?;
-        let mut out = PartitionOffsets::new();
-        let by_ts: Option<PartitionOffsets> =
-            match (&self.starting_timestamp, &self.starting_by_timestamp) {
-                (Some(ts), _) => Some(parts.iter().map(|tp| (tp.clone(), *ts)).collect()),
-                (None, Some(m)) => Some(m.clone()),
-                _ => None,
-            };
-        if let Some(ts) = by_ts {
-            self.require_all(&parts, &ts, "startingOffsetsByTimestamp")?;
-            let mut tpl = TopicPartitionList::new();
-            for (tp, t) in &ts {
-                tpl.add_partition_offset(&tp.0, tp.1, KafkaOffset::Offset(*t))
-                    .map_err(|e| self.kerr("startingTimestamp", e))?;
-            }
-            let got = self
-                .consumer()?
-                .offsets_for_times(tpl, META_TIMEOUT)
-                .map_err(|e| self.kerr("cannot look offsets up by timestamp", e))?;
-            for e in got.elements() {
-                let tp = (e.topic().to_string(), e.partition());
-                let o = match e.offset() {
-                    KafkaOffset::Offset(o) => o,
-                    _ if self.by_timestamp_latest => self.latest(&tp)?,
-                    _ => {
-                        return Err(self.err(format!(
-                            "no record in {}-{} has a timestamp at or after {} (set startingOffsetsByTimestampStrategy=latest to start at the end instead)",
-                            tp.0, tp.1, ts[&tp]
-                        )))
-                    }
-                };
-                out.insert(tp, o);
-            }
-            return Ok(out);
-        }
-        match self.starting.clone() {
-            StartingOffsets::Earliest => {
-                out = self.list_offsets(&parts, KafkaOffset::Beginning)?;
-            }
-            StartingOffsets::Latest => {
-                out = self.list_offsets(&parts, KafkaOffset::End)?;
-            }
-            StartingOffsets::Offsets(m) => {
-                self.require_all(&parts, &m, "startingOffsets")?;
-                let named: BTreeSet<TopicPartition> = m.keys().cloned().collect();
-                let los = self.list_offsets(&named, KafkaOffset::Beginning)?;
-                let his = self.list_offsets(&named, KafkaOffset::End)?;
-                for (tp, o) in m {
-                    let (lo, hi) = (los[&tp], his[&tp]);
-                    let v = match o {
-                        offsets::EARLIEST => lo,
-                        offsets::LATEST => hi,
-                        o if o < lo => {
-                            self.data_loss(
-                                &tp,
-                                o,
-                                lo,
-                                "startingOffsets is before the earliest available offset",
-                            )?;
-                            lo
-                        }
-                        o if o > hi => {
-                            return Err(self.err(format!(
-                                "startingOffsets for {}-{} is {o}, past its latest offset {hi}",
-                                tp.0, tp.1
-                            )))
-                        }
-                        o => o,
-                    };
-                    out.insert(tp, v);
-                }
-            }
-            StartingOffsets::Timestamp(_) | StartingOffsets::ByTimestamp(_) => {
-                unreachable!("timestamps are handled above")
-            }
-        }
-        Ok(out)
-    }
-
-    fn require_all(
-        &self,
-        parts: &BTreeSet<TopicPartition>,
-        given: &PartitionOffsets,
-        what: &str,
-    ) -> Result<()> {
-        let given_keys: BTreeSet<TopicPartition> = given.keys().cloned().collect();
-        // Spark: specific offsets name every partition read, assigned ones too.
-        if &given_keys == parts {
-            return Ok(());
-        }
-        let show = |s: &BTreeSet<TopicPartition>| {
-            s.iter()
-                .map(|(t, p)| format!("{t}-{p}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        Err(self.err(format!(
-            "{what} must name every partition of the subscribed topics (use -1 for latest, -2 for earliest); given: [{}], subscribed: [{}]",
-            show(&given_keys),
-            show(parts)
-        )))
     }
 
     fn parse_offsets(&self, v: &Offset) -> Result<PartitionOffsets> {
@@ -646,19 +357,13 @@ impl KafkaSource {
 
 impl Source for KafkaSource {
     fn shared_input(&self) -> Result<super::SharedInput> {
-        if let Some(e) = &self.option_error {
-            return Err(self.err(e.clone()));
-        }
-        let bootstrap = match &self.bootstrap {
-            Some(b) if !b.trim().is_empty() => b.clone(),
-            _ => return Err(self.err("kafka.bootstrap.servers is required")),
-        };
-        match &self.strategy {
+        let bootstrap = self.validated()?;
+        match &self.options.strategy {
             Some(Strategy::Subscribe(topics)) => Ok(super::SharedInput {
                 bootstrap,
                 topics: topics.clone(),
-                kafka_conf: self.kafka_conf.clone(),
-                max_offsets_per_trigger: self.max_offsets,
+                kafka_conf: self.options.kafka_conf.clone(),
+                max_offsets_per_trigger: self.options.max_offsets,
             }),
             Some(Strategy::Pattern(..)) => Err(self.err(
                 "scale-out divides the partitions of named topics among processes: use subscribe with the topics' names instead of subscribePattern",
@@ -678,11 +383,11 @@ impl Source for KafkaSource {
     }
 
     fn schema(&self) -> SchemaRef {
-        kafka_schema(self.include_headers)
+        kafka_schema(self.options.include_headers)
     }
 
     fn description(&self) -> String {
-        let what = match &self.strategy {
+        let what = match &self.options.strategy {
             Some(Strategy::Subscribe(v)) => format!("Subscribe[{}]", v.join(",")),
             Some(Strategy::Pattern(p, _)) => format!("SubscribePattern[{p}]"),
             Some(Strategy::Assign(v)) => format!(
@@ -706,26 +411,18 @@ impl Source for KafkaSource {
     }
 
     fn open_on(&mut self, _ctx: &SourceContext, storage: &SourceStorage) -> Result<()> {
-        if let Some(e) = &self.option_error {
-            return Err(self.err(e.clone()));
-        }
-        let bootstrap = match &self.bootstrap {
-            Some(b) if !b.trim().is_empty() => b.clone(),
-            _ => return Err(self.err("kafka.bootstrap.servers is required: KafkaSource::new(\"host:port\") or .option(\"kafka.bootstrap.servers\", ...)")),
-        };
-        if self.strategy.is_none() {
-            return Err(self.err(
-                "choose the topics: one of subscribe, subscribePattern or assign (Spark's rule)",
-            ));
-        }
-        if let Some(n) = self.min_partitions {
+        let bootstrap = self.validated()?;
+        if let Some(n) = self.options.min_partitions {
             tracing::info!("minPartitions={n} accepted; weir reads each Kafka partition whole and does not split it");
         }
         let mut conf = ClientConfig::new();
-        let group = self
-            .group_id
-            .clone()
-            .unwrap_or_else(|| format!("{}-{}", self.group_prefix, uuid::Uuid::new_v4().simple()));
+        let group = self.options.group_id.clone().unwrap_or_else(|| {
+            format!(
+                "{}-{}",
+                self.options.group_prefix,
+                uuid::Uuid::new_v4().simple()
+            )
+        });
         conf.set("bootstrap.servers", &bootstrap)
             .set("group.id", &group)
             .set("enable.auto.commit", "false")
@@ -750,7 +447,7 @@ impl Source for KafkaSource {
             // ... and fetches again soon after a batch drained its queue
             // (librdkafka's default backs off a whole second).
             .set("fetch.queue.backoff.ms", "5");
-        for (k, v) in &self.kafka_conf {
+        for (k, v) in &self.options.kafka_conf {
             conf.set(k, v);
         }
         let consumer: BaseConsumer = conf
@@ -846,7 +543,10 @@ impl Source for KafkaSource {
                 };
             }
         }
-        let limit = self.max_offsets.unwrap_or(DEFAULT_MAX_OFFSETS_PER_TRIGGER);
+        let limit = self
+            .options
+            .max_offsets
+            .unwrap_or(DEFAULT_MAX_OFFSETS_PER_TRIGGER);
         until = offsets::rate_limit(limit, &starts, &until);
         let behind: Vec<i64> = until.iter().map(|(tp, u)| latest[tp] - u).collect();
         self.metrics.behind = (!behind.is_empty()).then(|| {
@@ -917,7 +617,7 @@ impl Source for KafkaSource {
     }
 
     fn commit(&mut self, end: &Offset) -> Result<()> {
-        if self.group_id.is_none() {
+        if self.options.group_id.is_none() {
             return Ok(());
         }
         let end = self.parse_offsets(end)?;
@@ -951,7 +651,7 @@ impl Source for KafkaSource {
             m.insert("maxOffsetsBehindLatest".into(), max.to_string());
             m.insert("avgOffsetsBehindLatest".into(), format!("{avg:.1}"));
         }
-        if !self.fail_on_data_loss {
+        if !self.options.fail_on_data_loss {
             m.insert("lostOffsets".into(), self.metrics.lost_batch.to_string());
         }
         let r = self.metrics.repaired;
@@ -983,13 +683,13 @@ mod tests {
             ("includeHeaders", "true"),
             ("kafka.isolation.level", "read_uncommitted"),
         ]);
-        assert!(s.option_error.is_none(), "{:?}", s.option_error);
+        assert_eq!(s.validated().unwrap(), "127.0.0.1:1");
         assert_eq!(s.description(), "KafkaV2[Subscribe[a,b]]");
-        assert_eq!(s.max_offsets, Some(100));
-        assert!(!s.fail_on_data_loss);
+        assert_eq!(s.options.max_offsets, Some(100));
+        assert!(!s.options.fail_on_data_loss);
         assert_eq!(s.schema().fields().len(), 8);
-        assert_eq!(s.kafka_conf["isolation.level"], "read_uncommitted");
-        match &s.starting {
+        assert_eq!(s.options.kafka_conf["isolation.level"], "read_uncommitted");
+        match &s.options.starting {
             StartingOffsets::Offsets(o) => assert_eq!(o[&("b".to_string(), 0)], 5),
             other => panic!("{other:?}"),
         }
@@ -997,29 +697,56 @@ mod tests {
 
     #[test]
     fn bad_options_are_reported_at_open() {
-        let s = KafkaSource::new("x:1")
-            .subscribe("a")
-            .subscribe_pattern("b.*");
-        assert!(s.option_error.as_deref().unwrap().contains("only one of"));
-        let s = KafkaSource::new("x:1").option("startingOfsets", "earliest");
-        assert!(s
-            .option_error
-            .as_deref()
-            .unwrap()
-            .contains("unknown Kafka source option"));
-        let s = KafkaSource::new("x:1").option("failOnDataLoss", "maybe");
-        assert!(s.option_error.as_deref().unwrap().contains("true or false"));
-        let mut s = KafkaSource::new("x:1")
-            .subscribe("a")
-            .option("endingOffsets", "latest");
-        let dir = std::env::temp_dir();
-        let e = s
-            .open(&SourceContext {
-                metadata_dir: dir,
+        let open = |mut s: KafkaSource| {
+            s.open(&SourceContext {
+                metadata_dir: std::env::temp_dir(),
                 sync: false,
             })
-            .unwrap_err();
-        assert!(e.to_string().contains("batch queries"), "{e}");
+            .unwrap_err()
+            .to_string()
+        };
+        let e = open(
+            KafkaSource::new("x:1")
+                .subscribe("a")
+                .subscribe_pattern("b.*"),
+        );
+        assert!(
+            e.contains("needs exactly one of `subscribe`, `subscribePattern` and `assign`"),
+            "{e}"
+        );
+        let e = open(KafkaSource::new("x:1").option("startingOfsets", "earliest"));
+        assert!(
+            e.contains("unknown option `startingOfsets` for the kafka source"),
+            "{e}"
+        );
+        let e = open(
+            KafkaSource::new("x:1")
+                .subscribe("a")
+                .option("failOnDataLoss", "maybe"),
+        );
+        assert!(e.contains("`failOnDataLoss` takes true or false"), "{e}");
+        let e = open(
+            KafkaSource::new("x:1")
+                .subscribe("a")
+                .option("endingOffsets", "latest"),
+        );
+        assert!(e.contains("batch queries"), "{e}");
+        let e = open(
+            KafkaSource::new("x:1")
+                .subscribe("a")
+                .max_offsets_per_trigger(0),
+        );
+        assert!(
+            e.contains("`maxOffsetsPerTrigger` takes a whole number of at least 1"),
+            "{e}"
+        );
+        // Scale-out refuses the same way.
+        let s = KafkaSource::new("x:1").assign(&[]);
+        let e = s.shared_input().unwrap_err().to_string();
+        assert!(
+            e.contains(&connectors::assign("assign", "{}").unwrap_err().to_string()),
+            "{e}"
+        );
     }
 
     #[test]

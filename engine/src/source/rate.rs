@@ -10,7 +10,8 @@ use std::sync::Arc;
 use arrow::array::{Int64Array, TimestampMicrosecondArray};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use weir_plan::{DataType, Field};
+use weir_plan::connectors;
+use weir_plan::Field;
 
 use super::{Offset, Source, SourceContext, SourceStorage};
 use crate::clock::{Clock, SystemClock};
@@ -53,34 +54,48 @@ impl RateSource {
         }
     }
 
-    /// Rows generated per second.
+    /// Rows generated per second (Spark's `rowsPerSecond`, at least 1).
     pub fn rows_per_second(mut self, n: u64) -> Self {
         self.rows_per_second = n;
+        self.check(connectors::count("rowsPerSecond", n, u64::MAX));
         self
     }
 
     /// Time to reach full speed, e.g. `"5 seconds"` (Spark's `rampUpTime`).
     pub fn ramp_up_time(mut self, d: &str) -> Self {
         self.ramp_up = d.to_string();
-        match weir_plan::parse_duration_ms(d) {
-            Ok(ms) => self.ramp_up_secs = ms / 1000,
-            Err(e) => self.error = Some(format!("rampUpTime \"{d}\": {e}")),
+        if let Some(ms) = self.check(connectors::duration("rampUpTime", d)) {
+            self.ramp_up_secs = ms / 1000;
         }
         self
     }
 
     /// Partitions (kept for Spark compatibility; rows are generated in one batch per trigger).
+    /// At least 1 (Spark's `numPartitions`).
     pub fn num_partitions(mut self, n: u32) -> Self {
-        self.num_partitions = n.max(1);
+        if let Some(n) = self.check(connectors::count(
+            "numPartitions",
+            n.into(),
+            u32::MAX.into(),
+        )) {
+            self.num_partitions = n as u32;
+        }
         self
     }
 
-    /// The source's schema: `timestamp`, `value`.
+    /// Keeps the first option the connector table refuses (reported when
+    /// the query starts).
+    fn check<T>(&mut self, r: std::result::Result<T, connectors::OptionError>) -> Option<T> {
+        r.map_err(|e| {
+            self.error.get_or_insert(e.to_string());
+        })
+        .ok()
+    }
+
+    /// The source's schema: `timestamp`, `value` (the connector table's
+    /// [`connectors::RATE_SCHEMA`]).
     pub fn fields() -> Vec<Field> {
-        vec![
-            Field::new("timestamp", DataType::Timestamp),
-            Field::new("value", DataType::Int64),
-        ]
+        connectors::fields(connectors::RATE_SCHEMA)
     }
 
     fn value_at_second(&self, secs: i64) -> i64 {
@@ -126,9 +141,6 @@ impl Source for RateSource {
     fn open_on(&mut self, _ctx: &SourceContext, storage: &SourceStorage) -> Result<()> {
         if let Some(e) = &self.error {
             return Err(WeirError::Config(e.clone()));
-        }
-        if self.rows_per_second == 0 {
-            return Err(WeirError::Config("rowsPerSecond must be positive".into()));
         }
         let dir = &storage.metadata;
         let damaged = |e: String| {
@@ -204,6 +216,46 @@ impl Source for RateSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn options_are_checked_by_the_connector_table() {
+        let open = |mut r: RateSource| {
+            let dir = tempfile::tempdir().unwrap();
+            r.open(&SourceContext {
+                metadata_dir: dir.path().to_path_buf(),
+                sync: false,
+            })
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        };
+        let rule =
+            |r: std::result::Result<u64, connectors::OptionError>| r.unwrap_err().to_string();
+        let e = open(RateSource::new().rows_per_second(0)).unwrap_err();
+        assert!(
+            e.ends_with(&rule(connectors::count("rowsPerSecond", 0, u64::MAX))),
+            "{e}"
+        );
+        let e = open(RateSource::new().num_partitions(0)).unwrap_err();
+        assert!(
+            e.ends_with(&rule(connectors::count(
+                "numPartitions",
+                0,
+                u32::MAX.into()
+            ))),
+            "{e}"
+        );
+        let e = open(RateSource::new().ramp_up_time("5 secs later")).unwrap_err();
+        let want = connectors::duration("rampUpTime", "5 secs later")
+            .unwrap_err()
+            .to_string();
+        assert!(e.ends_with(&want), "{e}");
+        assert!(open(
+            RateSource::new()
+                .rows_per_second(3)
+                .ramp_up_time("0 seconds")
+        )
+        .is_ok());
+    }
 
     #[test]
     fn generates_spark_values_and_timestamps() {

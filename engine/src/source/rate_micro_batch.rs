@@ -10,6 +10,8 @@ use arrow::array::{Int64Array, TimestampMicrosecondArray};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
+use weir_plan::connectors;
+
 use super::{Offset, Source};
 use crate::error::Result;
 
@@ -24,30 +26,50 @@ pub struct RateMicroBatchSource {
     /// query started is the last (Spark's target offset).
     available_now: bool,
     target: Option<i64>,
+    /// The first option the connector table refused (fails `open`).
+    error: Option<String>,
 }
 
 impl RateMicroBatchSource {
-    /// `rows_per_batch` rows per batch, timestamps from 0 advancing 1 s per batch.
+    /// `rows_per_batch` rows per batch (Spark's `rowsPerBatch`, 1 to
+    /// 100,000,000), timestamps from 0 advancing 1 s per batch.
     pub fn new(rows_per_batch: u64) -> RateMicroBatchSource {
-        RateMicroBatchSource {
+        let mut s = RateMicroBatchSource {
             rows_per_batch,
             start_ms: 0,
             advance_ms: 1000,
             max_batches: None,
             available_now: false,
             target: None,
+            error: None,
+        };
+        s.check(rows_per_batch, "rowsPerBatch");
+        s
+    }
+
+    /// Checks `value` by the connector table's rule for `option`; keeps
+    /// the first refusal.
+    fn check(&mut self, value: impl ToString, option: &str) {
+        let spec = connectors::source("rate-micro-batch").and_then(|s| s.option(option));
+        if let Some(spec) = spec {
+            let r = connectors::check_value(spec.kind, spec.name, &value.to_string());
+            if let Err(e) = r {
+                self.error.get_or_insert(e.to_string());
+            }
         }
     }
 
     /// The first batch's timestamp (ms since the epoch; Spark's `startTimestamp`).
     pub fn start_timestamp(mut self, ms: i64) -> Self {
         self.start_ms = ms;
+        self.check(ms, "startTimestamp");
         self
     }
 
     /// Event time advance per batch (Spark's `advanceMillisPerBatch`).
     pub fn advance_millis_per_batch(mut self, ms: i64) -> Self {
         self.advance_ms = ms;
+        self.check(ms, "advanceMillisPerBatch");
         self
     }
 
@@ -63,6 +85,14 @@ impl Source for RateMicroBatchSource {
     fn log_on_storage(&self) -> bool {
         true
     }
+
+    fn open(&mut self, _ctx: &super::SourceContext) -> Result<()> {
+        match &self.error {
+            Some(e) => Err(crate::error::WeirError::Config(e.clone())),
+            None => Ok(()),
+        }
+    }
+
     fn schema(&self) -> SchemaRef {
         crate::row::arrow_schema(&super::rate::RateSource::fields())
     }
@@ -115,5 +145,40 @@ impl Source for RateMicroBatchSource {
             )?);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The builder refuses what the connector table refuses, with its message.
+    #[test]
+    fn options_are_checked_by_the_connector_table() {
+        let open = |mut s: RateMicroBatchSource| {
+            let ctx = crate::source::SourceContext {
+                metadata_dir: std::env::temp_dir(),
+                sync: false,
+            };
+            s.open(&ctx).map_err(|e| e.to_string())
+        };
+        let spec = connectors::source("rate-micro-batch").unwrap();
+        let rule = |name: &str, v: &str| {
+            let o = spec.option(name).unwrap();
+            connectors::check_value(o.kind, o.name, v)
+                .unwrap_err()
+                .to_string()
+        };
+        let e = open(RateMicroBatchSource::new(0)).unwrap_err();
+        assert!(e.ends_with(&rule("rowsPerBatch", "0")), "{e}");
+        assert!(
+            e.contains("`rowsPerBatch` takes a whole number from 1 to 100000000"),
+            "{e}"
+        );
+        let e = open(RateMicroBatchSource::new(1).start_timestamp(-1)).unwrap_err();
+        assert!(e.ends_with(&rule("startTimestamp", "-1")), "{e}");
+        let e = open(RateMicroBatchSource::new(1).advance_millis_per_batch(-5)).unwrap_err();
+        assert!(e.ends_with(&rule("advanceMillisPerBatch", "-5")), "{e}");
+        assert!(open(RateMicroBatchSource::new(10).advance_millis_per_batch(0)).is_ok());
     }
 }

@@ -32,7 +32,7 @@ use std::thread::JoinHandle;
 use arrow::array::StringArray;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use weir_plan::{DataType, Field};
+use weir_plan::Field;
 
 use super::{Offset, Source, SourceContext};
 use crate::error::{Result, WeirError};
@@ -104,7 +104,7 @@ impl SocketSource {
 
     /// The schema: `value: String`.
     pub fn fields() -> Vec<Field> {
-        vec![Field::new("value", DataType::String)]
+        weir_plan::connectors::fields(weir_plan::connectors::SOCKET_SCHEMA)
     }
 
     fn error(&self, message: String) -> WeirError {

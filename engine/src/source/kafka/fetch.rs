@@ -109,8 +109,8 @@ impl KafkaSource {
         ranges: Vec<(TopicPartition, i64, i64)>,
     ) -> Result<Vec<RecordBatch>> {
         self.serve_events();
-        let poll_timeout = self.poll_timeout;
-        let include_headers = self.include_headers;
+        let poll_timeout = self.options.poll_timeout;
+        let include_headers = self.options.include_headers;
         let description = self.description();
         let source_err = |message: String| WeirError::Source {
             source_name: description.clone(),

@@ -56,35 +56,11 @@ pub fn from_json(v: &Value) -> Result<PartitionOffsets, String> {
     Ok(out)
 }
 
-/// Parses Spark's `assign` option: `{"topic":[0,1]}`.
+/// Parses Spark's `assign` option, `{"topic":[0,1]}`, by the connector
+/// table's rule ([`weir_plan::connectors::assign`]), as `stream_query!` and
+/// [`super::KafkaSource::assign`] check it.
 pub fn parse_assign(text: &str) -> Result<Vec<TopicPartition>, String> {
-    let v: Value = serde_json::from_str(text)
-        .map_err(|e| format!("assign `{text}` is not JSON like {{\"topicA\":[0,1]}}: {e}"))?;
-    let obj = v
-        .as_object()
-        .ok_or_else(|| format!("assign `{text}`: expected {{\"topicA\":[0,1]}}"))?;
-    let mut out = Vec::new();
-    for (t, ps) in obj {
-        let ps = ps
-            .as_array()
-            .ok_or_else(|| format!("assign: topic `{t}` needs a list of partitions"))?;
-        for p in ps {
-            let p = p
-                .as_i64()
-                .and_then(|p| i32::try_from(p).ok())
-                .filter(|p| *p >= 0)
-                .ok_or_else(|| {
-                    format!(
-                        "assign: `{p}` is not a partition of `{t}` (a number from 0 to {})",
-                        i32::MAX
-                    )
-                })?;
-            out.push((t.clone(), p));
-        }
-    }
-    out.sort();
-    out.dedup();
-    Ok(out)
+    weir_plan::connectors::assign("assign", text).map_err(|e| e.to_string())
 }
 
 /// Spark's `KafkaMicroBatchStream.rateLimit`: at most `limit` offsets in
@@ -174,6 +150,9 @@ mod tests {
             vec![("a".into(), 2), ("b".into(), 0), ("b".into(), 1)]
         );
         assert!(parse_assign("[1]").is_err());
+        // Spark assigns nothing here; weir refuses it, as the macro does.
+        assert!(parse_assign("{}").is_err());
+        assert!(parse_assign(r#"{"t":[]}"#).is_err());
     }
 
     #[test]

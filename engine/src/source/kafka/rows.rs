@@ -45,19 +45,20 @@ fn header_fields() -> Fields {
     ])
 }
 
-/// The Kafka source's row schema (Spark's), with or without `headers`.
+/// The Kafka source's row schema (Spark's, from the connector table's
+/// [`weir_plan::connectors::KAFKA_SCHEMA`]), with or without `headers`.
+/// Every column is nullable in Arrow, as the engine's schemas are.
 pub fn kafka_schema(include_headers: bool) -> SchemaRef {
-    let mut fields = vec![
-        Field::new("key", DataType::Binary, true),
-        Field::new("value", DataType::Binary, true),
-        Field::new("topic", DataType::Utf8, true),
-        Field::new("partition", DataType::Int32, true),
-        Field::new("offset", DataType::Int64, true),
-        Field::new("timestamp", crate::row::timestamp_type(), true),
-        Field::new("timestampType", DataType::Int32, true),
-    ];
+    let mut fields: Vec<Field> = weir_plan::connectors::KAFKA_SCHEMA
+        .iter()
+        .map(|f| Field::new(f.name, crate::row::arrow_type(f.dtype), true))
+        .collect();
     if include_headers {
-        fields.push(Field::new("headers", headers_type(), true));
+        fields.push(Field::new(
+            weir_plan::connectors::KAFKA_HEADERS,
+            headers_type(),
+            true,
+        ));
     }
     Arc::new(Schema::new(fields))
 }
