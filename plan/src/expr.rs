@@ -813,8 +813,8 @@ fn other(e: &sql::Expr) -> Expr {
     let mut columns: Vec<String> = Vec::new();
     let _ = sql::visit_expressions(e, |x| {
         let name = match x {
-            sql::Expr::Identifier(i) => Some(i.value.clone()),
-            sql::Expr::CompoundIdentifier(parts) => parts.last().map(|i| i.value.clone()),
+            sql::Expr::Identifier(i) => Some(ident_name(i)),
+            sql::Expr::CompoundIdentifier(parts) => parts.last().map(ident_name),
             _ => None,
         };
         if let Some(n) = name {
@@ -830,6 +830,15 @@ fn other(e: &sql::Expr) -> Expr {
     }
 }
 
+/// A name as DataFusion reads it: unquoted names fold to lower case,
+/// quoted ones are kept as written.
+fn ident_name(i: &sql::Ident) -> String {
+    match i.quote_style {
+        None => i.value.to_lowercase(),
+        Some(_) => i.value.clone(),
+    }
+}
+
 fn boxed(e: &sql::Expr) -> Box<Expr> {
     Box::new(from_sql(e))
 }
@@ -839,17 +848,17 @@ fn from_sql(e: &sql::Expr) -> Expr {
     match e {
         S::Identifier(i) => Expr::Column {
             qualifier: None,
-            name: i.value.clone(),
+            name: ident_name(i),
         },
         S::CompoundIdentifier(parts) if parts.len() >= 2 => Expr::Column {
             qualifier: Some(
                 parts[..parts.len() - 1]
                     .iter()
-                    .map(|i| i.value.as_str())
+                    .map(ident_name)
                     .collect::<Vec<_>>()
                     .join("."),
             ),
-            name: parts[parts.len() - 1].value.clone(),
+            name: ident_name(&parts[parts.len() - 1]),
         },
         S::Value(v) => match &v.value {
             sql::Value::Null => Expr::Literal(Literal::Null),
@@ -1075,6 +1084,8 @@ mod tests {
         assert_eq!(p("side = 'imp'").columns(), vec!["side"]);
         assert_eq!(p("c.user_id = p.user_id").columns(), vec!["user_id"]);
         assert_eq!(p("\"Page\" IS NOT NULL").columns(), vec!["Page"]);
+        // Unquoted names fold to lower case, as DataFusion reads them.
+        assert_eq!(p("Page IS NOT NULL").columns(), vec!["page"]);
         assert_eq!(
             p("CASE WHEN a > 1 THEN b ELSE c END").columns(),
             vec!["a", "b", "c"]

@@ -5,6 +5,7 @@ pub mod aggregate;
 pub mod dedup;
 pub mod functions;
 pub mod join;
+pub mod lower;
 pub mod operator;
 pub mod session;
 pub mod stateless;

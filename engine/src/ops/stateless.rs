@@ -7,6 +7,8 @@ use arrow::array::{Array, BooleanArray};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::common::DFSchema;
+use datafusion::logical_expr::simplify::SimplifyContext;
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_plan::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 
@@ -31,14 +33,38 @@ impl ExprPlanner {
         ExprPlanner { ctx }
     }
 
-    /// Plans `sql` over `schema`.
+    /// Plans `sql` over `schema`: read into the plan's expression tree,
+    /// then lowered to DataFusion ([`super::lower`]).
     pub fn plan(&self, sql: &str, schema: &SchemaRef) -> Result<Arc<dyn PhysicalExpr>> {
-        let err = |e: datafusion::error::DataFusionError| WeirError::Expr {
+        let tree = weir_plan::expr::Expr::parse(sql).map_err(|e| WeirError::Expr {
             expr: sql.to_string(),
+            message: e.message,
+        })?;
+        self.plan_tree(&tree, schema)
+    }
+
+    /// Plans an expression tree over `schema`.
+    pub fn plan_tree(
+        &self,
+        tree: &weir_plan::expr::Expr,
+        schema: &SchemaRef,
+    ) -> Result<Arc<dyn PhysicalExpr>> {
+        let err = |e: datafusion::error::DataFusionError| WeirError::Expr {
+            expr: tree.to_string(),
             message: e.strip_backtrace().to_string(),
         };
         let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(err)?;
-        let expr = self.ctx.parse_sql_expr(sql, &df_schema).map_err(err)?;
+        let expr = super::lower::lower(tree, &self.ctx, &df_schema).map_err(err)?;
+        // Function calls built directly (coalesce, ...) rely on DataFusion's
+        // simplifier, as its optimizer would run it over a query.
+        let simplifier = ExprSimplifier::new(
+            SimplifyContext::builder()
+                .with_schema(Arc::new(df_schema.clone()))
+                .with_config_options(Arc::clone(self.ctx.state().config_options()))
+                .build(),
+        );
+        let expr = simplifier.coerce(expr, &df_schema).map_err(err)?;
+        let expr = simplifier.simplify(expr).map_err(err)?;
         self.ctx.create_physical_expr(expr, &df_schema).map_err(err)
     }
 }
