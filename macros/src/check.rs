@@ -3,8 +3,9 @@
 //! the macro can see (one rule, one function, as serde_derive's check.rs).
 
 use proc_macro2::TokenStream;
-use weir_plan::check::Part;
-use weir_plan::{Field, Location, Op, OutputMode, Rule, StreamPlan, Violation};
+use weir_plan::resolve::check_column;
+use weir_plan::violation::Part;
+use weir_plan::{Location, Op, OutputMode, Rule, Violation};
 
 use crate::ast::{QueryDecl, Sink, Source, TriggerDecl};
 use crate::errors::{with_help, Errors};
@@ -17,10 +18,10 @@ pub fn check_plan(l: &Lowered, errs: &mut Errors) {
     let violations = weir_plan::check(&l.plan);
     let mut reported: Vec<(usize, usize, String)> = vec![];
     for v in &violations {
-        if let (Rule::UnknownColumn, Location::Op { node, op, .. }) = (v.rule, &v.at) {
-            if let Some(name) = quoted_name(&v.message) {
-                reported.push((*node, *op, name.to_string()));
-            }
+        if let (Rule::UnknownColumn, Location::Op { node, op, .. }, Some(name)) =
+            (v.rule, &v.at, &v.subject)
+        {
+            reported.push((*node, *op, name.clone()));
         }
         let help = match v.rule {
             // The plan's help writes SQL; say it in the macro's syntax.
@@ -67,7 +68,7 @@ pub fn locate(l: &Lowered, v: &Violation) -> TokenStream {
 /// The tokens of part `part` of one op, for violation `v`.
 fn locate_op(op: Option<&OpSpans>, part: Part, v: &Violation) -> Option<TokenStream> {
     let by_name = |cols: &[ColumnRef]| {
-        let name = quoted_name(&v.message)?;
+        let name = v.subject.as_deref()?;
         cols.iter()
             .find(|c| c.name == name)
             .map(|c| c.tokens.clone())
@@ -154,7 +155,7 @@ fn order_note(l: &Lowered, v: &Violation) -> Option<&'static str> {
     if v.rule != Rule::UnknownColumn || node != l.result_node() {
         return None;
     }
-    let name = quoted_name(&v.message)?;
+    let name = v.subject.as_deref()?;
     let select = l.result_ops().iter().find_map(|o| match o {
         Op::Select { columns } => Some(columns),
         _ => None,
@@ -183,7 +184,7 @@ fn sort_note(l: &Lowered, v: &Violation) -> Option<&'static str> {
     {
         return None;
     }
-    let name = quoted_name(&v.message)?;
+    let name = v.subject.as_deref()?;
     let aggregated = l
         .result_ops()
         .iter()
@@ -192,16 +193,10 @@ fn sort_note(l: &Lowered, v: &Violation) -> Option<&'static str> {
         .then_some("`order_by:` runs after `aggregate:`, so it sees the result's columns (group keys and aggregates)")
 }
 
-/// The first name in backticks: the column of "unknown column `x`".
-fn quoted_name(message: &str) -> Option<&str> {
-    let start = message.find('`')? + 1;
-    let len = message[start..].find('`')?;
-    Some(&message[start..start + len])
-}
-
 /// The plan's SQL scan skips words it takes for keywords (a column named
 /// `timestamp` or `date`); the macro sees every identifier, so it reports
-/// the unknown ones the scan missed, with the plan's own message.
+/// the unknown ones the scan missed, by the plan's own rule
+/// ([`weir_plan::resolve::check_column`]).
 fn unknown_columns_in_expressions(
     l: &Lowered,
     reported: &[(usize, usize, String)],
@@ -227,50 +222,29 @@ fn unknown_columns_in_expressions(
                 } => (columns.iter().collect(), visible),
                 _ => continue,
             };
+            let visible: Vec<&str> = visible.iter().map(String::as_str).collect();
+            let at = Location::Op {
+                node,
+                op: oi,
+                part: Part::Whole,
+            };
             let mut seen: Vec<&str> = vec![];
             for r in refs {
-                if visible.contains(&r.name)
-                    || seen.contains(&r.name.as_str())
+                if seen.contains(&r.name.as_str())
                     || reported
                         .iter()
                         .any(|(n, o, c)| *n == node && *o == oi && *c == r.name)
                 {
                     continue;
                 }
+                let Some(v) = check_column(&r.name, &visible, at.clone()) else {
+                    continue;
+                };
                 seen.push(&r.name);
-                let v = unknown_column(&r.name, visible);
                 errs.spanned(&r.tokens, with_help(&v.message, v.help.as_deref()));
             }
         }
     }
-}
-
-/// The plan's "unknown column" violation (with its "did you mean") for
-/// `name` over the columns `cols`: resolves a one-op plan that names the column.
-fn unknown_column(name: &str, cols: &[String]) -> Violation {
-    // The probe only needs the names: every column is typed as a string.
-    let fields = cols
-        .iter()
-        .map(|c| Field::new(c.clone(), weir_plan::DataType::String))
-        .collect();
-    let probe = StreamPlan::single(
-        "s",
-        fields,
-        vec![Op::Dedup {
-            columns: vec![name.into()],
-            within_watermark: false,
-        }],
-        OutputMode::Append,
-    );
-    let (_, mut v) = weir_plan::resolve(&probe);
-    v.pop().unwrap_or_else(|| {
-        Violation::new(
-            Rule::UnknownColumn,
-            Location::Plan,
-            format!("unknown column `{name}`"),
-            None,
-        )
-    })
 }
 
 /// What weir checks but cannot run yet: continuous processing (the engine
@@ -795,11 +769,5 @@ mod tests {
         assert!(e[0]
             .1
             .starts_with("the schema struct `QRow` has the name of a struct the query generates"));
-    }
-
-    #[test]
-    fn finds_the_quoted_name() {
-        assert_eq!(quoted_name("unknown column `vaule`"), Some("vaule"));
-        assert_eq!(quoted_name("no name"), None);
     }
 }

@@ -159,7 +159,7 @@ fn session_window_needs_another_key(cx: &Ctx, out: &mut Vec<Violation>) {
                     Location::Op { node: ni, op: oi, part: Part::Key(0) },
                     "Global aggregation with session window in streaming query is not supported.".into(),
                     Some("group by a column as well, e.g. `group_by: [session_window(ts, \"5 minutes\"), user]`".into()),
-                ));
+                ).about(keys[0].output_name()));
             }
         }
     }
@@ -349,7 +349,7 @@ fn no_non_time_window_functions(cx: &Ctx, out: &mut Vec<Violation>) {
                 Location::Op { node: ni, op: oi, part },
                 format!("[NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING] Window function is not supported in {call} (as column `{name}`) on streaming DataFrames/Datasets. Structured Streaming only supports time-window aggregation using the WINDOW function. (window specification: ({spec}))"),
                 Some("group by window(<event-time column>, <size>) instead; for a running number per key, aggregate with count()".into()),
-            ));
+            ).about(name));
         }
     }
 }
@@ -393,7 +393,7 @@ fn stream_stream_join_append_only(cx: &Ctx, out: &mut Vec<Violation>) {
                     cx.plan.output_mode.spark_name()
                 ),
                 Some("use output_mode: append for stream-stream joins".into()),
-            ));
+            ).about(right.as_str()));
             return;
         }
     }
@@ -442,7 +442,7 @@ fn outer_joins_need_watermark_or_static_side(cx: &Ctx, out: &mut Vec<Violation>)
                 at,
                 format!("{name} join with a streaming DataFrame/Dataset on the {s} and a static DataFrame/Dataset on the {t} is not supported"),
                 Some("put the stream on the preserved side (stream left outer join static), or use an inner join".into()),
-            ));
+            ).about(right.as_str()));
             continue;
         }
         if !(ls && rstream) || *how == JoinType::Inner {
@@ -493,7 +493,7 @@ fn outer_joins_need_watermark_or_static_side(cx: &Ctx, out: &mut Vec<Violation>)
                 at,
                 msg,
                 Some("declare watermarks on both sides and bound the join in time, e.g. `right_ts >= left_ts AND right_ts <= left_ts + INTERVAL '15 minutes'`".into()),
-            ));
+            ).about(right.as_str()));
         }
     }
 }
@@ -635,7 +635,7 @@ fn kafka_sink_needs_value_column(cx: &Ctx, out: &mut Vec<Violation>) {
                 "the Kafka sink writes each row's `value` column (string or binary) as the record's value, and its `key` column, if any, as the key; the result has {}: compute a `value`, e.g. `value: x as String` in `select:`",
                 list_columns(result)
             )),
-        ));
+        ).about("value"));
     }
     for name in ["value", "key"] {
         let Some(t) = result.column(name).and_then(|c| c.dtype) else {
@@ -644,17 +644,20 @@ fn kafka_sink_needs_value_column(cx: &Ctx, out: &mut Vec<Violation>) {
         if matches!(t, DataType::String | DataType::Binary) {
             continue;
         }
-        out.push(Violation::new(
-            Rule::KafkaSinkColumns,
-            Location::Sink,
-            format!(
-                "{name} attribute unsupported type {}. {name} must be a(n) string or binary",
-                t.spark_name()
-            ),
-            Some(format!(
-                "convert it in `select:`, e.g. `{name}: {name} as String`"
-            )),
-        ));
+        out.push(
+            Violation::new(
+                Rule::KafkaSinkColumns,
+                Location::Sink,
+                format!(
+                    "{name} attribute unsupported type {}. {name} must be a(n) string or binary",
+                    t.spark_name()
+                ),
+                Some(format!(
+                    "convert it in `select:`, e.g. `{name}: {name} as String`"
+                )),
+            )
+            .about(name),
+        );
     }
 }
 

@@ -71,15 +71,18 @@ pub fn resolve(plan: &StreamPlan) -> (BTreeMap<String, NodeSchema>, Vec<Violatio
         let mut cur = match schemas.get(&node.input) {
             Some(s) => s.clone(),
             None => {
-                errs.push(Violation::new(
-                    Rule::UnknownInput,
-                    Location::node(ni),
-                    format!(
+                errs.push(
+                    Violation::new(
+                        Rule::UnknownInput,
+                        Location::node(ni),
+                        format!(
                         "node `{}` reads `{}`, which is not a source, static table or earlier node",
                         node.id, node.input
                     ),
-                    None,
-                ));
+                        None,
+                    )
+                    .about(node.input.as_str()),
+                );
                 NodeSchema {
                     streaming: true,
                     ..Default::default()
@@ -92,12 +95,15 @@ pub fn resolve(plan: &StreamPlan) -> (BTreeMap<String, NodeSchema>, Vec<Violatio
         schemas.insert(node.id.clone(), cur);
     }
     if !schemas.contains_key(&plan.result) {
-        errs.push(Violation::new(
-            Rule::UnknownInput,
-            Location::Plan,
-            format!("the result node `{}` does not exist", plan.result),
-            None,
-        ));
+        errs.push(
+            Violation::new(
+                Rule::UnknownInput,
+                Location::Plan,
+                format!("the result node `{}` does not exist", plan.result),
+                None,
+            )
+            .about(plan.result.as_str()),
+        );
     }
     (schemas, errs)
 }
@@ -138,12 +144,26 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-/// The message and help for a column that does not exist.
+/// The rule "a column must exist", for a column `name` among the columns
+/// `available` (in order), at `at`: the unknown-column violation, with a
+/// "did you mean" over them, or `None` when `name` is one of them. What the
+/// plan's resolution reports; the macro calls it for the identifiers it
+/// sees in Rust expressions.
+pub fn check_column(name: &str, available: &[&str], at: Location) -> Option<Violation> {
+    (!available.contains(&name)).then(|| unknown_among(name, available, at))
+}
+
+/// The violation for a column `name` that the schema `cur` does not have.
 fn unknown_column(name: &str, cur: &NodeSchema, at: Location) -> Violation {
     let names: Vec<&str> = cur.columns.iter().map(|c| c.name.as_str()).collect();
-    let help = match did_you_mean(name, &names).map(|c| format!("did you mean `{c}`?")) {
-        Some(s) => format!("{s} (available: {})", names.join(", ")),
-        None => format!("available columns: {}", names.join(", ")),
+    unknown_among(name, &names, at)
+}
+
+/// "unknown column `name`", with a "did you mean" over `available`.
+fn unknown_among(name: &str, available: &[&str], at: Location) -> Violation {
+    let help = match did_you_mean(name, available).map(|c| format!("did you mean `{c}`?")) {
+        Some(s) => format!("{s} (available: {})", available.join(", ")),
+        None => format!("available columns: {}", available.join(", ")),
     };
     Violation::new(
         Rule::UnknownColumn,
@@ -151,6 +171,7 @@ fn unknown_column(name: &str, cur: &NodeSchema, at: Location) -> Violation {
         format!("unknown column `{name}`"),
         Some(help),
     )
+    .about(name)
 }
 
 fn check_sql_columns(sql_text: &str, cur: &NodeSchema, at: Location, errs: &mut Vec<Violation>) {
@@ -194,12 +215,15 @@ fn apply_op(
             for (i, item) in columns.iter().enumerate() {
                 check_sql_columns(&item.expr, cur, at(Part::Item(i)), errs);
                 if out.iter().any(|c| c.name == item.alias) {
-                    errs.push(Violation::new(
-                        Rule::DuplicateColumn,
-                        at(Part::Item(i)),
-                        format!("duplicate output column `{}`", item.alias),
-                        Some("give each output column its own name".into()),
-                    ));
+                    errs.push(
+                        Violation::new(
+                            Rule::DuplicateColumn,
+                            at(Part::Item(i)),
+                            format!("duplicate output column `{}`", item.alias),
+                            Some("give each output column its own name".into()),
+                        )
+                        .about(item.alias.as_str()),
+                    );
                 }
                 out.push(derived(cur, &item.expr, &item.alias));
             }
@@ -235,7 +259,7 @@ fn apply_op(
                                 c.dtype.unwrap()
                             ),
                             Some("declare the event-time column as Timestamp, or convert it with to_timestamp(...)".into()),
-                        ));
+                        ).about(column.as_str()));
                     }
                     c.watermark = true;
                     cur.has_watermark = true;
@@ -331,7 +355,7 @@ fn apply_op(
                                                 c.dtype.unwrap()
                                             ),
                                             Some("window over an event-time column of type Timestamp".into()),
-                                        ));
+                                        ).about(tc.as_str()));
                                     }
                                 }
                             },
@@ -344,12 +368,15 @@ fn apply_op(
                     }
                 }
                 if keys[..i].iter().any(|p| p.output_name() == k.output_name()) {
-                    errs.push(Violation::new(
-                        Rule::DuplicateColumn,
-                        at(Part::Key(i)),
-                        format!("duplicate output column `{}`", k.output_name()),
-                        Some("group by each column once, and by at most one window".into()),
-                    ));
+                    errs.push(
+                        Violation::new(
+                            Rule::DuplicateColumn,
+                            at(Part::Key(i)),
+                            format!("duplicate output column `{}`", k.output_name()),
+                            Some("group by each column once, and by at most one window".into()),
+                        )
+                        .about(k.output_name()),
+                    );
                 }
             }
             for (i, a) in aggs.iter().enumerate() {
@@ -375,32 +402,37 @@ fn apply_op(
                 let known_input = a.column == "*" || input.is_some();
                 let rt = a.func.result_type(input);
                 if known_input && a.column != "*" && rt.is_none() {
-                    errs.push(Violation::new(
-                        Rule::TypeMismatch,
-                        at(Part::Agg(i)),
-                        format!(
-                            "{}({}) is not defined on {} columns",
-                            a.func.name(),
-                            a.column,
-                            input.map(|t| t.name()).unwrap_or("?")
-                        ),
-                        Some(match a.func {
-                            AggFn::Sum | AggFn::Avg => {
-                                "sum and avg take int32, int64 or float64 columns".into()
-                            }
-                            _ => {
-                                "min and max take numbers, strings, booleans and timestamps".into()
-                            }
-                        }),
-                    ));
+                    errs.push(
+                        Violation::new(
+                            Rule::TypeMismatch,
+                            at(Part::Agg(i)),
+                            format!(
+                                "{}({}) is not defined on {} columns",
+                                a.func.name(),
+                                a.column,
+                                input.map(|t| t.name()).unwrap_or("?")
+                            ),
+                            Some(match a.func {
+                                AggFn::Sum | AggFn::Avg => {
+                                    "sum and avg take int32, int64 or float64 columns".into()
+                                }
+                                _ => "min and max take numbers, strings, booleans and timestamps"
+                                    .into(),
+                            }),
+                        )
+                        .about(a.column.as_str()),
+                    );
                 }
                 if out.iter().any(|c| c.name == a.alias) {
-                    errs.push(Violation::new(
-                        Rule::DuplicateColumn,
-                        at(Part::Agg(i)),
-                        format!("duplicate output column `{}`", a.alias),
-                        Some("give each aggregate its own name".into()),
-                    ));
+                    errs.push(
+                        Violation::new(
+                            Rule::DuplicateColumn,
+                            at(Part::Agg(i)),
+                            format!("duplicate output column `{}`", a.alias),
+                            Some("give each aggregate its own name".into()),
+                        )
+                        .about(a.alias.as_str()),
+                    );
                 }
                 out.push(Column {
                     name: a.alias.clone(),
@@ -427,12 +459,15 @@ fn apply_op(
             how,
         } => {
             let Some(r) = schemas.get(right) else {
-                errs.push(Violation::new(
-                    Rule::UnknownInput,
-                    at(Part::Whole),
-                    format!("join with `{right}`, which is not a static table or earlier node"),
-                    None,
-                ));
+                errs.push(
+                    Violation::new(
+                        Rule::UnknownInput,
+                        at(Part::Whole),
+                        format!("join with `{right}`, which is not a static table or earlier node"),
+                        None,
+                    )
+                    .about(right.as_str()),
+                );
                 return;
             };
             let _ = plan;

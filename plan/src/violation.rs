@@ -164,3 +164,253 @@ impl std::fmt::Display for Violation {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::check;
+    use crate::plan::*;
+    use crate::resolve::check_column;
+    use crate::types::{DataType, Field};
+
+    fn events() -> Vec<Field> {
+        vec![
+            Field::new("ts", DataType::Timestamp),
+            Field::new("key", DataType::String),
+            Field::new("value", DataType::Int64),
+        ]
+    }
+
+    /// `(rule, subject)` of every violation of a one-source plan.
+    fn subjects(ops: Vec<Op>, mode: OutputMode) -> Vec<(Rule, Option<String>)> {
+        let p = StreamPlan::single("events", events(), ops, mode);
+        check(&p).into_iter().map(|v| (v.rule, v.subject)).collect()
+    }
+
+    fn about(rule: Rule, name: &str) -> (Rule, Option<String>) {
+        (rule, Some(name.to_string()))
+    }
+
+    fn agg(func: AggFn, column: &str, alias: &str) -> AggSpec {
+        AggSpec {
+            func,
+            column: column.into(),
+            alias: alias.into(),
+        }
+    }
+
+    #[test]
+    fn an_unknown_column_is_the_subject_wherever_it_is_named() {
+        let got = subjects(
+            vec![
+                Op::Filter {
+                    predicate: "vaule > 1 AND key <> 'rock and roll'".into(),
+                },
+                Op::Dedup {
+                    columns: vec!["kee".into()],
+                    within_watermark: false,
+                },
+                Op::Aggregate {
+                    keys: vec![GroupKey::Column {
+                        column: "page".into(),
+                    }],
+                    aggs: vec![agg(AggFn::Sum, "n", "total")],
+                },
+                Op::Sort {
+                    by: vec![SortKey {
+                        column: "totl".into(),
+                        desc: false,
+                    }],
+                },
+            ],
+            OutputMode::Update,
+        );
+        assert_eq!(
+            got[..5],
+            [
+                about(Rule::UnknownColumn, "vaule"),
+                about(Rule::UnknownColumn, "kee"),
+                about(Rule::UnknownColumn, "page"),
+                about(Rule::UnknownColumn, "n"),
+                about(Rule::UnknownColumn, "totl"),
+            ]
+        );
+    }
+
+    #[test]
+    fn duplicate_and_mistyped_columns_are_the_subject() {
+        let got = subjects(
+            vec![
+                Op::Select {
+                    columns: vec![
+                        SelectItem {
+                            expr: "ts".into(),
+                            alias: "ts".into(),
+                        },
+                        SelectItem {
+                            expr: "key".into(),
+                            alias: "k".into(),
+                        },
+                        SelectItem {
+                            expr: "value".into(),
+                            alias: "k".into(),
+                        },
+                    ],
+                },
+                Op::Watermark {
+                    column: "k".into(),
+                    delay: "1 minute".into(),
+                },
+                Op::Aggregate {
+                    keys: vec![
+                        GroupKey::Column {
+                            column: "ts".into(),
+                        },
+                        GroupKey::Column {
+                            column: "ts".into(),
+                        },
+                    ],
+                    aggs: vec![agg(AggFn::Sum, "k", "s"), agg(AggFn::Count, "*", "s")],
+                },
+            ],
+            OutputMode::Update,
+        );
+        assert_eq!(
+            got,
+            [
+                about(Rule::DuplicateColumn, "k"),
+                about(Rule::TypeMismatch, "k"),
+                about(Rule::DuplicateColumn, "ts"),
+                about(Rule::TypeMismatch, "k"),
+                about(Rule::DuplicateColumn, "s"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_window_over_a_non_timestamp_names_its_column() {
+        let got = subjects(
+            vec![Op::Aggregate {
+                keys: vec![GroupKey::Window {
+                    window: WindowSpec {
+                        column: Some("key".into()),
+                        expr: None,
+                        size: "10 minutes".into(),
+                        slide: None,
+                        gap: None,
+                    },
+                    alias: "window".into(),
+                }],
+                aggs: vec![],
+            }],
+            OutputMode::Update,
+        );
+        assert_eq!(got, [about(Rule::TypeMismatch, "key")]);
+    }
+
+    #[test]
+    fn joins_name_their_keys_and_the_joined_input() {
+        let mut p = StreamPlan::single(
+            "events",
+            events(),
+            vec![Op::Join {
+                right: "pages".into(),
+                how: JoinType::LeftOuter,
+                on: None,
+                using: Some(vec!["page".into()]),
+            }],
+            OutputMode::Append,
+        );
+        let pages = StaticDecl {
+            schema: vec![Field::new("key", DataType::String)],
+            rows: vec![],
+        };
+        p.statics.insert("pages".into(), pages);
+        let got: Vec<_> = check(&p).into_iter().map(|v| (v.rule, v.subject)).collect();
+        assert_eq!(
+            got,
+            [
+                about(Rule::UnknownColumn, "page"),
+                about(Rule::UnknownColumn, "page"),
+            ]
+        );
+        // The static side of a left outer join on the left: the joined input.
+        p.nodes[0].input = "pages".into();
+        p.sources.clear();
+        p.statics.insert(
+            "events".into(),
+            StaticDecl {
+                schema: vec![],
+                rows: vec![],
+            },
+        );
+        p.sources
+            .insert("clicks".into(), SourceDecl { schema: events() });
+        p.nodes[0].ops = vec![Op::Join {
+            right: "clicks".into(),
+            how: JoinType::LeftOuter,
+            on: None,
+            using: Some(vec!["key".into()]),
+        }];
+        let got: Vec<_> = check(&p).into_iter().map(|v| (v.rule, v.subject)).collect();
+        assert_eq!(got, [about(Rule::StreamStaticOuterJoin, "clicks")]);
+        // An input that does not exist.
+        p.nodes[0].ops = vec![Op::Join {
+            right: "nowhere".into(),
+            how: JoinType::Inner,
+            on: None,
+            using: None,
+        }];
+        let got: Vec<_> = check(&p).into_iter().map(|v| (v.rule, v.subject)).collect();
+        assert_eq!(got[0], about(Rule::UnknownInput, "nowhere"));
+    }
+
+    #[test]
+    fn the_kafka_sink_names_the_column_it_needs() {
+        let mut p = StreamPlan::single("events", events(), vec![], OutputMode::Append);
+        p.sink = Some(SinkDecl {
+            kind: SinkKind::Kafka,
+            checkpoint: true,
+        });
+        let got: Vec<_> = check(&p).into_iter().map(|v| (v.rule, v.subject)).collect();
+        // `value` is a bigint here.
+        assert_eq!(got, [about(Rule::KafkaSinkColumns, "value")]);
+    }
+
+    #[test]
+    fn rules_about_the_whole_query_have_no_subject() {
+        let got = subjects(vec![], OutputMode::Complete);
+        assert_eq!(got, [(Rule::CompleteWithoutAggregation, None)]);
+    }
+
+    #[test]
+    fn check_column_is_the_rule_resolution_applies() {
+        let at = Location::Op {
+            node: 0,
+            op: 0,
+            part: Part::Whole,
+        };
+        assert_eq!(check_column("key", &["ts", "key"], at.clone()), None);
+        let v = check_column("kye", &["ts", "key"], at.clone()).unwrap();
+        assert_eq!(v.rule, Rule::UnknownColumn);
+        assert_eq!(v.subject.as_deref(), Some("kye"));
+        assert_eq!(v.at, at);
+        assert_eq!(v.message, "unknown column `kye`");
+        assert_eq!(
+            v.help.as_deref(),
+            Some("did you mean `key`? (available: ts, key)")
+        );
+        // The same words as resolution gives a plan that names the column.
+        let p = StreamPlan::single(
+            "events",
+            events(),
+            vec![Op::Filter {
+                predicate: "kye = 'a'".into(),
+            }],
+            OutputMode::Append,
+        );
+        let (_, errs) = crate::resolve::resolve(&p);
+        let expected = check_column("kye", &["ts", "key", "value"], at).unwrap();
+        assert_eq!(errs, [expected]);
+    }
+}
