@@ -11,7 +11,7 @@ use weir_plan::{
 };
 
 use crate::error::{Result, WeirError};
-use crate::query::{IntoQuerySpec, QuerySpec, StreamingQuery, Trigger};
+use crate::query::{QuerySpec, StreamingQuery, Trigger};
 use crate::session::Session;
 use crate::sink::{BoxSink, ForeachBatchSink};
 use crate::source::BoxSource;
@@ -317,7 +317,6 @@ impl DataStream {
             checkpoint: None,
             sink: None,
             late_sink: None,
-            watermark_share: None,
             #[cfg(feature = "kafka")]
             scale_out: None,
         }
@@ -383,8 +382,6 @@ pub struct StreamWriter {
     pub(crate) checkpoint: Option<String>,
     pub(crate) sink: Option<BoxSink>,
     pub(crate) late_sink: Option<BoxSink>,
-    /// Scale-out: how this task learns the other tasks' watermarks.
-    pub(crate) watermark_share: Option<std::sync::Arc<dyn crate::query::WatermarkShare>>,
     /// Scale-out: the consumer group this process joins.
     #[cfg(feature = "kafka")]
     pub(crate) scale_out: Option<crate::scale::ScaleOut>,
@@ -454,14 +451,7 @@ impl StreamWriter {
         {
             p.scale_out = self.scale_out.as_ref().map(|s| s.group.clone());
         }
-        p.trigger = Some(match self.trigger {
-            Trigger::Default => weir_plan::TriggerDecl::Default,
-            Trigger::ProcessingTime(d) => {
-                weir_plan::TriggerDecl::ProcessingTime(d.as_millis() as u64)
-            }
-            Trigger::AvailableNow => weir_plan::TriggerDecl::AvailableNow,
-            Trigger::Once => weir_plan::TriggerDecl::Once,
-        });
+        p.trigger = Some(self.trigger.decl());
         p
     }
 
@@ -508,16 +498,14 @@ impl StreamWriter {
         self.validate()?;
         #[cfg(feature = "kafka")]
         if let Some(scale) = self.scale_out.take() {
-            return crate::scale::start(self, scale);
+            return crate::scale::start(self.into_query_spec()?, scale);
         }
         crate::query::start(self.into_query_spec()?)
     }
-}
 
-impl IntoQuerySpec for StreamWriter {
     /// The query as the executor runs it: the plan with this writer's
     /// settings applied, its sources, sinks and checkpoint location.
-    fn into_query_spec(self) -> Result<QuerySpec> {
+    pub(crate) fn into_query_spec(self) -> Result<QuerySpec> {
         let StreamWriter {
             stream,
             mode,
@@ -526,7 +514,6 @@ impl IntoQuerySpec for StreamWriter {
             checkpoint,
             sink,
             late_sink,
-            watermark_share,
             ..
         } = self;
         let sink = sink.ok_or_else(|| {
@@ -544,7 +531,7 @@ impl IntoQuerySpec for StreamWriter {
             checkpoint,
             sink,
             late_sink,
-            watermark_share,
+            watermark_share: None,
         })
     }
 }

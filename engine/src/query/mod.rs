@@ -16,7 +16,7 @@ pub(crate) use exec::SCALE_OUT_MARKER;
 #[cfg(feature = "kafka")]
 pub(crate) use shared_watermark::merge as merge_watermarks;
 pub use shared_watermark::{Pending, WatermarkShare};
-pub(crate) use spec::{IntoQuerySpec, QuerySpec};
+pub(crate) use spec::QuerySpec;
 pub use trigger::Trigger;
 
 use crate::error::{Result, WeirError};
@@ -234,6 +234,6 @@ impl StreamingQuery {
 }
 
 /// Starts the query `spec` describes on its own thread.
-pub(crate) fn start(spec: impl IntoQuerySpec) -> Result<StreamingQuery> {
-    exec::start(spec.into_query_spec()?)
+pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
+    exec::start(spec)
 }

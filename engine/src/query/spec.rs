@@ -8,7 +8,6 @@ use std::sync::Arc;
 use weir_plan::StreamPlan;
 
 use super::{Trigger, WatermarkShare};
-use crate::error::Result;
 use crate::session::Session;
 use crate::sink::BoxSink;
 use crate::source::BoxSource;
@@ -56,18 +55,5 @@ impl QuerySpec {
         plan.conf.no_data_batches = conf.no_data_batches;
         plan.conf.watermark_policy = conf.watermark_policy;
         plan
-    }
-}
-
-/// What the executor can start: a [`QuerySpec`], or a builder that makes
-/// one (the user-facing `StreamWriter` implements it beside itself).
-pub(crate) trait IntoQuerySpec {
-    /// The spec, or why the query cannot start (no sink, say).
-    fn into_query_spec(self) -> Result<QuerySpec>;
-}
-
-impl IntoQuerySpec for QuerySpec {
-    fn into_query_spec(self) -> Result<QuerySpec> {
-        Ok(self)
     }
 }

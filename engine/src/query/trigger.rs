@@ -26,4 +26,17 @@ impl Trigger {
             .map_err(|e| WeirError::Config(format!("trigger interval \"{interval}\": {e}")))?;
         Ok(Trigger::ProcessingTime(Duration::from_millis(ms as u64)))
     }
+
+    /// The trigger as the plan declares it (what `explain()` and the plan's
+    /// rules read).
+    pub(crate) fn decl(self) -> weir_plan::TriggerDecl {
+        match self {
+            Trigger::Default => weir_plan::TriggerDecl::Default,
+            Trigger::ProcessingTime(d) => {
+                weir_plan::TriggerDecl::ProcessingTime(d.as_millis() as u64)
+            }
+            Trigger::AvailableNow => weir_plan::TriggerDecl::AvailableNow,
+            Trigger::Once => weir_plan::TriggerDecl::Once,
+        }
+    }
 }

@@ -34,10 +34,9 @@ use std::time::{Duration, Instant};
 use weir_plan::StreamPlan;
 
 use crate::checkpoint::Checkpoint;
-use crate::dataset::{DataStream, StreamWriter};
 use crate::error::{Result, WeirError};
 use crate::progress::{QueryStatus, StreamingQueryProgress};
-use crate::query::{QueryShared, StreamingQuery, Trigger, SCALE_OUT_MARKER};
+use crate::query::{QueryShared, QuerySpec, StreamingQuery, Trigger, SCALE_OUT_MARKER};
 use crate::session::Session;
 use crate::sink::BoxSink;
 use crate::source::kafka::KafkaAdmin;
@@ -131,14 +130,15 @@ impl Template {
         }
         let mut sources = BTreeMap::new();
         sources.insert(self.source_name.clone(), source);
-        let writer = StreamWriter {
-            stream: DataStream {
-                session: self.session.clone(),
-                plan: stage.plan.clone(),
-                sources,
-                statics: self.statics.clone(),
-            },
-            mode: stage.mode,
+        let late_sink = match stage.late_sink {
+            Some(l) => Some(self.sinks[l].for_task(&task, weir_plan::OutputMode::Append)?),
+            None => None,
+        };
+        crate::query::start(QuerySpec {
+            session: self.session.clone(),
+            plan: QuerySpec::running_plan(&self.session, &stage.plan, stage.mode),
+            sources,
+            statics: self.statics.clone(),
             trigger: self.trigger,
             name: Some(format!(
                 "{}[{task}]",
@@ -148,15 +148,10 @@ impl Template {
                 "{}/tasks/{task}",
                 self.checkpoint.trim_end_matches('/')
             )),
-            sink: Some(sink),
-            late_sink: match stage.late_sink {
-                Some(l) => Some(self.sinks[l].for_task(&task, weir_plan::OutputMode::Append)?),
-                None => None,
-            },
+            sink,
+            late_sink,
             watermark_share: Some(marks),
-            scale_out: None,
-        };
-        crate::query::start(writer)
+        })
     }
 }
 
@@ -218,33 +213,26 @@ impl Membership for Tasks {
     }
 }
 
-/// Starts `writer` as this process's share of a scale-out query.
-pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<StreamingQuery> {
+/// Starts `spec` as this process's share of a scale-out query.
+pub(crate) fn start(spec: QuerySpec, scale: ScaleOut) -> Result<StreamingQuery> {
     // What a scale-out query cannot divide (a join of two streams, a sort,
     // an ending trigger, a one-writer sink, no checkpoint) was refused by
     // the plan's rules in `StreamWriter::validate`.
-    let checkpoint = writer
-        .checkpoint
-        .take()
-        .ok_or_else(|| WeirError::Config("a scale-out query needs a checkpoint location".into()))?;
-    let sink = writer
-        .sink
-        .take()
-        .ok_or_else(|| WeirError::Config("no sink: call .sink(...) before start()".into()))?;
-    let StreamWriter {
-        stream,
-        mode,
-        trigger,
-        name,
-        late_sink,
-        ..
-    } = writer;
-    let DataStream {
+    let QuerySpec {
         session,
         plan,
         sources,
         statics,
-    } = stream;
+        trigger,
+        name,
+        checkpoint,
+        sink,
+        late_sink,
+        watermark_share: _,
+    } = spec;
+    let checkpoint = checkpoint
+        .ok_or_else(|| WeirError::Config("a scale-out query needs a checkpoint location".into()))?;
+    let mode = plan.output_mode;
     let mut sources = sources.into_iter();
     let (Some((source_name, source)), None) = (sources.next(), sources.next()) else {
         return Err(WeirError::Config(
@@ -260,13 +248,10 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
         l.for_task("check", weir_plan::OutputMode::Append)?;
     }
     // The query's id, shared by every process (the first creates it).
+    // (`plan` is the running plan: the mode and the session's settings applied.)
     let conf = session.conf().clone();
-    let mut full = plan.clone();
-    full.output_mode = mode;
-    full.conf.no_data_batches = conf.no_data_batches;
-    full.conf.watermark_policy = conf.watermark_policy;
     let chk = Checkpoint::open_location(&checkpoint, &conf.s3, conf.fsync_checkpoint)?;
-    let meta = chk.load_or_init_metadata(&full, conf.shuffle_partitions)?;
+    let meta = chk.load_or_init_metadata(&plan, conf.shuffle_partitions)?;
     // A scale-out checkpoint keeps its batches per task: one a single
     // process wrote would be started over (and its output written again).
     if let Some(b) = chk.offsets.latest()? {
@@ -406,13 +391,15 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
             tasks.clone(),
         )?);
     }
-    let explain = format!(
-            "== Scale-out query ==\nGroup: {}\nInput: {} at {}\nTasks: one per input partition, under {}/tasks/\n",
-            scale.group,
-            input.topics.join(", "),
-            input.bootstrap,
-            template.checkpoint.trim_end_matches('/')
-        );
+    let explain = explain(
+        &plan,
+        &template.sources[0],
+        &template.sinks[0],
+        trigger,
+        &scale.group,
+        &input,
+        &template.checkpoint,
+    );
     let shared = Arc::new(QueryShared::new(
         meta.id.clone(),
         name.clone(),
@@ -440,6 +427,37 @@ pub(crate) fn start(mut writer: StreamWriter, scale: ScaleOut) -> Result<Streami
     let q = StreamingQuery { shared };
     session.inner.queries.lock().unwrap().push(q.clone());
     Ok(q)
+}
+
+/// The coordinator's `explain()`: the plan tree weir-plan prints (as
+/// [`StreamingQuery::explain`] and `stream_query!`'s `EXPLAIN` do), its
+/// sink, trigger and group filled in, then how the query is spread: the
+/// group, the input, the source and sink, where the tasks keep their
+/// checkpoints.
+fn explain(
+    plan: &StreamPlan,
+    source: &BoxSource,
+    sink: &BoxSink,
+    trigger: Trigger,
+    group: &str,
+    input: &SharedInput,
+    checkpoint: &str,
+) -> String {
+    let mut plan = plan.clone();
+    plan.sink.get_or_insert(weir_plan::SinkDecl {
+        kind: sink.kind(),
+        checkpoint: true,
+    });
+    plan.trigger.get_or_insert(trigger.decl());
+    plan.scale_out.get_or_insert_with(|| group.to_string());
+    format!(
+        "== Physical Plan ==\n{plan}\n== Scale-out query ==\nGroup: {group}\nInput: {} at {}\nSource: {}\nSink: {}\nTasks: one per input partition, under {}/tasks/\n",
+        input.topics.join(", "),
+        input.bootstrap,
+        source.description(),
+        sink.description(),
+        checkpoint.trim_end_matches('/')
+    )
 }
 
 /// The process's side of the query: keeps the group membership, starts and
@@ -694,4 +712,63 @@ fn next_offset(p: &StreamingQueryProgress, (topic, partition): &Partition) -> Op
         .get(topic)?
         .get(partition.to_string())?
         .as_i64()
+}
+
+#[cfg(test)]
+mod tests {
+    use weir_plan::{DataType, Field, Op, OutputMode};
+
+    use super::*;
+    use crate::sink::MemorySink;
+    use crate::source::MemoryStream;
+
+    #[test]
+    fn the_coordinators_explain_prints_the_plan_tree_then_how_the_query_is_spread() {
+        let fields = [Field::new("n", DataType::Int64)];
+        let plan = StreamPlan::single(
+            "views",
+            fields.to_vec(),
+            vec![Op::Filter {
+                predicate: "n > 0".into(),
+            }],
+            OutputMode::Update,
+        );
+        let source: BoxSource = MemoryStream::new(&fields).into();
+        let sink: BoxSink = MemorySink::new("out").into();
+        let input = SharedInput {
+            bootstrap: "broker:9092".into(),
+            topics: vec!["views".into()],
+            kafka_conf: BTreeMap::new(),
+            max_offsets_per_trigger: None,
+        };
+        let text = explain(
+            &plan,
+            &source,
+            &sink,
+            Trigger::AvailableNow,
+            "views-group",
+            &input,
+            "s3://bucket/chk/",
+        );
+        // The same tree the plan prints (EXPLAIN's), its declarations filled in.
+        let mut tree = plan.clone();
+        tree.sink = Some(weir_plan::SinkDecl {
+            kind: weir_plan::SinkKind::Memory,
+            checkpoint: true,
+        });
+        tree.trigger = Some(weir_plan::TriggerDecl::AvailableNow);
+        tree.scale_out = Some("views-group".into());
+        let tree = tree.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "== Physical Plan ==\n{tree}\n== Scale-out query ==\n"
+            )),
+            "{text}"
+        );
+        assert!(tree.contains("scaleOut=views-group"), "{tree}");
+        assert!(tree.contains("Filter n > 0"), "{tree}");
+        assert!(text.contains("\nGroup: views-group\n"), "{text}");
+        assert!(text.contains("\nInput: views at broker:9092\n"), "{text}");
+        assert!(text.contains("under s3://bucket/chk/tasks/\n"), "{text}");
+    }
 }
