@@ -81,6 +81,12 @@ pub fn window_type() -> ArrowType {
     ArrowType::Struct(window_fields())
 }
 
+/// True for a window's type: a struct of `start` and `end` (the one test
+/// every part of the engine uses to recognise a window column).
+pub fn is_window_type(t: &ArrowType) -> bool {
+    matches!(t, ArrowType::Struct(f) if f.len() == 2 && f[0].name() == "start" && f[1].name() == "end")
+}
+
 fn window_fields() -> Fields {
     Fields::from(vec![
         ArrowField::new("start", timestamp_type(), true),
@@ -112,9 +118,7 @@ pub fn plan_type(t: &ArrowType) -> Option<DataType> {
         ArrowType::Float64 => DataType::Float64,
         ArrowType::Boolean => DataType::Bool,
         ArrowType::Binary | ArrowType::LargeBinary => DataType::Binary,
-        ArrowType::Struct(f) if f.len() == 2 && f[0].name() == "start" && f[1].name() == "end" => {
-            DataType::Window
-        }
+        t if is_window_type(t) => DataType::Window,
         _ => return None,
     })
 }
@@ -391,6 +395,18 @@ pub fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a dyn Array> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_is_a_struct_of_start_and_end() {
+        assert!(is_window_type(&window_type()));
+        assert_eq!(plan_type(&window_type()), Some(DataType::Window));
+        let other = ArrowType::Struct(Fields::from(vec![
+            ArrowField::new("from", timestamp_type(), true),
+            ArrowField::new("to", timestamp_type(), true),
+        ]));
+        assert!(!is_window_type(&other));
+        assert!(!is_window_type(&timestamp_type()));
+    }
 
     #[test]
     fn values_round_trip_through_arrow() {

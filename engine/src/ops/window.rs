@@ -10,7 +10,7 @@
 //! [`Assignment::rows_losing_windows`], and never overflows. The arithmetic
 //! is done in `i128`.
 
-use arrow::array::{Array, AsArray};
+use arrow::array::AsArray;
 use arrow::datatypes::TimestampMicrosecondType;
 
 use crate::error::{Result, WeirError};
@@ -221,11 +221,6 @@ impl Iterator for WindowStarts {
         };
         (n, Some(n))
     }
-}
-
-/// Number of columns in a window-typed array (for checks).
-pub fn is_window_array(a: &dyn Array) -> bool {
-    matches!(a.data_type(), arrow::datatypes::DataType::Struct(f) if f.len() == 2)
 }
 
 #[cfg(test)]

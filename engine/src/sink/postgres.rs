@@ -464,9 +464,7 @@ impl PostgresSink {
         for (i, f) in schema.fields().iter().enumerate() {
             let key = self.key_columns.iter().any(|k| k == f.name());
             match f.data_type() {
-                DataType::Struct(sub)
-                    if sub.len() == 2 && sub[0].name() == "start" && sub[1].name() == "end" =>
-                {
+                t if crate::row::is_window_type(t) => {
                     for (part, suffix) in [(Part::WindowStart, "start"), (Part::WindowEnd, "end")] {
                         out.push(SqlColumn {
                             name: format!("{}_{suffix}", f.name()),

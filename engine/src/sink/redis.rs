@@ -484,10 +484,6 @@ struct Runtime {
     list_script: Script,
 }
 
-fn is_window(t: &DataType) -> bool {
-    matches!(t, DataType::Struct(f) if f.len() == 2 && f[0].name() == "start" && f[1].name() == "end")
-}
-
 /// Microseconds since the epoch as ISO-8601 UTC (`2024-01-01T12:00:00Z`,
 /// with a fraction only when there is one).
 fn iso(us: i64) -> String {
@@ -518,7 +514,7 @@ impl<'a> Cells<'a> {
                 a,
                 &DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             )?),
-            t if is_window(t) => {
+            t if crate::row::is_window_type(t) => {
                 let s = a.as_struct();
                 let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
                 Cells::Window(cast(s.column(0), &ts)?, cast(s.column(1), &ts)?, a.as_ref())
@@ -980,7 +976,7 @@ impl Sink for RedisSink {
             .enumerate()
             .filter(|(i, _)| self.key_fields || !keys.contains(i))
             .map(|(i, f)| {
-                let names = if is_window(f.data_type()) {
+                let names = if crate::row::is_window_type(f.data_type()) {
                     vec![format!("{}_start", f.name()), format!("{}_end", f.name())]
                 } else {
                     vec![f.name().clone()]
