@@ -181,10 +181,27 @@ mod tests {
         ]
     }
 
+    /// `(rule, subject)` of every violation of a plan.
+    fn subjects_of(p: &StreamPlan) -> Vec<(Rule, Option<String>)> {
+        check(p).into_iter().map(|v| (v.rule, v.subject)).collect()
+    }
+
     /// `(rule, subject)` of every violation of a one-source plan.
     fn subjects(ops: Vec<Op>, mode: OutputMode) -> Vec<(Rule, Option<String>)> {
-        let p = StreamPlan::single("events", events(), ops, mode);
-        check(&p).into_iter().map(|v| (v.rule, v.subject)).collect()
+        subjects_of(&StreamPlan::single("events", events(), ops, mode))
+    }
+
+    fn item(expr: &str, alias: &str) -> SelectItem {
+        SelectItem {
+            expr: expr.into(),
+            alias: alias.into(),
+        }
+    }
+
+    fn key(column: &str) -> GroupKey {
+        GroupKey::Column {
+            column: column.into(),
+        }
     }
 
     fn about(rule: Rule, name: &str) -> (Rule, Option<String>) {
@@ -211,9 +228,7 @@ mod tests {
                     within_watermark: false,
                 },
                 Op::Aggregate {
-                    keys: vec![GroupKey::Column {
-                        column: "page".into(),
-                    }],
+                    keys: vec![key("page")],
                     aggs: vec![agg(AggFn::Sum, "n", "total")],
                 },
                 Op::Sort {
@@ -242,34 +257,14 @@ mod tests {
         let got = subjects(
             vec![
                 Op::Select {
-                    columns: vec![
-                        SelectItem {
-                            expr: "ts".into(),
-                            alias: "ts".into(),
-                        },
-                        SelectItem {
-                            expr: "key".into(),
-                            alias: "k".into(),
-                        },
-                        SelectItem {
-                            expr: "value".into(),
-                            alias: "k".into(),
-                        },
-                    ],
+                    columns: vec![item("ts", "ts"), item("key", "k"), item("value", "k")],
                 },
                 Op::Watermark {
                     column: "k".into(),
                     delay: "1 minute".into(),
                 },
                 Op::Aggregate {
-                    keys: vec![
-                        GroupKey::Column {
-                            column: "ts".into(),
-                        },
-                        GroupKey::Column {
-                            column: "ts".into(),
-                        },
-                    ],
+                    keys: vec![key("ts"), key("ts")],
                     aggs: vec![agg(AggFn::Sum, "k", "s"), agg(AggFn::Count, "*", "s")],
                 },
             ],
@@ -326,7 +321,7 @@ mod tests {
             rows: vec![],
         };
         p.statics.insert("pages".into(), pages);
-        let got: Vec<_> = check(&p).into_iter().map(|v| (v.rule, v.subject)).collect();
+        let got = subjects_of(&p);
         assert_eq!(
             got,
             [
@@ -352,7 +347,7 @@ mod tests {
             on: None,
             using: Some(vec!["key".into()]),
         }];
-        let got: Vec<_> = check(&p).into_iter().map(|v| (v.rule, v.subject)).collect();
+        let got = subjects_of(&p);
         assert_eq!(got, [about(Rule::StreamStaticOuterJoin, "clicks")]);
         // An input that does not exist.
         p.nodes[0].ops = vec![Op::Join {
@@ -361,7 +356,7 @@ mod tests {
             on: None,
             using: None,
         }];
-        let got: Vec<_> = check(&p).into_iter().map(|v| (v.rule, v.subject)).collect();
+        let got = subjects_of(&p);
         assert_eq!(got[0], about(Rule::UnknownInput, "nowhere"));
     }
 
@@ -372,7 +367,7 @@ mod tests {
             kind: SinkKind::Kafka,
             checkpoint: true,
         });
-        let got: Vec<_> = check(&p).into_iter().map(|v| (v.rule, v.subject)).collect();
+        let got = subjects_of(&p);
         // `value` is a bigint here.
         assert_eq!(got, [about(Rule::KafkaSinkColumns, "value")]);
     }
