@@ -28,6 +28,7 @@
 
 pub mod checkpoint;
 pub mod clock;
+mod cores;
 pub mod dataset;
 pub mod error;
 pub mod failpoint;

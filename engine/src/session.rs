@@ -15,6 +15,8 @@ use crate::sink::{MemoryTable, MemoryTables};
 use crate::source::BoxSource;
 use crate::state::{MemoryStateProvider, StateStoreProvider};
 
+pub use crate::cores::available_cores;
+
 /// Session settings. Where Spark has a setting, the Spark key is given.
 #[derive(Clone)]
 pub struct SessionConfig {
@@ -225,13 +227,6 @@ impl SessionConfig {
         }
         Ok(())
     }
-}
-
-/// The cores this process may use (1 when unknown).
-pub fn available_cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
 }
 
 pub(crate) struct SessionInner {

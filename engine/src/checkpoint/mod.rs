@@ -395,7 +395,7 @@ impl Checkpoint {
             id: uuid::Uuid::new_v4().to_string(),
             fingerprint: plan.fingerprint(),
             plan: Some(plan.clone()),
-            state_partitions: state_partitions.unwrap_or_else(crate::session::available_cores),
+            state_partitions: state_partitions.unwrap_or_else(crate::cores::available_cores),
         };
         let text = serde_json::to_string_pretty(&meta)?;
         match self.storage.put_create("metadata", text.as_bytes())? {
