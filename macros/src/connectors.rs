@@ -1,5 +1,8 @@
 //! `source:` and `sink:` values: a connector name with `name = value`
-//! options, each option checked against the connector's table below.
+//! options, each option checked against the connector's table: a source's
+//! options, and the rules that check their values, are weir-plan's
+//! connector table ([`weir_plan::connectors`]), the one the engine's
+//! sources check their builders' options with; the sinks' table is below.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +14,7 @@ use syn::{Expr, Ident, Lit, Token};
 
 use crate::ast::{FileFormat, KafkaSourceDecl, Setting, Sink, SinkDecl, Source, SourceDecl};
 use crate::errors::{suggestion_help, Errors};
+use weir_plan::connectors::{self, OptionError, SourceSpec, ValueKind};
 
 /// What an option takes.
 #[derive(Clone, Copy)]
@@ -29,8 +33,8 @@ enum Kind {
     Choice(&'static [&'static str]),
     /// A list of columns, `[a, b]`.
     Columns,
-    /// A string this function accepts (or says why not).
-    Checked(fn(&str) -> Result<(), String>),
+    /// A string this connector-table rule accepts (or says why not).
+    Checked(connectors::Rule),
     /// A string, or `env("VAR")` read at run time.
     Setting,
     /// A storage location string: a local path, `file:///...` or
@@ -63,77 +67,42 @@ const fn req(name: &'static str, kind: Kind) -> Spec {
 
 const FORMATS: &[&str] = &["json", "csv", "parquet"];
 
-/// The sources and their options (Spark's option names, snake_case).
-const SOURCES: &[(&str, &[Spec])] = &[
-    (
-        "rate",
-        &[
-            opt("rows_per_second", Kind::Count { max: u64::MAX }),
-            opt("ramp_up_time", Kind::Duration),
-            opt(
-                "num_partitions",
-                Kind::Count {
-                    max: u32::MAX as u64,
-                },
-            ),
-        ],
-    ),
-    (
-        "files",
-        &[
-            req("path", Kind::Location),
-            req("format", Kind::Choice(FORMATS)),
-            opt(
-                "max_files_per_trigger",
-                Kind::Count {
-                    max: u32::MAX as u64,
-                },
-            ),
-            opt("latest_first", Kind::Bool),
-        ],
-    ),
-    (
-        "socket",
-        &[
-            opt("host", Kind::Str),
-            req("port", Kind::Count { max: 65535 }),
-        ],
-    ),
-    ("memory", &[]),
-    (
-        "rate_micro_batch",
-        &[
-            req("rows_per_batch", Kind::Count { max: 100_000_000 }),
-            // Milliseconds since the epoch, up to the year 9999.
-            opt(
-                "start_timestamp",
-                Kind::Whole {
-                    max: 253_402_300_799_999,
-                },
-            ),
-            opt(
-                "advance_millis_per_batch",
-                Kind::Whole {
-                    max: 86_400_000_000,
-                },
-            ),
-        ],
-    ),
-    (
-        "kafka",
-        &[
-            req("bootstrap_servers", Kind::Setting),
-            opt("subscribe", Kind::Str),
-            opt("subscribe_pattern", Kind::Str),
-            opt("assign", Kind::Checked(check_assign)),
-            opt("starting_offsets", Kind::Checked(check_starting_offsets)),
-            opt("max_offsets_per_trigger", Kind::Count { max: u64::MAX }),
-            opt("fail_on_data_loss", Kind::Bool),
-            opt("group_id", Kind::Str),
-            opt("format", Kind::Choice(&["json", "csv"])),
-        ],
-    ),
-];
+/// A source's options as `stream_query!` names them, from the connector
+/// table (the options the macro does not offer have no macro name).
+fn source_specs(source: &SourceSpec) -> Vec<Spec> {
+    source
+        .options
+        .iter()
+        .filter_map(|o| {
+            let kind = match o.kind {
+                ValueKind::Text => Kind::Str,
+                ValueKind::Setting => Kind::Setting,
+                ValueKind::Location => Kind::Location,
+                ValueKind::Duration => Kind::Duration,
+                ValueKind::Bool => Kind::Bool,
+                ValueKind::Count { max } => Kind::Count { max },
+                ValueKind::Whole { max } => Kind::Whole { max },
+                ValueKind::Choice(c) => Kind::Choice(c),
+                ValueKind::Checked(rule) => Kind::Checked(rule),
+                ValueKind::Unsupported(_) => return None,
+            };
+            Some(Spec {
+                name: o.macro_name?,
+                kind,
+                required: o.required,
+            })
+        })
+        .collect()
+}
+
+/// Reports a connector-table refusal on `at`.
+fn report(at: impl ToTokens, e: OptionError, errs: &mut Errors) {
+    if e.help.is_empty() {
+        errs.spanned(at, e.message);
+    } else {
+        errs.spanned_help(at, e.message, e.help);
+    }
+}
 
 /// The sinks and their options.
 const SINKS: &[(&str, &[Spec])] = &[
@@ -239,8 +208,8 @@ fn parse_connector(input: ParseStream) -> syn::Result<(Ident, Option<TokenStream
 pub fn parse_source(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<SourceDecl>> {
     let (ident, args) = parse_connector.parse2(tokens)?;
     let name = ident.to_string();
-    let Some((_, specs)) = SOURCES.iter().find(|(n, _)| *n == name) else {
-        let names: Vec<&str> = SOURCES.iter().map(|(n, _)| *n).collect();
+    let Some(source) = connectors::SOURCES.iter().find(|s| s.name == name) else {
+        let names: Vec<&str> = connectors::SOURCES.iter().map(|s| s.name).collect();
         errs.spanned_help(
             &ident,
             format!("unknown source `{name}`"),
@@ -249,7 +218,8 @@ pub fn parse_source(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Optio
         return Ok(None);
     };
     let before = errs.len();
-    let mut v = read_options(&ident, "source", args, specs, errs)?;
+    let specs = source_specs(source);
+    let mut v = read_options(&ident, "source", args, &specs, errs)?;
     let options_ok = errs.len() == before;
     let kind = match name.as_str() {
         "rate" => Source::Rate {
@@ -284,16 +254,15 @@ pub fn parse_source(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Optio
                 group_id: take_str(&mut v, "group_id"),
                 format: take_format(&mut v),
             };
-            // Spark: exactly one of subscribe, subscribePattern, assign.
-            let given = [&k.subscribe, &k.subscribe_pattern, &k.assign]
-                .iter()
-                .filter(|o| o.is_some())
-                .count();
-            // (A mistyped one is reported already.)
-            if given != 1 && options_ok {
+            // Spark: exactly one of subscribe, subscribePattern, assign
+            // (the table's rule; a mistyped one is reported already). The
+            // help shows the declaration's syntax.
+            let set = [&k.subscribe, &k.subscribe_pattern, &k.assign].map(|o| o.is_some());
+            let names = ["subscribe", "subscribe_pattern", "assign"];
+            if let (Err(e), true) = (source.check_exactly_one(&names, &set), options_ok) {
                 errs.spanned_help(
                     &ident,
-                    "the kafka source needs exactly one of `subscribe`, `subscribe_pattern` and `assign`",
+                    e.message,
                     "e.g. `kafka(bootstrap_servers = \"127.0.0.1:9092\", subscribe = \"clicks\", format = json)`",
                 );
             }
@@ -407,57 +376,6 @@ pub fn check_location(lit: &syn::LitStr, what: &str, errs: &mut Errors) -> bool 
             false
         }
     }
-}
-
-/// Spark's `assign`: `{"topic":[0,1],...}`.
-fn check_assign(s: &str) -> Result<(), String> {
-    let v: serde_json::Value = serde_json::from_str(s)
-        .map_err(|e| format!("not JSON ({e}); write {{\"topic\":[0,1]}}"))?;
-    let topics = v
-        .as_object()
-        .filter(|o| !o.is_empty())
-        .ok_or("write {\"topic\":[0,1]}: topics and their partitions")?;
-    for (t, parts) in topics {
-        let ok = parts.as_array().is_some_and(|a| {
-            !a.is_empty()
-                && a.iter()
-                    .all(|p| p.as_u64().is_some_and(|p| p <= i32::MAX as u64))
-        });
-        if !ok {
-            return Err(format!(
-                "topic `{t}` needs a list of partition numbers, e.g. [0,1]"
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Spark's `startingOffsets`: `earliest`, `latest` or
-/// `{"topic":{"0":23,"1":-2}}` (-2 earliest, -1 latest).
-fn check_starting_offsets(s: &str) -> Result<(), String> {
-    if s == "earliest" || s == "latest" {
-        return Ok(());
-    }
-    let help = "use earliest, latest or {\"topic\":{\"0\":23,\"1\":-2}} (-2: earliest, -1: latest)";
-    let v: serde_json::Value = serde_json::from_str(s).map_err(|e| {
-        match crate::errors::did_you_mean(s, &["earliest", "latest"]) {
-            Some(w) if !s.trim_start().starts_with('{') => format!("did you mean `{w}`? ({help})"),
-            _ => format!("not JSON ({e}); {help}"),
-        }
-    })?;
-    let topics = v.as_object().filter(|o| !o.is_empty()).ok_or(help)?;
-    for (t, parts) in topics {
-        let ok = parts.as_object().is_some_and(|o| {
-            !o.is_empty()
-                && o.iter().all(|(p, off)| {
-                    p.parse::<u32>().is_ok() && off.as_i64().is_some_and(|n| n >= -2)
-                })
-        });
-        if !ok {
-            return Err(format!("topic `{t}`: {help}"));
-        }
-    }
-    Ok(())
 }
 
 fn take_setting(v: &mut BTreeMap<&'static str, Val>, name: &str) -> Setting {
@@ -597,10 +515,10 @@ fn check_value(spec: &Spec, value: &Expr, errs: &mut Errors) -> Option<Val> {
                 }
             }
             match lit {
-                Some(Lit::Str(s)) if !s.value().is_empty() => {
-                    return Some(Val::Setting(Setting::Lit(s.value())))
-                }
-                Some(Lit::Str(_)) => errs.spanned(value, format!("`{name}` must not be empty")),
+                Some(Lit::Str(s)) => match connectors::text(name, &s.value()) {
+                    Ok(()) => return Some(Val::Setting(Setting::Lit(s.value()))),
+                    Err(e) => report(value, e, errs),
+                },
                 _ => errs.spanned_help(
                     value,
                     format!("`{name}` takes a string or env(\"VAR\")"),
@@ -608,15 +526,15 @@ fn check_value(spec: &Spec, value: &Expr, errs: &mut Errors) -> Option<Val> {
                 ),
             }
         }
-        Kind::Checked(check) => match (lit, &bare) {
-            (Some(Lit::Str(s)), _) => match check(&s.value()) {
+        Kind::Checked(rule) => match (lit, &bare) {
+            (Some(Lit::Str(s)), _) => match rule(name, &s.value()) {
                 Ok(()) => return Some(Val::Str(s.value())),
-                Err(e) => errs.spanned(value, format!("`{name}`: {e}")),
+                Err(e) => report(value, e, errs),
             },
             // A bare word (`starting_offsets = earliest`).
-            (_, Some(b)) => match check(b) {
+            (_, Some(b)) => match rule(name, b) {
                 Ok(()) => return Some(Val::Str(b.clone())),
-                Err(e) => errs.spanned(value, format!("`{name}`: {e}")),
+                Err(e) => report(value, e, errs),
             },
             _ => errs.spanned(
                 value,
@@ -636,21 +554,19 @@ fn check_value(spec: &Spec, value: &Expr, errs: &mut Errors) -> Option<Val> {
             ),
         },
         Kind::Str => match lit {
-            Some(Lit::Str(s)) if !s.value().is_empty() => return Some(Val::Str(s.value())),
-            Some(Lit::Str(_)) => errs.spanned(value, format!("`{name}` must not be empty")),
+            Some(Lit::Str(s)) => match connectors::text(name, &s.value()) {
+                Ok(()) => return Some(Val::Str(s.value())),
+                Err(e) => report(value, e, errs),
+            },
             _ => errs.spanned(
                 value,
                 format!("`{name}` takes a string, e.g. {name} = \"...\""),
             ),
         },
         Kind::Duration => match lit {
-            Some(Lit::Str(s)) => match weir_plan::parse_duration_ms(&s.value()) {
+            Some(Lit::Str(s)) => match connectors::duration(name, &s.value()) {
                 Ok(_) => return Some(Val::Str(s.value())),
-                Err(e) => errs.spanned_help(
-                    value,
-                    format!("invalid duration \"{}\" for `{name}`: {e}", s.value()),
-                    "write a duration like \"5 seconds\" or \"1 minute\"",
-                ),
+                Err(e) => report(value, e, errs),
             },
             _ => errs.spanned(
                 value,
@@ -658,16 +574,9 @@ fn check_value(spec: &Spec, value: &Expr, errs: &mut Errors) -> Option<Val> {
             ),
         },
         Kind::Count { max } => match lit {
-            Some(Lit::Int(i)) => match i.base10_parse::<u64>() {
-                Ok(n) if (1..=max).contains(&n) => return Some(Val::Int(n)),
-                _ if max == u64::MAX => errs.spanned(
-                    value,
-                    format!("`{name}` takes a whole number of at least 1"),
-                ),
-                _ => errs.spanned(
-                    value,
-                    format!("`{name}` takes a whole number from 1 to {max}"),
-                ),
+            Some(Lit::Int(i)) => match connectors::parse_count(name, i.base10_digits(), max) {
+                Ok(n) => return Some(Val::Int(n)),
+                Err(e) => report(value, e, errs),
             },
             _ => errs.spanned(
                 value,
@@ -675,12 +584,9 @@ fn check_value(spec: &Spec, value: &Expr, errs: &mut Errors) -> Option<Val> {
             ),
         },
         Kind::Whole { max } => match lit {
-            Some(Lit::Int(i)) => match i.base10_parse::<u64>() {
-                Ok(n) if n <= max => return Some(Val::Int(n)),
-                _ => errs.spanned(
-                    value,
-                    format!("`{name}` takes a whole number from 0 to {max}"),
-                ),
+            Some(Lit::Int(i)) => match connectors::parse_whole(name, i.base10_digits(), max) {
+                Ok(n) => return Some(Val::Int(n)),
+                Err(e) => report(value, e, errs),
             },
             _ => errs.spanned(
                 value,
@@ -697,11 +603,16 @@ fn check_value(spec: &Spec, value: &Expr, errs: &mut Errors) -> Option<Val> {
                 (_, Some(b)) => Some(b),
                 _ => None,
             };
-            match given {
-                Some(g) if choices.contains(&g.as_str()) => return Some(Val::Str(g)),
-                Some(g) => errs.spanned_help(
+            match given.map(|g| (connectors::choice(name, &g, choices), g)) {
+                // The table's spelling of the choice (Spark reads any case).
+                Some((Ok(()), g)) => {
+                    let canonical = choices.iter().find(|c| c.eq_ignore_ascii_case(g.trim()));
+                    return Some(Val::Str(canonical.map_or(g, |c| c.to_string())));
+                }
+                // The table's message; the help names the closest choice.
+                Some((Err(e), g)) => errs.spanned_help(
                     value,
-                    format!("unknown {name} `{g}`"),
+                    e.message,
                     suggestion_help(&g, choices, &format!("{name}s")),
                 ),
                 None => errs.spanned(
@@ -891,6 +802,50 @@ mod tests {
         assert_eq!(k.format, Some(FileFormat::Json));
         let (_, e) = source(quote!(memory(name = "x")));
         assert!(e[0].contains("handed in at run time"));
+    }
+
+    /// The macro refuses what the connector table's rules refuse, with
+    /// their message (the engine's sources call the same rules).
+    #[test]
+    fn source_options_are_checked_by_the_connector_table() {
+        let (_, e) = source(quote!(kafka(bootstrap_servers = "b:9092", assign = "{}")));
+        let rule = connectors::assign("assign", "{}").unwrap_err();
+        assert_eq!(e, [format!("\"{{}}\": {}", rule.message)]);
+        let (_, e) = source(quote!(kafka(
+            bootstrap_servers = "b:9092",
+            subscribe = "a",
+            starting_offsets = "{\"a\":{\"0\":-3}}"
+        )));
+        let rule =
+            connectors::starting_offsets("starting_offsets", r#"{"a":{"0":-3}}"#).unwrap_err();
+        assert!(e[0].ends_with(&rule.message), "{e:?}");
+        let (_, e) = source(quote!(rate_micro_batch(rows_per_batch = 0)));
+        assert_eq!(
+            e,
+            ["0: `rows_per_batch` takes a whole number from 1 to 100000000"]
+        );
+        // Only the options the macro offers: Spark's others are unknown here.
+        let (_, e) = source(quote!(kafka(
+            bootstrap_servers = "b:9092",
+            subscribe = "a",
+            include_headers = true
+        )));
+        assert!(
+            e[0].starts_with(
+                "include_headers: unknown option `include_headers` for the kafka source"
+            ),
+            "{e:?}"
+        );
+        // A choice in any case, as Spark reads it, stored as the table spells it.
+        let (s, e) = source(quote!(files(path = "in", format = "JSON")));
+        assert!(e.is_empty(), "{e:?}");
+        assert!(matches!(
+            s,
+            Some(Source::Files {
+                format: FileFormat::Json,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! Filter and select expressions: Rust syntax translated to the SQL text the
-//! plan carries, with every column reference (so errors can point at it) and
-//! the result type inferred from the operands.
+//! Filter and select expressions: Rust syntax translated to the plan's
+//! expression tree ([`weir_plan::expr::Expr`], whose `Display` is the SQL
+//! text the plan carries), with every column reference (so errors can point
+//! at it) and the result type inferred from the operands.
 //!
 //! | Rust                     | SQL                    |
 //! |--------------------------|------------------------|
@@ -21,7 +22,8 @@ use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::{BinOp, Expr, Lit, UnOp};
-pub use weir_plan::expr::{sql_ident, sql_string};
+pub use weir_plan::expr::sql_ident;
+use weir_plan::expr::{BinaryOp, Call, Expr as PlanExpr, Literal, Over, UnaryOp};
 use weir_plan::DataType;
 
 use crate::errors::Errors;
@@ -39,7 +41,7 @@ pub struct ColumnRef {
 /// What translating one expression yields.
 #[derive(Debug, Clone)]
 pub struct Translated {
-    /// The SQL text.
+    /// The SQL text: the `Display` of the plan's tree built from the syntax.
     pub sql: String,
     /// The result type.
     pub ty: Inferred,
@@ -79,21 +81,11 @@ pub fn translate(expr: &Expr, env: &[Col], errs: &mut Errors) -> Translated {
         Ty::Poisoned => Inferred::Poisoned,
     };
     Translated {
-        sql: node.sql,
+        sql: node.expr.to_string(),
         ty,
         columns: t.columns,
     }
 }
-
-// SQL precedence, loosest first.
-const OR: u8 = 1;
-const AND: u8 = 2;
-const NOT: u8 = 3;
-const CMP: u8 = 4;
-const ADD: u8 = 5;
-const MUL: u8 = 6;
-const UNARY: u8 = 7;
-const ATOM: u8 = 8;
 
 /// The aggregate functions, which belong in `aggregate:`, not in expressions.
 const AGGREGATES: &[&str] = &["count", "sum", "min", "max", "avg", "count_distinct"];
@@ -105,9 +97,9 @@ enum Ty {
     Poisoned,
 }
 
+/// A translated subexpression: its tree, type and nullability.
 struct Node {
-    sql: String,
-    prec: u8,
+    expr: PlanExpr,
     ty: Ty,
     nullable: bool,
 }
@@ -115,20 +107,14 @@ struct Node {
 impl Node {
     fn poisoned() -> Node {
         Node {
-            sql: "NULL".into(),
-            prec: ATOM,
+            expr: PlanExpr::Literal(Literal::Null),
             ty: Ty::Poisoned,
             nullable: true,
         }
     }
 
-    /// The SQL, parenthesised when it binds looser than `min`.
-    fn at(&self, min: u8) -> String {
-        if self.prec < min {
-            format!("({})", self.sql)
-        } else {
-            self.sql.clone()
-        }
+    fn boxed(&self) -> Box<PlanExpr> {
+        Box::new(self.expr.clone())
     }
 }
 
@@ -147,14 +133,8 @@ impl Tr<'_, '_> {
         match e {
             Expr::Lit(l) => self.lit(&l.lit),
             Expr::Path(p) => self.path(p),
-            Expr::Paren(p) => {
-                let inner = self.expr(&p.expr);
-                Node {
-                    sql: format!("({})", inner.sql),
-                    prec: ATOM,
-                    ..inner
-                }
-            }
+            // The tree's Display puts back the parentheses SQL needs.
+            Expr::Paren(p) => self.expr(&p.expr),
             Expr::Group(g) => self.expr(&g.expr),
             Expr::Unary(u) => self.unary(u),
             Expr::Binary(b) => self.binary(b),
@@ -182,14 +162,17 @@ impl Tr<'_, '_> {
     }
 
     fn lit(&mut self, lit: &Lit) -> Node {
-        let (sql, d) = match lit {
-            Lit::Str(s) => (sql_string(&s.value()), DataType::String),
-            Lit::Int(i) => (i.base10_digits().to_string(), DataType::Int64),
-            Lit::Float(f) => (f.base10_digits().to_string(), DataType::Float64),
-            Lit::Bool(b) => (
-                if b.value { "TRUE" } else { "FALSE" }.to_string(),
-                DataType::Bool,
+        let (value, d) = match lit {
+            Lit::Str(s) => (Literal::String(s.value()), DataType::String),
+            Lit::Int(i) => (
+                Literal::Number(i.base10_digits().to_string()),
+                DataType::Int64,
             ),
+            Lit::Float(f) => (
+                Literal::Number(f.base10_digits().to_string()),
+                DataType::Float64,
+            ),
+            Lit::Bool(b) => (Literal::Bool(b.value), DataType::Bool),
             _ => {
                 self.errs.spanned_help(
                     lit,
@@ -200,8 +183,7 @@ impl Tr<'_, '_> {
             }
         };
         Node {
-            sql,
-            prec: ATOM,
+            expr: PlanExpr::Literal(value),
             ty: Ty::Known(d),
             nullable: false,
         }
@@ -224,16 +206,15 @@ impl Tr<'_, '_> {
             name: name.clone(),
             tokens: ident.to_token_stream(),
         });
-        let sql = sql_ident(&name);
+        let expr = PlanExpr::column(name.clone());
         match lookup(self.env, &name) {
             Some(c) => Node {
-                sql,
-                prec: ATOM,
+                expr,
                 ty: Ty::Known(c.ty.dtype),
                 nullable: c.ty.nullable,
             },
             None => Node {
-                sql,
+                expr,
                 ..Node::poisoned()
             },
         }
@@ -245,22 +226,21 @@ impl Tr<'_, '_> {
             UnOp::Not(_) => {
                 self.expect_bool(&u.expr, &operand, "`!`");
                 Node {
-                    sql: format!("NOT {}", operand.at(NOT)),
-                    prec: NOT,
+                    expr: PlanExpr::Unary {
+                        op: UnaryOp::Not,
+                        expr: operand.boxed(),
+                    },
                     ty: keep_poison(&operand.ty, DataType::Bool),
                     nullable: operand.nullable,
                 }
             }
             UnOp::Neg(_) => {
                 self.expect_number(&u.expr, &operand, "`-`");
-                let inner = if operand.prec < UNARY || operand.sql.starts_with('-') {
-                    format!("({})", operand.sql)
-                } else {
-                    operand.sql.clone()
-                };
                 Node {
-                    sql: format!("-{inner}"),
-                    prec: UNARY,
+                    expr: PlanExpr::Unary {
+                        op: UnaryOp::Minus,
+                        expr: operand.boxed(),
+                    },
                     ..operand
                 }
             }
@@ -278,20 +258,20 @@ impl Tr<'_, '_> {
             Cmp,
             Arith,
         }
-        let (op, prec, kind) = match b.op {
-            BinOp::And(_) => ("AND", AND, Kind::Logic),
-            BinOp::Or(_) => ("OR", OR, Kind::Logic),
-            BinOp::Eq(_) => ("=", CMP, Kind::Cmp),
-            BinOp::Ne(_) => ("<>", CMP, Kind::Cmp),
-            BinOp::Lt(_) => ("<", CMP, Kind::Cmp),
-            BinOp::Le(_) => ("<=", CMP, Kind::Cmp),
-            BinOp::Gt(_) => (">", CMP, Kind::Cmp),
-            BinOp::Ge(_) => (">=", CMP, Kind::Cmp),
-            BinOp::Add(_) => ("+", ADD, Kind::Arith),
-            BinOp::Sub(_) => ("-", ADD, Kind::Arith),
-            BinOp::Mul(_) => ("*", MUL, Kind::Arith),
-            BinOp::Div(_) => ("/", MUL, Kind::Arith),
-            BinOp::Rem(_) => ("%", MUL, Kind::Arith),
+        let (op, kind) = match b.op {
+            BinOp::And(_) => (BinaryOp::And, Kind::Logic),
+            BinOp::Or(_) => (BinaryOp::Or, Kind::Logic),
+            BinOp::Eq(_) => (BinaryOp::Eq, Kind::Cmp),
+            BinOp::Ne(_) => (BinaryOp::NotEq, Kind::Cmp),
+            BinOp::Lt(_) => (BinaryOp::Lt, Kind::Cmp),
+            BinOp::Le(_) => (BinaryOp::LtEq, Kind::Cmp),
+            BinOp::Gt(_) => (BinaryOp::Gt, Kind::Cmp),
+            BinOp::Ge(_) => (BinaryOp::GtEq, Kind::Cmp),
+            BinOp::Add(_) => (BinaryOp::Plus, Kind::Arith),
+            BinOp::Sub(_) => (BinaryOp::Minus, Kind::Arith),
+            BinOp::Mul(_) => (BinaryOp::Multiply, Kind::Arith),
+            BinOp::Div(_) => (BinaryOp::Divide, Kind::Arith),
+            BinOp::Rem(_) => (BinaryOp::Modulo, Kind::Arith),
             _ => {
                 let op = &b.op;
                 self.errs.spanned_help(
@@ -311,12 +291,11 @@ impl Tr<'_, '_> {
         let l = self.expr(&b.left);
         let r = self.expr(&b.right);
         let nullable = l.nullable || r.nullable;
-        // Comparisons do not chain; arithmetic and logic associate to the left.
-        let (lmin, rmin) = match kind {
-            Kind::Cmp => (prec + 1, prec + 1),
-            _ => (prec, prec + 1),
+        let expr = PlanExpr::Binary {
+            left: l.boxed(),
+            op,
+            right: r.boxed(),
         };
-        let sql = format!("{} {op} {}", l.at(lmin), r.at(rmin));
         let opname = format!("`{}`", b.op.to_token_stream());
         let ty = match kind {
             Kind::Logic => {
@@ -351,19 +330,14 @@ impl Tr<'_, '_> {
                 }
             }
         };
-        Node {
-            sql,
-            prec,
-            ty,
-            nullable,
-        }
+        Node { expr, ty, nullable }
     }
 
     /// `ts + interval("15 minutes")` (or `-`): a timestamp moved by a duration.
     fn timestamp_plus_interval(
         &mut self,
         b: &syn::ExprBinary,
-        op: &str,
+        op: BinaryOp,
         call: &syn::ExprCall,
     ) -> Node {
         let l = self.expr(&b.left);
@@ -383,10 +357,13 @@ impl Tr<'_, '_> {
                 return Node::poisoned();
             }
         };
-        if let Err(e) = weir_plan::duration::parse_positive_duration_ms(&lit.value()) {
-            self.errs.spanned(lit, e.to_string());
-            return Node::poisoned();
-        }
+        let ms = match weir_plan::duration::parse_positive_duration_ms(&lit.value()) {
+            Ok(ms) => ms,
+            Err(e) => {
+                self.errs.spanned(lit, e.to_string());
+                return Node::poisoned();
+            }
+        };
         // SQL's INTERVAL takes one amount and unit here ("15 minutes").
         let words: Vec<String> = lit.value().split_whitespace().map(str::to_string).collect();
         if words.len() != 2 || words[0].parse::<u64>().is_err() {
@@ -414,8 +391,14 @@ impl Tr<'_, '_> {
                 other => other,
             };
         Node {
-            sql: format!("{} {op} INTERVAL {}", l.at(ADD), sql_string(&lit.value())),
-            prec: ADD,
+            expr: PlanExpr::Binary {
+                left: l.boxed(),
+                op,
+                right: Box::new(PlanExpr::Interval {
+                    text: lit.value(),
+                    ms: Some(ms),
+                }),
+            },
             ty,
             nullable: l.nullable,
         }
@@ -476,10 +459,11 @@ impl Tr<'_, '_> {
                 if !arity(1, self.errs) {
                     return Node::poisoned();
                 }
-                let not = if name == "is_null" { "" } else { "NOT " };
                 return Node {
-                    sql: format!("{} IS {not}NULL", args[0].at(CMP + 1)),
-                    prec: CMP,
+                    expr: PlanExpr::IsNull {
+                        expr: args[0].boxed(),
+                        negated: name == "is_not_null",
+                    },
                     ty: if poisoned {
                         Ty::Poisoned
                     } else {
@@ -492,10 +476,13 @@ impl Tr<'_, '_> {
                 if !arity(2, self.errs) {
                     return Node::poisoned();
                 }
-                let not = if name == "like" { "" } else { "NOT " };
                 return Node {
-                    sql: format!("{} {not}LIKE {}", args[0].at(CMP + 1), args[1].at(CMP + 1)),
-                    prec: CMP,
+                    expr: PlanExpr::Like {
+                        expr: args[0].boxed(),
+                        pattern: args[1].boxed(),
+                        negated: name == "not_like",
+                        case_insensitive: false,
+                    },
                     ty: if poisoned {
                         Ty::Poisoned
                     } else {
@@ -506,13 +493,13 @@ impl Tr<'_, '_> {
             }
             _ => {}
         }
-        let sql = format!(
-            "{name}({})",
-            args.iter()
-                .map(|a| a.sql.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        let expr = PlanExpr::Call(Call {
+            name: name.clone(),
+            args: args.iter().map(|a| a.expr.clone()).collect(),
+            distinct: false,
+            parens: true,
+            over: None,
+        });
         let first = args.first().map(|a| a.ty.clone());
         let ty = if poisoned {
             Ty::Poisoned
@@ -562,18 +549,17 @@ impl Tr<'_, '_> {
         } else {
             any_null
         };
-        Node {
-            sql,
-            prec: ATOM,
-            ty,
-            nullable,
-        }
+        Node { expr, ty, nullable }
     }
 
     /// `f(...).over(partition_by(a, ...), order_by(b, ...))`: a SQL window function.
     fn over(&mut self, m: &syn::ExprMethodCall) -> Node {
         let func = self.expr(&m.receiver);
-        let mut spec = vec![];
+        let mut over = Over {
+            partition_by: vec![],
+            order_by: vec![],
+            verbatim: None,
+        };
         for arg in &m.args {
             let clause = match arg {
                 Expr::Call(c) => match &*c.func {
@@ -591,13 +577,29 @@ impl Tr<'_, '_> {
                 );
                 return Node::poisoned();
             };
-            let cols: Vec<String> = c.args.iter().map(|a| self.expr(a).sql).collect();
-            spec.push(format!("{words} {}", cols.join(", ")));
+            let keys: Vec<PlanExpr> = c.args.iter().map(|a| self.expr(a).expr).collect();
+            if words == "PARTITION BY" {
+                over.partition_by.extend(keys);
+            } else {
+                over.order_by.extend(keys.into_iter().map(|k| (k, true)));
+            }
         }
-        Node {
-            sql: format!("{} OVER ({})", func.at(ATOM), spec.join(" ")),
-            prec: ATOM,
-            ..func
+        match func.expr {
+            PlanExpr::Call(call) => Node {
+                expr: PlanExpr::Call(Call {
+                    over: Some(over),
+                    ..call
+                }),
+                ..func
+            },
+            _ => {
+                self.errs.spanned_help(
+                    &m.receiver,
+                    "`.over(...)` follows a window function call",
+                    "e.g. `row_number().over(partition_by(user), order_by(ts))`",
+                );
+                Node::poisoned()
+            }
         }
     }
 
@@ -616,8 +618,10 @@ impl Tr<'_, '_> {
             return Node::poisoned();
         };
         Node {
-            sql: format!("CAST({} AS {sql_ty})", inner.sql),
-            prec: ATOM,
+            expr: PlanExpr::Cast {
+                expr: inner.boxed(),
+                to: sql_ty.to_string(),
+            },
             ty: keep_poison(&inner.ty, target.dtype),
             nullable: inner.nullable || target.nullable,
         }

@@ -582,7 +582,7 @@ pub fn topics(name: &str, value: &str) -> Result<Vec<String>, OptionError> {
     if list.is_empty() {
         return Err(OptionError::new(
             name,
-            format!("`{name}` `{value}` names no topic"),
+            format!("`{name}` = \"{value}\" names no topic"),
             "name the topics, comma-separated, e.g. clicks,views",
         ));
     }
@@ -957,7 +957,7 @@ mod tests {
         assert_eq!(topics("subscribe", " a, b ,").unwrap(), ["a", "b"]);
         assert_eq!(
             msg(topics("subscribe", " , ")),
-            "`subscribe` ` , ` names no topic (name the topics, comma-separated, e.g. clicks,views)"
+            "`subscribe` = \" , \" names no topic (name the topics, comma-separated, e.g. clicks,views)"
         );
         assert!(pattern("subscribePattern", "a.*").is_ok());
         assert_eq!(pattern("p", " ").unwrap_err().message, "`p` is empty");

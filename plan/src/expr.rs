@@ -676,11 +676,26 @@ impl fmt::Display for Expr {
                     UnaryOp::Minus => f.write_str("-")?,
                     UnaryOp::Plus => f.write_str("+")?,
                 }
-                write_at(f, expr, p)
+                // `--` would start a SQL comment: `-(-n)`.
+                let signed = matches!(
+                    **expr,
+                    Expr::Unary {
+                        op: UnaryOp::Minus | UnaryOp::Plus,
+                        ..
+                    }
+                ) || matches!(&**expr, Expr::Literal(Literal::Number(n)) if n.starts_with('-'));
+                match op {
+                    // `NOT (n > 1)`, as Spark prints it, though SQL would
+                    // not need the parentheses.
+                    UnaryOp::Not => write_at(f, expr, ATOM),
+                    _ if signed => write!(f, "({expr})"),
+                    _ => write_at(f, expr, p),
+                }
             }
             Expr::Binary { left, op, right } => {
                 let p = op.precedence();
-                write_at(f, left, p)?;
+                // Comparisons do not chain: `(a = b) = c` keeps its parentheses.
+                write_at(f, left, if op.is_comparison() { p + 1 } else { p })?;
                 write!(f, " {} ", op.sql())?;
                 // Left-associative: a right operand of equal precedence
                 // needs parentheses (`a - (b - c)`).
@@ -1174,6 +1189,8 @@ mod tests {
             "count(DISTINCT u)",
             "ts + INTERVAL '15 minutes'",
             "-v > 0",
+            "-(-v)",
+            "(a = b) = c",
         ] {
             let e = p(s);
             assert_eq!(e.to_string(), s);

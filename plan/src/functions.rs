@@ -249,9 +249,7 @@ mod tests {
             "`sqrt` takes a number, but this is bool"
         );
         assert_eq!(
-            lookup("abs")
-                .unwrap()
-                .result_type(Some(DataType::Int64)),
+            lookup("abs").unwrap().result_type(Some(DataType::Int64)),
             Some(DataType::Int64)
         );
     }

@@ -93,8 +93,16 @@ mod tests {
         let batches = rt.block_on(df.collect()).unwrap();
         let b = &batches[0];
         assert_eq!(b.schema().field(0).data_type(), &DataType::Int32);
-        let h = b.column(0).as_any().downcast_ref::<arrow::array::Int32Array>().unwrap();
-        let m = b.column(1).as_any().downcast_ref::<arrow::array::Int32Array>().unwrap();
+        let h = b
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::Int32Array>()
+            .unwrap();
+        let m = b
+            .column(1)
+            .as_any()
+            .downcast_ref::<arrow::array::Int32Array>()
+            .unwrap();
         assert_eq!((h.value(0), m.value(0)), (1, 2));
     }
 }
