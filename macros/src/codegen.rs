@@ -4,7 +4,7 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 use syn::ext::IdentExt;
-use weir_plan::{AggFn, GroupKey, Op};
+use weir_plan::{GroupKey, Op};
 
 use crate::ast::{FileFormat, QueryDecl, Setting, Sink, Source, TriggerDecl};
 use crate::explain::explain;
@@ -562,22 +562,8 @@ fn op_step(op: &Op) -> Option<TokenStream> {
             });
             let aggs = aggs.iter().map(|a| {
                 let (c, al) = (&a.column, &a.alias);
-                match a.func {
-                    AggFn::Count if c == "*" => quote!(::weir::functions::count_star(#al)),
-                    AggFn::Count => quote!(::weir::functions::count(#c, #al)),
-                    AggFn::Sum => quote!(::weir::functions::sum(#c, #al)),
-                    AggFn::Min => quote!(::weir::functions::min(#c, #al)),
-                    AggFn::Max => quote!(::weir::functions::max(#c, #al)),
-                    AggFn::Avg => quote!(::weir::functions::avg(#c, #al)),
-                    AggFn::CountDistinct => {
-                        let f = plan_tokens::agg_fn(a.func);
-                        quote!(::weir::plan::AggSpec {
-                            func: #f,
-                            column: ::std::string::String::from(#c),
-                            alias: ::std::string::String::from(#al),
-                        })
-                    }
-                }
+                let f = plan_tokens::agg_fn(a.func);
+                quote!(::weir::functions::aggregate(#f, #c, #al))
             });
             quote!(stream
                 .group_by(::std::vec![#(#keys),*])

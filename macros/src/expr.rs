@@ -87,9 +87,6 @@ pub fn translate(expr: &Expr, env: &[Col], errs: &mut Errors) -> Translated {
     }
 }
 
-/// The aggregate functions, which belong in `aggregate:`, not in expressions.
-const AGGREGATES: &[&str] = &["count", "sum", "min", "max", "avg", "count_distinct"];
-
 #[derive(Debug, Clone)]
 enum Ty {
     Known(DataType),
@@ -426,7 +423,9 @@ impl Tr<'_, '_> {
             );
             return Node::poisoned();
         }
-        if AGGREGATES.contains(&name.as_str()) {
+        // The aggregate functions (the plan's catalogue) belong in
+        // `aggregate:`, not in expressions.
+        if weir_plan::aggregates::lookup(&name).is_some() {
             self.errs.spanned_help(
                 &c.func,
                 format!("`{name}` is an aggregate function; it cannot be used in a row expression"),

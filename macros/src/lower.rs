@@ -10,9 +10,10 @@
 use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::ext::IdentExt;
+use weir_plan::aggregates::ResultRule;
 use weir_plan::{
-    AggFn, AggSpec, DataType, Field, GroupKey, JoinType, Op, OutputMode, SelectItem, SinkDecl,
-    SortKey, StreamPlan, WindowSpec,
+    AggSpec, DataType, Field, GroupKey, JoinType, Op, OutputMode, SelectItem, SinkDecl, SortKey,
+    StreamPlan, WindowSpec,
 };
 
 use crate::ast::{JoinDecl, KeyDecl, QueryDecl, SelectItemDecl, Source, TriggerDecl};
@@ -971,7 +972,8 @@ fn macro_output(l: &Lowered, errs: &mut Errors) -> Vec<Col> {
         }
     }
     for (a, sp) in aggs.iter().zip(agg_spans) {
-        if a.func == AggFn::Count || a.func == AggFn::CountDistinct {
+        // Counts are never null (0 for no rows).
+        if a.func.def().result == ResultRule::Fixed(DataType::Int64) {
             out.push(Col::new(a.alias.clone(), ColType::new(DataType::Int64)));
             continue;
         }
@@ -997,12 +999,7 @@ fn macro_output(l: &Lowered, errs: &mut Errors) -> Vec<Col> {
                         a.column,
                         rust_type_name(input.ty)
                     ),
-                    match a.func {
-                        AggFn::Sum | AggFn::Avg => {
-                            "sum and avg take int32, int64 or float64 columns"
-                        }
-                        _ => "min and max take numbers, strings, booleans and timestamps",
-                    },
+                    a.func.def().input_help,
                 )
             }
             None => {}
@@ -1016,6 +1013,7 @@ mod tests {
     use super::*;
     use crate::parse::parse_query;
     use quote::quote;
+    use weir_plan::AggFn;
 
     pub(crate) fn lower_ok(t: TokenStream) -> Lowered {
         let mut errs = Errors::new();

@@ -8,8 +8,9 @@ use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::{Attribute, Expr, Ident, LitStr, Token};
+use weir_plan::aggregates::{self, AggregateDef, Arg, Param};
 use weir_plan::duration::parse_positive_duration_ms;
-use weir_plan::{AggFn, JoinType, OutputMode};
+use weir_plan::{JoinType, OutputMode, Rsd};
 
 use crate::ast::*;
 use crate::connectors::{check_location, parse_sink, parse_source};
@@ -823,16 +824,6 @@ fn parse_session_window(args: ParseStream, call: TokenStream) -> syn::Result<Key
     })
 }
 
-/// The aggregate functions by name.
-const AGG_FNS: &[(&str, AggFn)] = &[
-    ("count", AggFn::Count),
-    ("sum", AggFn::Sum),
-    ("min", AggFn::Min),
-    ("max", AggFn::Max),
-    ("avg", AggFn::Avg),
-    ("count_distinct", AggFn::CountDistinct),
-];
-
 /// `{ name: func(column), ... }`.
 fn parse_aggregate(input: ParseStream, errs: &mut Errors) -> syn::Result<Vec<AggDecl>> {
     let content;
@@ -863,24 +854,23 @@ fn parse_aggregate(input: ParseStream, errs: &mut Errors) -> syn::Result<Vec<Agg
     }
     for (alias, func, args, call) in entries {
         let name = func.to_string();
-        let Some((_, kind)) = AGG_FNS.iter().find(|(n, _)| *n == name) else {
-            let names: Vec<&str> = AGG_FNS.iter().map(|(n, _)| *n).collect();
-            let help = if name == "approx_count_distinct" {
-                "approx_count_distinct is not supported by weir yet".to_string()
-            } else {
-                suggestion_help(&name, &names, "aggregate functions")
-            };
-            errs.spanned_help(&func, format!("unknown aggregate function `{name}`"), help);
+        let Some(def) = aggregates::lookup(&name) else {
+            let names: Vec<&str> = aggregates::AGGREGATES.iter().map(|d| d.name).collect();
+            errs.spanned_help(
+                &func,
+                format!("unknown aggregate function `{name}`"),
+                suggestion_help(&name, &names, "aggregate functions"),
+            );
             continue;
         };
-        let arg = match parse_agg_arg.parse2(args) {
+        let (arg, lit) = match parse_agg_args.parse2(args) {
             Ok(a) => a,
             Err(e) => {
                 errs.syn(e);
                 continue;
             }
         };
-        if arg.is_none() && *kind != AggFn::Count {
+        if arg.is_none() && !def.takes_star {
             errs.spanned_help(
                 &call,
                 format!("`{name}` needs a column"),
@@ -888,9 +878,12 @@ fn parse_aggregate(input: ParseStream, errs: &mut Errors) -> syn::Result<Vec<Agg
             );
             continue;
         }
+        let Some(param) = agg_param(def, &name, lit.as_ref(), errs) else {
+            continue;
+        };
         aggs.push(AggDecl {
             alias,
-            kind: *kind,
+            kind: (def.make)(param),
             arg,
             call,
         });
@@ -898,27 +891,85 @@ fn parse_aggregate(input: ParseStream, errs: &mut Errors) -> syn::Result<Vec<Agg
     Ok(aggs)
 }
 
-/// `()`, `(*)` or `(column)`.
-fn parse_agg_arg(input: ParseStream) -> syn::Result<Option<Ident>> {
+/// `()`, `(*)`, `(column)` or `(column, literal)`.
+fn parse_agg_args(input: ParseStream) -> syn::Result<(Option<Ident>, Option<syn::Lit>)> {
+    const ONE_COLUMN: &str = "aggregates take one column; compute expressions in `select:` first";
     if input.is_empty() {
-        return Ok(None);
+        return Ok((None, None));
     }
     if input.peek(Token![*]) {
         input.parse::<Token![*]>()?;
-        return Ok(None);
+        return Ok((None, None));
     }
-    let col: Ident = input.parse().map_err(|e| {
-        syn::Error::new(
-            e.span(),
-            "aggregates take one column; compute expressions in `select:` first",
-        )
-    })?;
+    let col: Ident = input
+        .parse()
+        .map_err(|e| syn::Error::new(e.span(), ONE_COLUMN))?;
+    let mut lit = None;
+    if input.peek(Token![,]) && input.peek2(syn::Lit) {
+        input.parse::<Token![,]>()?;
+        lit = Some(input.parse::<syn::Lit>()?);
+    }
+    if input.peek(Token![,]) {
+        input.parse::<Token![,]>()?;
+    }
     if !input.is_empty() {
-        return Err(
-            input.error("aggregates take one column; compute expressions in `select:` first")
-        );
+        return Err(input.error(ONE_COLUMN));
     }
-    Ok(Some(col))
+    Ok((Some(col), lit))
+}
+
+/// The second argument of an aggregate, checked against what `def` takes;
+/// `None` after reporting a mistake.
+fn agg_param(
+    def: &AggregateDef,
+    name: &str,
+    lit: Option<&syn::Lit>,
+    errs: &mut Errors,
+) -> Option<Arg> {
+    let Some(lit) = lit else {
+        return Some(Arg::None);
+    };
+    match (def.param, lit) {
+        (Param::Rsd, syn::Lit::Float(f)) => {
+            let v = f.base10_parse::<f64>().ok()?;
+            match Rsd::new(v) {
+                Ok(r) => Some(Arg::Rsd(r)),
+                Err(e) => {
+                    errs.spanned_help(
+                        lit,
+                        e,
+                        "the default 0.05 keeps 512 registers per group; 0.01 keeps 16384 (16 KiB)",
+                    );
+                    None
+                }
+            }
+        }
+        (Param::IgnoreNulls, syn::Lit::Bool(b)) => Some(Arg::IgnoreNulls(b.value)),
+        (Param::None, _) => {
+            errs.spanned_help(
+                lit,
+                format!("`{name}` takes one column"),
+                format!("write `{}`", def.usage()),
+            );
+            None
+        }
+        (Param::Rsd, _) => {
+            errs.spanned_help(
+                lit,
+                format!("`{name}`'s second argument is the relative standard deviation, a float"),
+                format!("write e.g. `{name}(column, 0.01)`; leave it out for Spark's default 0.05"),
+            );
+            None
+        }
+        (Param::IgnoreNulls, _) => {
+            errs.spanned_help(
+                lit,
+                format!("`{name}`'s second argument is ignoreNulls, `true` or `false`"),
+                format!("write `{name}(column, true)` to skip nulls; leave it out to count them as Spark does"),
+            );
+            None
+        }
+    }
 }
 
 fn parse_mode(input: ParseStream, errs: &mut Errors) -> syn::Result<Option<ModeDecl>> {
@@ -995,6 +1046,7 @@ fn parse_trigger(input: ParseStream, errs: &mut Errors) -> syn::Result<Option<Tr
 mod tests {
     use super::*;
     use quote::quote;
+    use weir_plan::AggFn;
 
     fn parse(t: TokenStream) -> (Option<QueryDecl>, Vec<String>) {
         let mut errs = Errors::new();
@@ -1117,7 +1169,7 @@ mod tests {
                 "fliter: unknown key `fliter`\nhelp: did you mean `filter`? (keys: source, schema, filter, select, with_column, watermark, join, drop_duplicates, drop_duplicates_within_watermark, group_by, aggregate, order_by, limit, output_mode, trigger, sink, late_rows, checkpoint, name, scale_out)",
                 "upsert: unknown output mode `upsert`\nhelp: output modes: append, update, complete",
                 "\"0 seconds\": invalid trigger interval \"0 seconds\": the duration must be greater than zero\nhelp: write a positive duration like \"10 seconds\"; leave `trigger:` out to run micro-batches as soon as possible",
-                "cnt: unknown aggregate function `cnt`\nhelp: did you mean `count`? (aggregate functions: count, sum, min, max, avg, count_distinct)",
+                "cnt: unknown aggregate function `cnt`\nhelp: did you mean `count`? (aggregate functions: count, sum, min, max, avg, count_distinct, approx_count_distinct, first, last, stddev_samp, stddev_pop, var_samp, var_pop)",
                 "sum (): `sum` needs a column\nhelp: write `s: sum(column)`",
                 "source: `source:` is given twice; each key may appear once",
                 "Q: query `Q` has no `sink:`\nhelp: add e.g. `sink: console(truncate = false)`",

@@ -2,7 +2,8 @@
 //! through `::weir::plan`, so `Query::plan()` is the plan the macro checked.
 
 use proc_macro2::TokenStream;
-use quote::quote;
+use quote::{format_ident, quote};
+use weir_plan::aggregates::Arg;
 use weir_plan::{
     AggFn, GroupKey, JoinType, Op, OutputMode, SinkKind, StreamPlan, TriggerDecl, WatermarkPolicy,
 };
@@ -32,16 +33,35 @@ pub fn output_mode(m: OutputMode) -> TokenStream {
     }
 }
 
-/// An aggregate function as a path.
+/// An aggregate function as an expression: its variant (named after the
+/// catalogue's Spark name) with its second argument, if it takes one.
 pub fn agg_fn(f: AggFn) -> TokenStream {
-    match f {
-        AggFn::Count => quote!(::weir::plan::AggFn::Count),
-        AggFn::Sum => quote!(::weir::plan::AggFn::Sum),
-        AggFn::Min => quote!(::weir::plan::AggFn::Min),
-        AggFn::Max => quote!(::weir::plan::AggFn::Max),
-        AggFn::Avg => quote!(::weir::plan::AggFn::Avg),
-        AggFn::CountDistinct => quote!(::weir::plan::AggFn::CountDistinct),
+    let variant = format_ident!("{}", upper_camel(f.name()));
+    match f.arg() {
+        Arg::None => quote!(::weir::plan::AggFn::#variant),
+        Arg::Rsd(r) => {
+            let v = r.value();
+            quote!(::weir::plan::AggFn::#variant {
+                rsd: match ::weir::plan::Rsd::new(#v) {
+                    ::std::result::Result::Ok(r) => r,
+                    ::std::result::Result::Err(_) => ::weir::plan::Rsd::DEFAULT,
+                }
+            })
+        }
+        Arg::IgnoreNulls(b) => quote!(::weir::plan::AggFn::#variant { ignore_nulls: #b }),
     }
+}
+
+/// `count_distinct` -> `CountDistinct`.
+fn upper_camel(name: &str) -> String {
+    name.split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// A join type as a path.

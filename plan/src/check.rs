@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::expr::{BinaryOp, Expr};
-use crate::plan::{AggFn, GroupKey, JoinType, Op, OutputMode, SinkKind, StreamPlan, TriggerDecl};
+use crate::plan::{GroupKey, JoinType, Op, OutputMode, SinkKind, StreamPlan, TriggerDecl};
 use crate::resolve::{resolve, NodeSchema};
 use crate::types::DataType;
 
@@ -233,12 +233,12 @@ fn no_distinct_aggregation(cx: &Ctx, out: &mut Vec<Violation>) {
             continue;
         };
         for (i, a) in aggs.iter().enumerate() {
-            if a.func == AggFn::CountDistinct && cx.input_of(ni, oi).streaming {
+            if !a.func.def().streaming && cx.input_of(ni, oi).streaming {
                 out.push(Violation::new(
                     Rule::DistinctAggregation,
                     Location::Op { node: ni, op: oi, part: crate::check::Part::Agg(i) },
                     "Distinct aggregations are not supported on streaming DataFrames/Datasets. Consider using approx_count_distinct() instead.".into(),
-                    Some("distinct counts need unbounded state on a stream; use approx_count_distinct, or drop_duplicates before count()".into()),
+                    Some(format!("an exact distinct count keeps every value on a stream; write `{}: approx_count_distinct({})` (HyperLogLog++, about 5% error by default), or drop_duplicates before count()", a.alias, a.column)),
                 ));
             }
         }

@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub mod aggregates;
 pub mod check;
 pub mod connectors;
 pub mod duration;

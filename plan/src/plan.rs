@@ -344,7 +344,9 @@ pub struct AggSpec {
     pub alias: String,
 }
 
-/// The aggregate functions.
+/// The aggregate functions. What each takes, returns and stores is in the
+/// catalogue ([`crate::aggregates`]); a new function is a variant here and an
+/// entry there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AggFn {
@@ -360,36 +362,92 @@ pub enum AggFn {
     Avg,
     /// `count(DISTINCT col)`: not supported on streams (Spark's rule).
     CountDistinct,
+    /// `approx_count_distinct(col[, rsd])`: HyperLogLog++ (Spark's).
+    ApproxCountDistinct {
+        /// The relative standard deviation asked for (Spark's default 0.05).
+        rsd: Rsd,
+    },
+    /// `first(col[, ignoreNulls])`: the first value in arrival order.
+    First {
+        /// Skip nulls (Spark's default: false, a null first row is the result).
+        ignore_nulls: bool,
+    },
+    /// `last(col[, ignoreNulls])`: the last value in arrival order.
+    Last {
+        /// Skip nulls (Spark's default: false).
+        ignore_nulls: bool,
+    },
+    /// `stddev_samp` (`stddev`, `std`): sample standard deviation.
+    StddevSamp,
+    /// `stddev_pop`: population standard deviation.
+    StddevPop,
+    /// `var_samp` (`variance`): sample variance.
+    VarSamp,
+    /// `var_pop`: population variance.
+    VarPop,
 }
 
 impl AggFn {
-    /// The function's SQL name.
+    /// The function's SQL name (Spark's canonical one, not an alias).
     pub fn name(self) -> &'static str {
-        match self {
-            AggFn::Count => "count",
-            AggFn::Sum => "sum",
-            AggFn::Min => "min",
-            AggFn::Max => "max",
-            AggFn::Avg => "avg",
-            AggFn::CountDistinct => "count_distinct",
-        }
+        self.def().name
     }
 
     /// The result type over an input of type `input` (None for `*`), or
     /// `None` when the function does not take that type.
     pub fn result_type(self, input: Option<DataType>) -> Option<DataType> {
-        match (self, input) {
-            (AggFn::Count | AggFn::CountDistinct, _) => Some(DataType::Int64),
-            (_, None) => None,
-            (AggFn::Sum, Some(t)) => match t {
-                DataType::Int32 | DataType::Int64 => Some(DataType::Int64),
-                DataType::Float64 => Some(DataType::Float64),
-                _ => None,
-            },
-            (AggFn::Avg, Some(t)) if t.is_numeric() => Some(DataType::Float64),
-            (AggFn::Min | AggFn::Max, Some(t)) if t.is_orderable() => Some(t),
-            _ => None,
+        self.def().result_type(input)
+    }
+}
+
+/// The relative standard deviation of `approx_count_distinct`, kept in
+/// millionths so that plans compare exactly. Between 0.01 and 0.39 (Spark
+/// needs at most 0.39; below 0.01 a group's sketch would pass 16 KiB).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "f64", into = "f64")]
+pub struct Rsd(u32);
+
+impl Rsd {
+    /// Spark's default, 0.05.
+    pub const DEFAULT: Rsd = Rsd(50_000);
+    /// The smallest accepted.
+    pub const MIN: f64 = 0.01;
+    /// The largest accepted (Spark's: the sketch needs at least 4 index bits).
+    pub const MAX: f64 = 0.39;
+
+    /// An rsd, or why it cannot be one.
+    pub fn new(rsd: f64) -> Result<Rsd, String> {
+        if !(Rsd::MIN..=Rsd::MAX).contains(&rsd) {
+            return Err(format!(
+                "approx_count_distinct's relative standard deviation must be between {} and {} (got {rsd})",
+                Rsd::MIN,
+                Rsd::MAX
+            ));
         }
+        Ok(Rsd((rsd * 1e6).round() as u32))
+    }
+
+    /// The value.
+    pub fn value(self) -> f64 {
+        self.0 as f64 / 1e6
+    }
+
+    /// The sketch's index bits, Spark's rule: `ceil(2 * log2(1.106 / rsd))`.
+    pub fn precision(self) -> u8 {
+        (2.0 * (1.106 / self.value()).log2()).ceil() as u8
+    }
+}
+
+impl TryFrom<f64> for Rsd {
+    type Error = String;
+    fn try_from(v: f64) -> Result<Rsd, String> {
+        Rsd::new(v)
+    }
+}
+
+impl From<Rsd> for f64 {
+    fn from(r: Rsd) -> f64 {
+        r.value()
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::duration::{parse_duration_ms, parse_positive_duration_ms};
 use crate::expr::Expr;
-use crate::plan::{AggFn, GroupKey, JoinType, Op, StreamPlan};
+use crate::plan::{GroupKey, JoinType, Op, StreamPlan};
 use crate::types::{DataType, Field};
 use crate::violation::{Location, Part, Rule, Violation};
 
@@ -381,7 +381,7 @@ fn apply_op(
             }
             for (i, a) in aggs.iter().enumerate() {
                 let input = if a.column == "*" {
-                    if a.func != AggFn::Count {
+                    if !a.func.def().takes_star {
                         errs.push(Violation::new(
                             Rule::TypeMismatch,
                             at(Part::Agg(i)),
@@ -412,13 +412,7 @@ fn apply_op(
                                 a.column,
                                 input.map(|t| t.name()).unwrap_or("?")
                             ),
-                            Some(match a.func {
-                                AggFn::Sum | AggFn::Avg => {
-                                    "sum and avg take int32, int64 or float64 columns".into()
-                                }
-                                _ => "min and max take numbers, strings, booleans and timestamps"
-                                    .into(),
-                            }),
+                            Some(a.func.def().input_help.into()),
                         )
                         .about(a.column.as_str()),
                     );

@@ -241,8 +241,7 @@ pub struct StateValue {
 impl StateValue {
     /// The call as written: `sum(n)`, `count()` for `count(*)`.
     pub fn call(&self) -> String {
-        let arg = if self.column == "*" { "" } else { &self.column };
-        format!("{}({arg})", self.func.name())
+        self.func.call(&self.column)
     }
 }
 
@@ -487,6 +486,9 @@ pub enum ChangeKind {
     Aggregate,
     /// An aggregate was renamed in the output.
     AggregateRenamed,
+    /// An aggregate changed to a function that keeps the same state
+    /// (`stddev_samp` to `var_pop`; an rsd of the same sketch precision).
+    AggregateSameState,
     /// The watermark columns of a stateful operator changed.
     Watermark,
     /// A join's type changed.
@@ -903,7 +905,7 @@ fn classify_aggregates(o: &StatefulOperator, n: &StatefulOperator, ch: &mut Chan
             .values
             .iter()
             .zip(&n.values)
-            .position(|(a, b)| a.func != b.func || a.column != b.column)
+            .position(|(a, b)| !a.func.same_state(b.func) || a.column != b.column)
             .unwrap_or(o.values.len().min(n.values.len()));
         let part = if i < n.values.len() {
             Part::Agg(i)
@@ -927,7 +929,7 @@ fn classify_aggregates(o: &StatefulOperator, n: &StatefulOperator, ch: &mut Chan
         return;
     }
     for (i, (a, b)) in o.values.iter().zip(&n.values).enumerate() {
-        if a.func != b.func || a.column != b.column {
+        if !a.func.same_state(b.func) || a.column != b.column {
             ch.push(
                 ChangeKind::Aggregate,
                 false,
@@ -958,6 +960,21 @@ fn classify_aggregates(o: &StatefulOperator, n: &StatefulOperator, ch: &mut Chan
                 ),
                 Some("cast the column back to its old type before the aggregation"),
             );
+        } else if a.func != b.func {
+            ch.push(
+                ChangeKind::AggregateSameState,
+                true,
+                Some(n),
+                Some(Part::Agg(i)),
+                format!(
+                    "aggregate `{}` changed from {} to {}: both keep {} in the state, so the result continues from the checkpoint",
+                    b.name,
+                    a.call(),
+                    b.call(),
+                    stores(a)
+                ),
+                None,
+            );
         } else if a.name != b.name {
             ch.push(
                 ChangeKind::AggregateRenamed,
@@ -983,14 +1000,7 @@ fn stores(a: &StateValue) -> String {
     } else {
         format!("`{}`", a.column)
     };
-    match a.func {
-        AggFn::Count => format!("a count of {of}"),
-        AggFn::Sum => format!("a sum of {of}"),
-        AggFn::Min => format!("the minimum of {of}"),
-        AggFn::Max => format!("the maximum of {of}"),
-        AggFn::Avg => format!("a sum and a count of {of}"),
-        AggFn::CountDistinct => format!("the distinct values of {of}"),
-    }
+    a.func.def().stores.replace("{of}", &of)
 }
 
 fn classify_join(o: &StatefulOperator, n: &StatefulOperator, ch: &mut Changes) {

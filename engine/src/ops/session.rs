@@ -22,7 +22,9 @@ use arrow::row::{RowConverter, SortField};
 use weir_plan::OutputMode;
 
 use crate::error::{Result, WeirError};
-use crate::ops::aggregate::{agg_arrays, kind_of, Acc, AggExec, Kind, Reader, Watermarks};
+use crate::ops::aggregate::{
+    agg_arrays, kind_of, output_type, Acc, AggExec, Kind, Reader, Watermarks,
+};
 use crate::ops::operator::{
     length_prefixed_key, rehome, set_update_time, single_store, unknown_store, DecodedState,
     OperatorState, PartitionCounts, StatefulOperator,
@@ -109,20 +111,8 @@ impl SessionAggregateOp {
         );
         let mut kinds = Vec::new();
         for a in &aggs {
-            let kind = a.input_type.as_ref().map(kind_of).unwrap_or(Kind::Int);
-            kinds.push(kind);
-            let t = match a.func {
-                weir_plan::AggFn::Count | weir_plan::AggFn::CountDistinct => {
-                    arrow::datatypes::DataType::Int64
-                }
-                weir_plan::AggFn::Avg => arrow::datatypes::DataType::Float64,
-                weir_plan::AggFn::Sum if kind == Kind::Float => arrow::datatypes::DataType::Float64,
-                weir_plan::AggFn::Sum => arrow::datatypes::DataType::Int64,
-                _ => a
-                    .input_type
-                    .clone()
-                    .unwrap_or(arrow::datatypes::DataType::Int64),
-            };
+            kinds.push(a.input_type.as_ref().map(kind_of).unwrap_or(Kind::Int));
+            let t = output_type(a.func, a.input_type.as_ref());
             fields.push(ArrowField::new(&a.name, t, true));
         }
         let key_conv = RowConverter::new(
@@ -285,13 +275,7 @@ impl SessionAggregateOp {
         cols.insert(self.session_pos.min(cols.len()), Window::to_array(windows));
         let accs: Vec<&[Acc]> = out.iter().map(|(_, s)| s.accs.as_slice()).collect();
         let nkeys = self.keys.len() + 1;
-        cols.extend(agg_arrays(
-            &self.aggs,
-            &self.kinds,
-            &self.schema,
-            nkeys,
-            &accs,
-        )?);
+        cols.extend(agg_arrays(&self.aggs, &self.schema, nkeys, &accs)?);
         Ok(vec![RecordBatch::try_new(self.schema.clone(), cols)?])
     }
 
@@ -331,7 +315,7 @@ impl SessionAggregateOp {
             }
             let mut accs = self.new_accs();
             for (a, rd) in accs.iter_mut().zip(&readers) {
-                a.update(rd, r);
+                a.update(rd, r)?;
             }
             let key = rows
                 .as_ref()
@@ -423,7 +407,7 @@ impl SessionAggregateOp {
                     Some(cur) if s.start < cur.end => {
                         cur.end = cur.end.max(s.end);
                         for (a, o) in cur.accs.iter_mut().zip(&s.accs) {
-                            a.merge(o);
+                            a.merge(o)?;
                         }
                         cur.changed |= s.changed;
                     }
@@ -584,7 +568,7 @@ impl SessionAggregateOp {
             Window::to_array(windows),
         )];
         let accs: Vec<&[Acc]> = accs.iter().map(|a| a.as_slice()).collect();
-        let aggs = agg_arrays(&self.aggs, &self.kinds, &self.schema, nkeys, &accs)?;
+        let aggs = agg_arrays(&self.aggs, &self.schema, nkeys, &accs)?;
         value.extend(
             self.schema.fields()[nkeys..]
                 .iter()

@@ -17,16 +17,18 @@ use crate::hash::FastMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, Float64Array, Int64Array, StringArray, UInt32Array,
-};
+use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, StringArray, UInt32Array};
 use arrow::compute::{cast, take};
 use arrow::datatypes::{
-    DataType as ArrowType, Field as ArrowField, Float64Type, Int64Type, Schema, SchemaRef,
+    DataType as ArrowType, Field as ArrowField, Float64Type, Schema, SchemaRef,
 };
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use weir_plan::{AggFn, OutputMode};
+
+pub(crate) mod accumulators;
+
+pub(crate) use accumulators::{agg_arrays, kind_of, output_type, Acc, Kind, Reader};
 
 use crate::error::{Result, WeirError};
 use crate::ops::operator::{
@@ -71,271 +73,6 @@ pub struct AggExec {
     pub input_type: Option<ArrowType>,
     /// Output name.
     pub name: String,
-}
-
-/// How accumulator values are read from an input column.
-#[derive(Clone, Copy, PartialEq, Debug)]
-pub(crate) enum Kind {
-    Int,
-    Float,
-    Bytes,
-}
-
-pub(crate) fn kind_of(t: &ArrowType) -> Kind {
-    match t {
-        ArrowType::Float64 | ArrowType::Float32 => Kind::Float,
-        ArrowType::Utf8
-        | ArrowType::LargeUtf8
-        | ArrowType::Utf8View
-        | ArrowType::Binary
-        | ArrowType::LargeBinary => Kind::Bytes,
-        _ => Kind::Int,
-    }
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Scalar {
-    I(i64),
-    F(f64),
-    B(Vec<u8>),
-}
-
-impl Scalar {
-    fn less(&self, o: &Scalar) -> bool {
-        match (self, o) {
-            (Scalar::I(a), Scalar::I(b)) => a < b,
-            (Scalar::F(a), Scalar::F(b)) => a.total_cmp(b).is_lt(),
-            (Scalar::B(a), Scalar::B(b)) => a < b,
-            _ => false,
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Acc {
-    Count(i64),
-    SumI(Option<i64>),
-    SumF(Option<f64>),
-    Avg(f64, i64),
-    Min(Option<Scalar>),
-    Max(Option<Scalar>),
-}
-
-/// A column read once per batch in the accumulator's value kind.
-pub(crate) enum Reader {
-    None,
-    I(Int64Array),
-    F(Float64Array),
-    S(StringArray),
-    B(BinaryArray),
-}
-
-impl Reader {
-    pub(crate) fn new(a: Option<&ArrayRef>) -> Result<Reader> {
-        let Some(a) = a else { return Ok(Reader::None) };
-        Ok(match a.data_type() {
-            ArrowType::Float64 | ArrowType::Float32 => Reader::F(
-                cast(a, &ArrowType::Float64)?
-                    .as_primitive::<Float64Type>()
-                    .clone(),
-            ),
-            ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View => {
-                Reader::S(cast(a, &ArrowType::Utf8)?.as_string::<i32>().clone())
-            }
-            ArrowType::Binary | ArrowType::LargeBinary => {
-                Reader::B(cast(a, &ArrowType::Binary)?.as_binary::<i32>().clone())
-            }
-            ArrowType::Timestamp(_, _) => {
-                let t = cast(a, &timestamp_type())?;
-                let v: Int64Array = t
-                    .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
-                    .reinterpret_cast();
-                Reader::I(v)
-            }
-            _ => Reader::I(
-                cast(a, &ArrowType::Int64)?
-                    .as_primitive::<Int64Type>()
-                    .clone(),
-            ),
-        })
-    }
-
-    fn get(&self, i: usize) -> Option<Scalar> {
-        match self {
-            Reader::None => None,
-            Reader::I(a) => a.is_valid(i).then(|| Scalar::I(a.value(i))),
-            Reader::F(a) => a.is_valid(i).then(|| Scalar::F(a.value(i))),
-            Reader::S(a) => a
-                .is_valid(i)
-                .then(|| Scalar::B(a.value(i).as_bytes().to_vec())),
-            Reader::B(a) => a.is_valid(i).then(|| Scalar::B(a.value(i).to_vec())),
-        }
-    }
-
-    fn is_valid(&self, i: usize) -> bool {
-        match self {
-            Reader::None => true,
-            Reader::I(a) => a.is_valid(i),
-            Reader::F(a) => a.is_valid(i),
-            Reader::S(a) => a.is_valid(i),
-            Reader::B(a) => a.is_valid(i),
-        }
-    }
-}
-
-impl Acc {
-    pub(crate) fn new(func: AggFn, kind: Kind) -> Acc {
-        match (func, kind) {
-            (AggFn::Count | AggFn::CountDistinct, _) => Acc::Count(0),
-            (AggFn::Sum, Kind::Float) => Acc::SumF(None),
-            (AggFn::Sum, _) => Acc::SumI(None),
-            (AggFn::Avg, _) => Acc::Avg(0.0, 0),
-            (AggFn::Min, _) => Acc::Min(None),
-            (AggFn::Max, _) => Acc::Max(None),
-        }
-    }
-
-    pub(crate) fn update(&mut self, r: &Reader, i: usize) {
-        match self {
-            Acc::Count(n) => {
-                if r.is_valid(i) {
-                    *n += 1
-                }
-            }
-            Acc::SumI(s) => {
-                if let Some(Scalar::I(v)) = r.get(i) {
-                    *s = Some(s.unwrap_or(0).wrapping_add(v))
-                }
-            }
-            Acc::SumF(s) => {
-                if let Some(Scalar::F(v)) = r.get(i) {
-                    *s = Some(s.unwrap_or(0.0) + v)
-                }
-            }
-            Acc::Avg(s, n) => match r.get(i) {
-                Some(Scalar::F(v)) => {
-                    *s += v;
-                    *n += 1
-                }
-                Some(Scalar::I(v)) => {
-                    *s += v as f64;
-                    *n += 1
-                }
-                _ => {}
-            },
-            Acc::Min(m) => {
-                if let Some(v) = r.get(i) {
-                    if m.as_ref().is_none_or(|c| v.less(c)) {
-                        *m = Some(v)
-                    }
-                }
-            }
-            Acc::Max(m) => {
-                if let Some(v) = r.get(i) {
-                    if m.as_ref().is_none_or(|c| c.less(&v)) {
-                        *m = Some(v)
-                    }
-                }
-            }
-        }
-    }
-
-    pub(crate) fn merge(&mut self, o: &Acc) {
-        match (self, o) {
-            (Acc::Count(a), Acc::Count(b)) => *a += b,
-            (Acc::SumI(a), Acc::SumI(Some(b))) => *a = Some(a.unwrap_or(0).wrapping_add(*b)),
-            (Acc::SumF(a), Acc::SumF(Some(b))) => *a = Some(a.unwrap_or(0.0) + b),
-            (Acc::Avg(s, n), Acc::Avg(s2, n2)) => {
-                *s += s2;
-                *n += n2
-            }
-            (Acc::Min(a), Acc::Min(Some(b))) if a.as_ref().is_none_or(|c| b.less(c)) => {
-                *a = Some(b.clone())
-            }
-            (Acc::Max(a), Acc::Max(Some(b))) if a.as_ref().is_none_or(|c| c.less(b)) => {
-                *a = Some(b.clone())
-            }
-            _ => {}
-        }
-    }
-
-    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
-        fn opt_scalar(out: &mut Vec<u8>, v: &Option<Scalar>) {
-            match v {
-                None => out.push(0),
-                Some(Scalar::I(i)) => {
-                    out.push(1);
-                    out.extend_from_slice(&i.to_le_bytes())
-                }
-                Some(Scalar::F(f)) => {
-                    out.push(2);
-                    out.extend_from_slice(&f.to_le_bytes())
-                }
-                Some(Scalar::B(b)) => {
-                    out.push(3);
-                    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-                    out.extend_from_slice(b)
-                }
-            }
-        }
-        match self {
-            Acc::Count(n) => out.extend_from_slice(&n.to_le_bytes()),
-            Acc::SumI(s) => opt_scalar(out, &s.map(Scalar::I)),
-            Acc::SumF(s) => opt_scalar(out, &s.map(Scalar::F)),
-            Acc::Avg(s, n) => {
-                out.extend_from_slice(&s.to_le_bytes());
-                out.extend_from_slice(&n.to_le_bytes())
-            }
-            Acc::Min(v) | Acc::Max(v) => opt_scalar(out, v),
-        }
-    }
-
-    /// Decodes into `self` (whose variant says what to read).
-    pub(crate) fn decode(&mut self, buf: &[u8], pos: &mut usize) -> Option<()> {
-        fn i64_at(buf: &[u8], pos: &mut usize) -> Option<i64> {
-            let v = i64::from_le_bytes(buf.get(*pos..*pos + 8)?.try_into().ok()?);
-            *pos += 8;
-            Some(v)
-        }
-        fn opt_scalar(buf: &[u8], pos: &mut usize) -> Option<Option<Scalar>> {
-            let tag = *buf.get(*pos)?;
-            *pos += 1;
-            Some(match tag {
-                0 => None,
-                1 => Some(Scalar::I(i64_at(buf, pos)?)),
-                2 => Some(Scalar::F(f64::from_bits(i64_at(buf, pos)? as u64))),
-                3 => {
-                    let n = u32::from_le_bytes(buf.get(*pos..*pos + 4)?.try_into().ok()?) as usize;
-                    *pos += 4;
-                    let b = buf.get(*pos..*pos + n)?.to_vec();
-                    *pos += n;
-                    Some(Scalar::B(b))
-                }
-                _ => return None,
-            })
-        }
-        match self {
-            Acc::Count(n) => *n = i64_at(buf, pos)?,
-            Acc::SumI(s) => {
-                *s = match opt_scalar(buf, pos)? {
-                    Some(Scalar::I(i)) => Some(i),
-                    _ => None,
-                }
-            }
-            Acc::SumF(s) => {
-                *s = match opt_scalar(buf, pos)? {
-                    Some(Scalar::F(f)) => Some(f),
-                    _ => None,
-                }
-            }
-            Acc::Avg(s, n) => {
-                *s = f64::from_bits(i64_at(buf, pos)? as u64);
-                *n = i64_at(buf, pos)?
-            }
-            Acc::Min(v) | Acc::Max(v) => *v = opt_scalar(buf, pos)?,
-        }
-        Some(())
-    }
 }
 
 /// A group's value: when it may be evicted (µs; i64::MAX = never) and its accumulators.
@@ -460,16 +197,8 @@ impl AggregateOp {
         }
         let mut kinds = Vec::new();
         for a in &aggs {
-            let it = a.input_type.clone();
-            let kind = it.as_ref().map(kind_of).unwrap_or(Kind::Int);
-            kinds.push(kind);
-            let out_t = match a.func {
-                AggFn::Count | AggFn::CountDistinct => ArrowType::Int64,
-                AggFn::Avg => ArrowType::Float64,
-                AggFn::Sum if kind == Kind::Float => ArrowType::Float64,
-                AggFn::Sum => ArrowType::Int64,
-                AggFn::Min | AggFn::Max => it.clone().unwrap_or(ArrowType::Int64),
-            };
+            kinds.push(a.input_type.as_ref().map(kind_of).unwrap_or(Kind::Int));
+            let out_t = output_type(a.func, a.input_type.as_ref());
             out_fields.push(ArrowField::new(&a.name, out_t, true));
         }
         let converter = if key_fields.is_empty() {
@@ -615,7 +344,7 @@ impl AggregateOp {
                 None => {
                     let accs = g.find(&key, r, 0, column_evict_at);
                     for (a, rd) in accs.iter_mut().zip(&readers) {
-                        a.update(rd, r);
+                        a.update(rd, r)?;
                     }
                 }
                 Some(ts) => {
@@ -653,7 +382,7 @@ impl AggregateOp {
                             }
                         });
                         for (a, rd) in accs.iter_mut().zip(&readers) {
-                            a.update(rd, r);
+                            a.update(rd, r)?;
                         }
                     }
                 }
@@ -820,12 +549,12 @@ impl AggregateOp {
                     per_part[p].push(groups);
                 }
             }
-            let merge = |(m, tasks): (&mut FastMap<Vec<u8>, Group>, Vec<Groups>)| {
+            let merge = |(m, tasks): (&mut FastMap<Vec<u8>, Group>, Vec<Groups>)| -> Result<()> {
                 for (k, g) in tasks.into_iter().flatten() {
                     match m.get_mut(&k) {
                         Some(into) => {
                             for (a, o) in into.accs.iter_mut().zip(&g.accs) {
-                                a.merge(o);
+                                a.merge(o)?;
                             }
                         }
                         None => {
@@ -833,11 +562,12 @@ impl AggregateOp {
                         }
                     }
                 }
+                Ok(())
             };
             if n > 1 {
-                merged.par_iter_mut().zip(per_part).for_each(merge);
+                merged.par_iter_mut().zip(per_part).try_for_each(merge)?;
             } else {
-                merged.iter_mut().zip(per_part).for_each(merge);
+                merged.iter_mut().zip(per_part).try_for_each(merge)?;
             }
         }
         Ok((
@@ -901,7 +631,7 @@ impl AggregateOp {
                 Some(old) => {
                     let mut old = Self::decode_group_with(&self.aggs, &self.kinds, &old)?;
                     for (a, o) in old.accs.iter_mut().zip(&g.accs) {
-                        a.merge(o);
+                        a.merge(o)?;
                     }
                     old
                 }
@@ -1047,7 +777,6 @@ impl AggregateOp {
         let accs: Vec<&[Acc]> = groups.iter().map(|(_, g)| g.accs.as_slice()).collect();
         cols.extend(agg_arrays(
             &self.aggs,
-            &self.kinds,
             &self.schema,
             self.keys.len(),
             &accs,
@@ -1236,95 +965,6 @@ fn var(out: &mut Vec<u8>, v: Option<&[u8]>) {
     }
 }
 
-/// The aggregate columns for groups' accumulators (fields from `first` on in `schema`).
-pub(crate) fn agg_arrays(
-    aggs: &[AggExec],
-    kinds: &[Kind],
-    schema: &Schema,
-    first: usize,
-    groups: &[&[Acc]],
-) -> Result<Vec<ArrayRef>> {
-    let mut cols: Vec<ArrayRef> = Vec::new();
-    for (ai, a) in aggs.iter().enumerate() {
-        let field = schema.field(first + ai);
-        let vals = groups.iter().map(|g| &g[ai]);
-        let arr: ArrayRef = match a.func {
-            AggFn::Count | AggFn::CountDistinct => {
-                Arc::new(Int64Array::from_iter_values(vals.map(|v| match v {
-                    Acc::Count(n) => *n,
-                    _ => 0,
-                })))
-            }
-            AggFn::Avg => Arc::new(Float64Array::from_iter(vals.map(|v| match v {
-                Acc::Avg(s, n) if *n > 0 => Some(s / *n as f64),
-                _ => None,
-            }))),
-            AggFn::Sum => match kinds[ai] {
-                Kind::Float => Arc::new(Float64Array::from_iter(vals.map(|v| match v {
-                    Acc::SumF(s) => *s,
-                    _ => None,
-                }))),
-                _ => Arc::new(Int64Array::from_iter(vals.map(|v| match v {
-                    Acc::SumI(s) => *s,
-                    _ => None,
-                }))),
-            },
-            AggFn::Min | AggFn::Max => {
-                let scalars: Vec<Option<Scalar>> = vals
-                    .map(|v| match v {
-                        Acc::Min(s) | Acc::Max(s) => s.clone(),
-                        _ => None,
-                    })
-                    .collect();
-                let raw: ArrayRef = match kinds[ai] {
-                    Kind::Float => {
-                        Arc::new(Float64Array::from_iter(scalars.iter().map(|s| match s {
-                            Some(Scalar::F(f)) => Some(*f),
-                            _ => None,
-                        })))
-                    }
-                    Kind::Bytes => {
-                        let b: BinaryArray = scalars
-                            .iter()
-                            .map(|s| match s {
-                                Some(Scalar::B(b)) => Some(b.as_slice()),
-                                _ => None,
-                            })
-                            .collect();
-                        if matches!(
-                            field.data_type(),
-                            ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View
-                        ) {
-                            Arc::new(StringArray::from_iter(
-                                b.iter()
-                                    .map(|v| v.map(|v| String::from_utf8_lossy(v).into_owned())),
-                            ))
-                        } else {
-                            Arc::new(b)
-                        }
-                    }
-                    Kind::Int => {
-                        let i = Int64Array::from_iter(scalars.iter().map(|s| match s {
-                            Some(Scalar::I(v)) => Some(*v),
-                            _ => None,
-                        }));
-                        match field.data_type() {
-                            ArrowType::Timestamp(_, _) => Arc::new(
-                                i.reinterpret_cast::<arrow::datatypes::TimestampMicrosecondType>()
-                                    .with_timezone("UTC"),
-                            ),
-                            _ => Arc::new(i),
-                        }
-                    }
-                };
-                cast(&raw, field.data_type())?
-            }
-        };
-        cols.push(arr);
-    }
-    Ok(cols)
-}
-
 impl StatefulOperator for AggregateOp {
     fn id(&self) -> usize {
         self.id
@@ -1423,9 +1063,12 @@ mod tests {
     fn counts(groups: Vec<(Vec<u8>, Group)>) -> std::collections::BTreeMap<Vec<u8>, i64> {
         groups
             .into_iter()
-            .map(|(k, g)| match g.accs[0] {
-                Acc::Count(n) => (k, n),
-                _ => unreachable!(),
+            .map(|(k, g)| {
+                let out = Acc::evaluate(&[&g.accs[0]], &ArrowType::Int64).unwrap();
+                (
+                    k,
+                    out.as_primitive::<arrow::datatypes::Int64Type>().value(0),
+                )
             })
             .collect()
     }
