@@ -1203,6 +1203,52 @@ mod tests {
         assert_eq!(changes(&base(), &new), vec![]);
     }
 
+    /// Spark compares the state's layout: a switch between functions that
+    /// keep the same state continues from it; another one is refused.
+    #[test]
+    fn a_switch_between_functions_of_one_state_is_allowed_others_refused() {
+        use crate::plan::Rsd;
+        let with = |f: AggFn| {
+            views(
+                vec![wm()],
+                vec![window("1 minute"), col("page")],
+                vec![agg(f, "n", "spread")],
+                vec![],
+            )
+        };
+        let c = changes(&with(AggFn::StddevSamp), &with(AggFn::VarPop));
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert!(c[0].allowed);
+        assert_eq!(c[0].kind, ChangeKind::AggregateSameState);
+        assert_eq!(
+            c[0].message,
+            "aggregate `spread` changed from stddev_samp(n) to var_pop(n): both keep the count, mean and sum of squared deviations of `n` in the state, so the result continues from the checkpoint"
+        );
+        let acd = |r: f64| AggFn::ApproxCountDistinct {
+            rsd: Rsd::new(r).unwrap(),
+        };
+        // 0.05 and 0.049 both make a sketch of 2^9 registers; 0.01 of 2^14.
+        assert!(changes(&with(acd(0.05)), &with(acd(0.049)))
+            .iter()
+            .all(|c| c.allowed));
+        let c = refused(&with(acd(0.05)), &with(acd(0.01)));
+        assert_eq!(
+            c.message,
+            "aggregate `spread` changed from approx_count_distinct(n) to approx_count_distinct(n, 0.01): the state of existing checkpoints stores a HyperLogLog++ sketch of `n`"
+        );
+        let first = |ignore_nulls| AggFn::First { ignore_nulls };
+        refused(&with(first(false)), &with(first(true)));
+        refused(
+            &with(first(false)),
+            &with(AggFn::Last {
+                ignore_nulls: false,
+            }),
+        );
+        refused(&with(AggFn::StddevSamp), &with(AggFn::Avg));
+        // Unchanged: nothing to report.
+        assert!(changes(&with(acd(0.01)), &with(acd(0.01))).is_empty());
+    }
+
     #[test]
     fn a_changed_aggregate_function_is_refused_at_the_aggregate() {
         let new = views(

@@ -1,2 +1,444 @@
-//! Spark's further aggregate functions on streams (approx_count_distinct, first, last,
-//! collect_list/collect_set, stddev/variance): results batch by batch.
+//! Spark's further aggregate functions on streams (approx_count_distinct,
+//! first, last, stddev/variance): results micro-batch by micro-batch in
+//! update, append and complete mode, across a restart from the checkpoint
+//! (memory and RocksDB state stores), over 1 and 3 state partitions, read
+//! back with `weir::state::read`, and declared with `stream_query!`.
+
+use serde_json::{json, Value};
+use weir::functions::{
+    approx_count_distinct, approx_count_distinct_rsd, col, first, last, last_ignore_nulls, stddev,
+    var_pop, window,
+};
+use weir::plan::OutputMode;
+use weir::sink::MemorySink;
+use weir::source::MemoryStream;
+use weir::{Session, SessionConfig};
+
+use crate::common::{fields, iso, rows_json};
+
+/// A session on state store `provider` with `partitions` state partitions
+/// (unset: an existing checkpoint keeps its count); batches run when asked.
+fn session_with(provider: &str, partitions: Option<usize>) -> Session {
+    let mut conf = SessionConfig {
+        fsync_checkpoint: false,
+        polling_delay: std::time::Duration::from_secs(3600),
+        ..SessionConfig::default()
+    };
+    conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+        .unwrap();
+    if let Some(p) = partitions {
+        conf.set("spark.sql.shuffle.partitions", &p.to_string())
+            .unwrap();
+    }
+    conf.set("weir.workerThreads", "2").unwrap();
+    Session::with_config(conf)
+}
+
+/// One event: minutes after 12:00, a key, a value (the "user").
+fn event(minute: i64, key: &str, value: Option<i64>) -> Value {
+    json!({
+        "ts": iso(1_704_110_400_000_000 + minute * 60_000_000),
+        "key": key,
+        "value": value,
+    })
+}
+
+/// Three micro-batches of events; the third moves the watermark (10
+/// minutes behind the latest event) past the first two 10-minute windows.
+fn inputs() -> Vec<Vec<Value>> {
+    vec![
+        vec![
+            event(1, "a", Some(1)),
+            event(2, "a", Some(3)),
+            event(3, "b", Some(5)),
+            event(4, "a", None),
+        ],
+        vec![
+            event(5, "a", Some(3)),
+            event(6, "b", Some(7)),
+            event(12, "a", Some(10)),
+        ],
+        vec![event(30, "a", Some(20))],
+    ]
+}
+
+/// The micro-batches a run emitted: (batch id, rows), empty ones left out.
+type Batches = Vec<(i64, Vec<Value>)>;
+
+/// Runs `inputs` one micro-batch each through 10-minute windows per key
+/// with the new aggregates, on checkpoint `chk`; `before` are rows a run
+/// on `chk` already read (added first, without running a batch).
+fn run(
+    mode: OutputMode,
+    provider: &str,
+    partitions: Option<usize>,
+    before: &[Vec<Value>],
+    inputs: &[Vec<Value>],
+    chk: &std::path::Path,
+) -> Batches {
+    let s = session_with(provider, partitions);
+    let stream = MemoryStream::new(&fields());
+    for input in before {
+        stream.add_json(input).unwrap();
+    }
+    let d = s
+        .read_stream(stream.clone())
+        .with_watermark("ts", "10 minutes")
+        .group_by(vec![window("ts", "10 minutes"), col("key")])
+        .agg(vec![
+            approx_count_distinct("value", "users"),
+            first("value", "first"),
+            last("value", "last"),
+            last_ignore_nulls("value", "last_seen"),
+            stddev("value", "sd"),
+            var_pop("value", "vp"),
+        ]);
+    let sink = MemorySink::new("");
+    let table = sink.table();
+    let q = d
+        .write_stream()
+        .output_mode(mode)
+        .sink(sink)
+        .checkpoint_location(chk.to_str().unwrap())
+        .start()
+        .unwrap();
+    q.process_all_available().unwrap();
+    for input in inputs {
+        stream.add_json(input).unwrap();
+        q.process_all_available().unwrap();
+    }
+    q.stop().unwrap();
+    assert!(q.exception().is_none(), "{:?}", q.exception());
+    let mut out: Batches = table
+        .batches()
+        .into_iter()
+        .map(|(id, b)| (id, rows_json(&b).into_iter().map(rounded).collect()))
+        .filter(|(_, rows): &(i64, Vec<Value>)| !rows.is_empty())
+        .collect();
+    out.sort_by_key(|(id, _)| *id);
+    out
+}
+
+/// Floats rounded to 12 digits (the expected values are written as decimals).
+fn rounded(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, rounded(v))).collect()),
+        Value::Number(n) if n.is_f64() => {
+            json!((n.as_f64().unwrap() * 1e12).round() / 1e12)
+        }
+        v => v,
+    }
+}
+
+/// An output row: the window starting `start` minutes after 12:00, the key
+/// and the aggregates.
+#[allow(clippy::too_many_arguments)]
+fn row(
+    start: i64,
+    key: &str,
+    users: i64,
+    first: i64,
+    last: Option<i64>,
+    last_seen: i64,
+    sd: Option<f64>,
+    vp: f64,
+) -> Value {
+    let at = |m: i64| iso(1_704_110_400_000_000 + m * 60_000_000);
+    rounded(json!({
+        "window": { "start": at(start), "end": at(start + 10) },
+        "key": key,
+        "users": users,
+        "first": first,
+        "last": last,
+        "last_seen": last_seen,
+        "sd": sd,
+        "vp": vp,
+    }))
+}
+
+/// The groups as each batch leaves them (Spark's results: `stddev` of one
+/// value is null, `var_pop` 0.0; `last` counts the null row, `last(.., true)`
+/// skips it; `first`/`last` in arrival order; exact distinct counts this small).
+fn group_states() -> [Vec<Value>; 3] {
+    let a0 = row(0, "a", 2, 1, None, 3, Some(2f64.sqrt()), 1.0);
+    let b0 = row(0, "b", 1, 5, Some(5), 5, None, 0.0);
+    // a: 1, 3, null, 3 (mean 7/3, squared deviations 8/3); b: 5, 7.
+    let a1 = row(
+        0,
+        "a",
+        2,
+        1,
+        Some(3),
+        3,
+        Some((4.0f64 / 3.0).sqrt()),
+        8.0 / 9.0,
+    );
+    let b1 = row(0, "b", 2, 5, Some(7), 7, Some(2f64.sqrt()), 1.0);
+    let a10 = row(10, "a", 1, 10, Some(10), 10, None, 0.0);
+    let a30 = row(30, "a", 1, 20, Some(20), 20, None, 0.0);
+    [vec![a0, b0], vec![a1, b1, a10.clone()], vec![a30]]
+}
+
+#[test]
+fn update_mode_emits_the_changed_groups_batch_by_batch() {
+    let chk = tempfile::tempdir().unwrap();
+    let [b0, b1, b2] = group_states();
+    let got = run(
+        OutputMode::Update,
+        "memory",
+        Some(1),
+        &[],
+        &inputs(),
+        chk.path(),
+    );
+    // Each data batch moves the watermark, so a batch without data
+    // follows it (Spark's no-data batch; it evicts, emitting nothing here).
+    assert_eq!(got, vec![(0, b0), (2, b1), (4, b2)]);
+}
+
+#[test]
+fn append_mode_emits_each_window_once_when_the_watermark_closes_it() {
+    let chk = tempfile::tempdir().unwrap();
+    let [_, b1, _] = group_states();
+    let got = run(
+        OutputMode::Append,
+        "memory",
+        Some(1),
+        &[],
+        &inputs(),
+        chk.path(),
+    );
+    // The third input (batch 4) moves the watermark to 12:20; the batch
+    // after it (with no new data) closes [12:00, 12:10) and [12:10, 12:20).
+    assert_eq!(got, vec![(5, b1)]);
+}
+
+#[test]
+fn complete_mode_emits_every_group_every_batch() {
+    let chk = tempfile::tempdir().unwrap();
+    let [b0, b1, b2] = group_states();
+    let got = run(
+        OutputMode::Complete,
+        "memory",
+        Some(1),
+        &[],
+        &inputs(),
+        chk.path(),
+    );
+    let mut all = b1.clone();
+    all.extend(b2);
+    assert_eq!(got, vec![(0, b0), (1, b1), (2, all)]);
+}
+
+/// A run stopped after two batches and restarted on its checkpoint emits
+/// what one uninterrupted run emits: the sketches, first/last and moments
+/// come back from the state store.
+fn restart_equals_one_run(provider: &str) {
+    let input = inputs();
+    for mode in [OutputMode::Update, OutputMode::Append, OutputMode::Complete] {
+        let whole = tempfile::tempdir().unwrap();
+        let expected = run(mode, provider, Some(3), &[], &input, whole.path());
+        let chk = tempfile::tempdir().unwrap();
+        let mut got = run(mode, provider, Some(3), &[], &input[..2], chk.path());
+        got.extend(run(
+            mode,
+            provider,
+            None,
+            &input[..2],
+            &input[2..],
+            chk.path(),
+        ));
+        assert_eq!(got, expected, "{mode:?} on {provider}");
+    }
+}
+
+#[test]
+fn a_restart_from_the_checkpoint_continues_every_aggregate_on_memory() {
+    restart_equals_one_run("memory");
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_restart_from_the_checkpoint_continues_every_aggregate_on_rocksdb() {
+    restart_equals_one_run("rocksdb");
+}
+
+#[test]
+fn one_and_three_state_partitions_give_the_same_batches() {
+    for mode in [OutputMode::Update, OutputMode::Append, OutputMode::Complete] {
+        let (c1, c3) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let one = run(mode, "memory", Some(1), &[], &inputs(), c1.path());
+        let three = run(mode, "memory", Some(3), &[], &inputs(), c3.path());
+        assert_eq!(one, three, "{mode:?}");
+    }
+}
+
+/// Runs a global `approx_count_distinct` (default rsd and 0.01) over
+/// batches of `users`, each batch's users `k * 5000 .. (k + 1) * 5000`
+/// plus repeats of earlier ones; returns each batch's two estimates.
+fn distinct_users(partitions: usize) -> Vec<(i64, i64)> {
+    let chk = tempfile::tempdir().unwrap();
+    let s = session_with("memory", Some(partitions));
+    let stream = MemoryStream::new(&fields());
+    let sink = MemorySink::new("");
+    let table = sink.table();
+    let q = s
+        .read_stream(stream.clone())
+        .group_by(vec![])
+        .agg(vec![
+            approx_count_distinct("value", "users"),
+            approx_count_distinct_rsd("value", 0.01, "users_fine").unwrap(),
+        ])
+        .write_stream()
+        .output_mode(OutputMode::Update)
+        .sink(sink)
+        .checkpoint_location(chk.path().to_str().unwrap())
+        .start()
+        .unwrap();
+    let mut out = Vec::new();
+    for k in 0..4i64 {
+        let rows: Vec<Value> = (k * 5000..(k + 1) * 5000)
+            .chain(0..1000)
+            .map(|u| event(u % 60, "x", Some(u)))
+            .collect();
+        stream.add_json(&rows).unwrap();
+        q.process_all_available().unwrap();
+        let last = q.last_progress().unwrap().batch_id;
+        let batch = table.batches().into_iter().find(|(id, _)| *id == last);
+        let rows = rows_json(&batch.expect("the batch's output").1);
+        out.push((
+            rows[0]["users"].as_i64().unwrap(),
+            rows[0]["users_fine"].as_i64().unwrap(),
+        ));
+    }
+    q.stop().unwrap();
+    out
+}
+
+#[test]
+fn approx_count_distinct_stays_within_its_error_and_merges_across_batches_and_partitions() {
+    let one = distinct_users(1);
+    for (k, (users, fine)) in one.iter().enumerate() {
+        let n = 5000.0 * (k + 1) as f64;
+        let err = |e: i64| (e as f64 - n).abs() / n;
+        assert!(err(*users) <= 3.0 * 0.05, "batch {k}: {users} for {n}");
+        assert!(err(*fine) <= 3.0 * 0.01, "batch {k}: {fine} for {n}");
+    }
+    // Merging sketches is their union: any split gives the same sketch.
+    assert_eq!(distinct_users(3), one);
+}
+
+#[test]
+fn the_state_reads_back_as_the_query_emits_it() {
+    let chk = tempfile::tempdir().unwrap();
+    let got = run(
+        OutputMode::Update,
+        "memory",
+        Some(3),
+        &[],
+        &inputs()[..2],
+        chk.path(),
+    );
+    let state = weir::state::read::read(chk.path().to_str().unwrap(), 0, None).unwrap();
+    let store = state.store("default").unwrap();
+    let mut values: Vec<Value> = Vec::new();
+    for b in &store.batches {
+        let key = b.column_by_name("key").unwrap();
+        let value = b.column_by_name("value").unwrap();
+        let flat = |a: &std::sync::Arc<dyn weir::arrow::array::Array>| {
+            let s = weir::arrow::array::AsArray::as_struct(a.as_ref());
+            let fields: Vec<_> = s.fields().iter().map(|f| f.as_ref().clone()).collect();
+            (fields, s.columns().to_vec())
+        };
+        let (mut f, mut c) = flat(key);
+        let (vf, vc) = flat(value);
+        f.extend(vf);
+        c.extend(vc);
+        let batch = weir::arrow::record_batch::RecordBatch::try_new(
+            std::sync::Arc::new(weir::arrow::datatypes::Schema::new(f)),
+            c,
+        )
+        .unwrap();
+        values.extend(rows_json(&[batch]).into_iter().map(rounded));
+    }
+    values.sort_by_key(|v| v.to_string());
+    let mut expected = got[1].1.clone();
+    expected.sort_by_key(|v| v.to_string());
+    assert_eq!(values, expected);
+}
+
+weir::stream_query! {
+    /// Distinct users, first and last page and the spread of load times per page.
+    query PageStats {
+        source: memory,
+        schema: Visit { user: String, page: String, ms: i64 },
+        group_by: [page],
+        aggregate: {
+            users: approx_count_distinct(user),
+            fine: approx_count_distinct(user, 0.01),
+            first_user: first(user),
+            last_user: last_value(user, true),
+            spread: stddev(ms),
+            var: variance(ms),
+        },
+        output_mode: complete,
+        sink: memory(name = "page_stats"),
+    }
+}
+
+#[test]
+fn stream_query_declares_the_new_aggregates_with_typed_results() {
+    use weir::Row;
+    assert!(weir::plan::check(&PageStats::plan()).is_empty());
+    let session = Session::new();
+    let stream = MemoryStream::of::<Visit>();
+    let q = PageStats::writer_from(&session, Box::new(stream.clone()))
+        .unwrap()
+        .start()
+        .unwrap();
+    let visit = |user: &str, page: &str, ms| Visit {
+        user: user.into(),
+        page: page.into(),
+        ms,
+    };
+    stream
+        .add_rows(&[
+            visit("ann", "/", 10),
+            visit("bob", "/", 30),
+            visit("ann", "/", 20),
+            visit("cy", "/about", 5),
+        ])
+        .unwrap();
+    q.process_all_available().unwrap();
+    let table = session.memory_table("page_stats").unwrap();
+    q.stop().unwrap();
+    let mut rows: Vec<PageStatsRow> = table
+        .rows()
+        .iter()
+        .flat_map(|b| PageStatsRow::from_batch(b).unwrap())
+        .collect();
+    rows.sort_by(|a, b| a.page.cmp(&b.page));
+    assert_eq!(
+        rows,
+        vec![
+            PageStatsRow {
+                page: "/".into(),
+                users: 2,
+                fine: 2,
+                first_user: Some("ann".into()),
+                last_user: Some("ann".into()),
+                spread: Some(10.0),
+                var: Some(100.0),
+            },
+            PageStatsRow {
+                page: "/about".into(),
+                users: 1,
+                fine: 1,
+                first_user: Some("cy".into()),
+                last_user: Some("cy".into()),
+                spread: None,
+                var: None,
+            },
+        ]
+    );
+}
