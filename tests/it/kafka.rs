@@ -1866,3 +1866,78 @@ fn a_batch_read_again_after_later_batches_reads_the_same_records() {
     }
     s.stop();
 }
+
+/// One rule, one message: each Kafka option value weir-plan's connector
+/// table refuses is refused by `stream_query!` at compile time (the
+/// trybuild case `ui-tests/compile-fail/connector_kafka_options.rs`, whose
+/// `.stderr` is read here) and by `KafkaSource` when the query starts, both
+/// with the table rule's message (the option spelled as each user writes
+/// it: `starting_offsets` in the macro, `startingOffsets` in the builder).
+#[test]
+fn the_macro_and_the_engine_refuse_the_same_kafka_options_with_the_same_message() {
+    use weir::plan::connectors;
+    let stderr = include_str!("../../ui-tests/compile-fail/connector_kafka_options.stderr");
+    let kafka = connectors::source("kafka").unwrap();
+    // (the macro's name, Spark's name, the value): the cases of the trybuild file.
+    let cases = [
+        ("assign", "assign", "{}"),
+        ("assign", "assign", r#"{"clicks":[]}"#),
+        ("assign", "assign", r#"{"clicks":[2147483648]}"#),
+        (
+            "starting_offsets",
+            "startingOffsets",
+            r#"{"clicks":{"-1":0}}"#,
+        ),
+        ("max_offsets_per_trigger", "maxOffsetsPerTrigger", "0"),
+        ("subscribe", "subscribe", " , "),
+        ("starting_offsets", "startingOffsets", "earliset"),
+    ];
+    let start = |source: KafkaSource| -> String {
+        let dir = tempfile::tempdir().unwrap();
+        match collect(
+            source,
+            &dir.path().join("chk"),
+            Trigger::AvailableNow,
+            &Arc::default(),
+        ) {
+            Err(e) => e.to_string(),
+            Ok(q) => {
+                let _ = q.await_termination(Some(Duration::from_secs(30)));
+                q.exception().map(|e| e.to_string()).unwrap_or_default()
+            }
+        }
+    };
+    for (macro_name, spark_name, value) in cases {
+        let kind = kafka.option(spark_name).unwrap().kind;
+        let at_compile_time = connectors::check_value(kind, macro_name, value).unwrap_err();
+        assert!(
+            stderr.contains(&format!("error: {}\n", at_compile_time.message)),
+            "the macro's message for {macro_name} = {value:?} is not the table's: {}",
+            at_compile_time.message
+        );
+        let at_start = connectors::check_value(kind, spark_name, value).unwrap_err();
+        // No broker is reached: the options are refused first.
+        let mut source = KafkaSource::new("127.0.0.1:1");
+        if spark_name != "assign" && spark_name != "subscribe" {
+            source = source.subscribe("clicks");
+        }
+        let e = start(source.option(spark_name, value));
+        assert!(
+            e.contains(&at_start.to_string()),
+            "{spark_name}={value:?}: the engine says {e:?}, the table {at_start}"
+        );
+    }
+    // The typed builder methods go through the same rules.
+    let e = start(KafkaSource::new("127.0.0.1:1").assign(&[]));
+    let rule = connectors::assign("assign", "{}").unwrap_err().to_string();
+    assert!(e.contains(&rule), "{e}");
+    let e = start(
+        KafkaSource::new("127.0.0.1:1")
+            .subscribe("clicks")
+            .max_offsets_per_trigger(0),
+    );
+    assert!(
+        e.contains("`maxOffsetsPerTrigger` takes a whole number of at least 1"),
+        "{e}"
+    );
+}

@@ -116,6 +116,8 @@ pub struct FileSource {
     available_now_cap: Option<usize>,
     malformed: u64,
     compact_interval: usize,
+    /// The first option the connector table refused (fails `open`).
+    error: Option<String>,
 }
 
 impl FileSource {
@@ -141,12 +143,20 @@ impl FileSource {
             available_now_cap: None,
             malformed: 0,
             compact_interval: DEFAULT_LOG_COMPACT_INTERVAL,
+            error: None,
         }
     }
 
-    /// At most this many new files per micro-batch (Spark's `maxFilesPerTrigger`).
+    /// At most this many new files per micro-batch (Spark's
+    /// `maxFilesPerTrigger`, at least 1).
     pub fn max_files_per_trigger(mut self, n: usize) -> Self {
-        self.max_files = Some(n.max(1));
+        let n = u64::try_from(n).unwrap_or(u64::MAX);
+        match weir_plan::connectors::count("maxFilesPerTrigger", n, u32::MAX.into()) {
+            Ok(n) => self.max_files = Some(n as usize),
+            Err(e) => {
+                self.error.get_or_insert(e.to_string());
+            }
+        }
         self
     }
 
@@ -690,6 +700,9 @@ impl Source for FileSource {
     }
 
     fn open_on(&mut self, ctx: &SourceContext, storage: &SourceStorage) -> Result<()> {
+        if let Some(e) = &self.error {
+            return Err(WeirError::Config(e.clone()));
+        }
         match Location::parse(&self.dir.to_string_lossy())? {
             Location::Local(p) => self.dir = p,
             loc @ Location::S3 { .. } => {
@@ -836,6 +849,24 @@ mod tests {
             Field::new("key", DataType::String),
             Field::new("_corrupt_record", DataType::String),
         ]
+    }
+
+    /// `maxFilesPerTrigger` 0 is refused by the connector table's rule, as
+    /// `stream_query!` refuses `max_files_per_trigger = 0` (it was raised to 1).
+    #[test]
+    fn max_files_per_trigger_is_checked_by_the_connector_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s =
+            FileSource::new(dir.path(), FileFormat::Json, fields()).max_files_per_trigger(0);
+        let e = s
+            .open(&SourceContext {
+                metadata_dir: dir.path().join("chk"),
+                sync: false,
+            })
+            .unwrap_err();
+        let rule =
+            weir_plan::connectors::count("maxFilesPerTrigger", 0, u32::MAX.into()).unwrap_err();
+        assert!(e.to_string().ends_with(&rule.to_string()), "{e}");
     }
 
     #[test]

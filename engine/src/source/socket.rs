@@ -79,11 +79,17 @@ pub struct SocketSource {
     /// The connection (a clone, to close it on stop) and the reader thread.
     conn: Option<TcpStream>,
     reader: Option<JoinHandle<()>>,
+    /// The first option the connector table refused (fails `open`).
+    refused: Option<String>,
 }
 
 impl SocketSource {
-    /// Reads lines from `host:port`.
+    /// Reads lines from `host:port` (a host name, a port from 1).
     pub fn new(host: &str, port: u16) -> SocketSource {
+        let refused = weir_plan::connectors::text("host", host)
+            .and_then(|_| weir_plan::connectors::count("port", port.into(), 65535))
+            .err()
+            .map(|e| e.to_string());
         SocketSource {
             host: host.to_string(),
             port,
@@ -91,6 +97,7 @@ impl SocketSource {
             shared: Arc::default(),
             conn: None,
             reader: None,
+            refused,
         }
     }
 
@@ -187,6 +194,9 @@ impl Source for SocketSource {
     }
 
     fn open(&mut self, _ctx: &SourceContext) -> Result<()> {
+        if let Some(e) = &self.refused {
+            return Err(self.error(e.clone()));
+        }
         let stream = TcpStream::connect((self.host.as_str(), self.port)).map_err(|e| {
             self.error(format!(
                 "cannot connect: {e} (is a server listening, e.g. `nc -lk {}`?)",
@@ -309,6 +319,17 @@ mod tests {
             metadata_dir: std::env::temp_dir(),
             sync: false,
         }
+    }
+
+    /// Host and port are checked by the connector table's rules, as
+    /// `stream_query!`'s `socket(host, port)` is.
+    #[test]
+    fn host_and_port_are_checked_by_the_connector_table() {
+        let e = SocketSource::new("localhost", 0).open(&ctx()).unwrap_err();
+        let rule = weir_plan::connectors::count("port", 0, 65535).unwrap_err();
+        assert!(e.to_string().ends_with(&rule.to_string()), "{e}");
+        let e = SocketSource::new("", 9).open(&ctx()).unwrap_err();
+        assert!(e.to_string().ends_with("`host` must not be empty"), "{e}");
     }
 
     /// A source connected to a fresh server; the server side of the connection.
