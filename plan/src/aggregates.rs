@@ -5,8 +5,15 @@
 //! the state fingerprints read it; the engine's accumulators are registered
 //! beside it (`engine/src/ops/aggregate/accumulators/`).
 //!
-//! Adding a function: a variant of [`AggFn`], its [`AggregateDef`] here (one
-//! `static` and its arm in [`AggFn::def`]), and its accumulator in the engine.
+//! Adding a function: a variant of [`AggFn`] named after the Spark name in
+//! UpperCamelCase (`stream_query!` writes the plan's literal from the
+//! name), its [`AggregateDef`] here (one `static`, its line in
+//! [`AGGREGATES`] and its arm in [`AggFn::def`]), and its accumulator in the
+//! engine (a file in `engine/src/ops/aggregate/accumulators/` and its
+//! registration there). The macro's parser and type checker, resolution,
+//! the streaming rules and the state fingerprints need no change; a new
+//! kind of second argument is a [`Param`] and an [`Arg`] (and its parsing
+//! in `macros/src/parse.rs` and its tokens in `macros/src/plan_tokens.rs`).
 //!
 //! ```
 //! use weir_plan::aggregates::lookup;
@@ -445,6 +452,21 @@ mod tests {
             for a in d.aliases {
                 assert_eq!(lookup(a).map(|l| l.name), Some(d.name));
             }
+        }
+    }
+
+    /// `stream_query!` names the variant after the Spark name.
+    #[test]
+    fn every_variant_is_named_after_its_spark_name() {
+        for d in AGGREGATES {
+            let camel: String = d
+                .name
+                .split('_')
+                .map(|w| w[..1].to_ascii_uppercase() + &w[1..])
+                .collect();
+            let debug = format!("{:?}", d.default_fn());
+            let variant = debug.split([' ', '{']).next().unwrap_or_default();
+            assert_eq!(variant, camel, "{}", d.name);
         }
     }
 

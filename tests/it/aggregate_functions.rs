@@ -273,6 +273,68 @@ fn one_and_three_state_partitions_give_the_same_batches() {
     }
 }
 
+/// Sessions that a later event bridges merge their accumulators in
+/// session (event-time) order: `first` is the earlier session's, `last`
+/// the later one's, the sketches and moments add up; append mode emits the
+/// merged session once the watermark passes its end.
+#[test]
+fn merged_session_windows_merge_every_aggregate() {
+    let chk = tempfile::tempdir().unwrap();
+    let s = session_with("memory", Some(3));
+    let stream = MemoryStream::new(&fields());
+    let sink = MemorySink::new("");
+    let table = sink.table();
+    let q = s
+        .read_stream(stream.clone())
+        .with_watermark("ts", "10 minutes")
+        .group_by(vec![
+            weir::functions::session_window("ts", "5 minutes"),
+            col("key"),
+        ])
+        .agg(vec![
+            approx_count_distinct("value", "users"),
+            first("value", "first"),
+            last("value", "last"),
+            stddev("value", "sd"),
+            var_pop("value", "vp"),
+        ])
+        .write_stream()
+        .output_mode(OutputMode::Append)
+        .sink(sink)
+        .checkpoint_location(chk.path().to_str().unwrap())
+        .start()
+        .unwrap();
+    // Two sessions, [12:01, 12:06) and [12:09, 12:14); then 12:05 bridges them.
+    for input in [
+        vec![event(1, "a", Some(1)), event(9, "a", Some(3))],
+        vec![event(5, "a", Some(2))],
+        vec![event(40, "b", Some(9))],
+    ] {
+        stream.add_json(&input).unwrap();
+        q.process_all_available().unwrap();
+    }
+    q.stop().unwrap();
+    let rows: Vec<Value> = table
+        .batches()
+        .into_iter()
+        .flat_map(|(_, b)| rows_json(&b))
+        .map(rounded)
+        .collect();
+    let at = |m: i64| iso(1_704_110_400_000_000 + m * 60_000_000);
+    assert_eq!(
+        rows,
+        vec![rounded(json!({
+            "session_window": { "start": at(1), "end": at(14) },
+            "key": "a",
+            "users": 3,
+            "first": 1,
+            "last": 3,
+            "sd": 1.0,
+            "vp": 2.0 / 3.0,
+        }))]
+    );
+}
+
 /// Runs a global `approx_count_distinct` (default rsd and 0.01) over
 /// batches of `users`, each batch's users `k * 5000 .. (k + 1) * 5000`
 /// plus repeats of earlier ones; returns each batch's two estimates.
