@@ -86,15 +86,15 @@ fn declared_page_views_write_parquet_once_windows_close() {
             })
             .collect()
     };
-    std::fs::write(
-        input.join("1.json"),
-        clicks(&[
+    crate::common::move_file_in(
+        &input,
+        "1.json",
+        &clicks(&[
             ("/a", "2024-01-01T12:00:10Z", 1),
             ("/a", "2024-01-01T12:00:40Z", 2),
             ("/health", "2024-01-01T12:00:50Z", 1),
         ]),
-    )
-    .unwrap();
+    );
     q.process_all_available().unwrap();
     assert!(
         weir::sink::file::committed_files(&output)
@@ -102,11 +102,11 @@ fn declared_page_views_write_parquet_once_windows_close() {
             .is_empty(),
         "the window is still open"
     );
-    std::fs::write(
-        input.join("2.json"),
-        clicks(&[("/b", "2024-01-01T12:05:00Z", 1)]),
-    )
-    .unwrap();
+    crate::common::move_file_in(
+        &input,
+        "2.json",
+        &clicks(&[("/b", "2024-01-01T12:05:00Z", 1)]),
+    );
     q.process_all_available().unwrap();
     q.stop().unwrap();
     let files = weir::sink::file::committed_files(&output).unwrap();
