@@ -471,3 +471,17 @@ fn both_explain_with_the_plan_printer() {
     let literal = canonical(&top_shops::TopShops::plan()).to_string();
     assert_eq!(canonical(&plan).to_string(), literal);
 }
+
+/// The plan each declared query runs (`writer.plan()`) is the one recorded
+/// in `tests/it/snapshots/it__plan_agreement__running_plan_<Query>.snap`,
+/// recorded from the builder calls `stream_query!` emitted before it built
+/// from its literal plan: the checkpoint's query fingerprint reads this
+/// plan (names included), so an existing checkpoint keeps working.
+#[test]
+fn running_plans_are_the_recorded_ones() {
+    let session = Session::new();
+    for d in declared(&session) {
+        let writer = d.writer.unwrap_or_else(|e| panic!("{}: {e}", d.name));
+        insta::assert_json_snapshot!(format!("running_plan_{}", short(d.name)), writer.plan());
+    }
+}
