@@ -66,19 +66,19 @@ pub enum Inferred {
 /// `errs`; unknown columns are not (the plan check reports them, and the
 /// references in [`Translated::columns`] let it point at them).
 pub fn translate(expr: &Expr, env: &[Col], errs: &mut Errors) -> Translated {
-    let mut t = Tr {
+    let mut t = Translator {
         env,
         errs,
         columns: Vec::new(),
     };
     let node = t.expr(expr);
     let ty = match node.ty {
-        Ty::Known(d) => Inferred::Known(ColType {
+        NodeType::Known(d) => Inferred::Known(ColType {
             dtype: d,
             nullable: node.nullable,
         }),
-        Ty::Unknown(tokens) => Inferred::Unknown(tokens),
-        Ty::Poisoned => Inferred::Poisoned,
+        NodeType::Unknown(tokens) => Inferred::Unknown(tokens),
+        NodeType::Poisoned => Inferred::Poisoned,
     };
     Translated {
         sql: node.expr.to_string(),
@@ -87,8 +87,9 @@ pub fn translate(expr: &Expr, env: &[Col], errs: &mut Errors) -> Translated {
     }
 }
 
+/// What the translator knows of a subexpression's type.
 #[derive(Debug, Clone)]
-enum Ty {
+enum NodeType {
     Known(DataType),
     Unknown(TokenStream),
     Poisoned,
@@ -97,7 +98,7 @@ enum Ty {
 /// A translated subexpression: its tree, type and nullability.
 struct Node {
     expr: PlanExpr,
-    ty: Ty,
+    ty: NodeType,
     nullable: bool,
 }
 
@@ -105,7 +106,7 @@ impl Node {
     fn poisoned() -> Node {
         Node {
             expr: PlanExpr::Literal(Literal::Null),
-            ty: Ty::Poisoned,
+            ty: NodeType::Poisoned,
             nullable: true,
         }
     }
@@ -115,7 +116,8 @@ impl Node {
     }
 }
 
-struct Tr<'a, 'e> {
+/// Translates Rust syntax to the plan's tree, typing as it goes.
+struct Translator<'a, 'e> {
     env: &'a [Col],
     errs: &'e mut Errors,
     columns: Vec<ColumnRef>,
@@ -125,7 +127,7 @@ fn type_name(d: DataType) -> &'static str {
     d.name()
 }
 
-impl Tr<'_, '_> {
+impl Translator<'_, '_> {
     fn expr(&mut self, e: &Expr) -> Node {
         match e {
             Expr::Lit(l) => self.lit(&l.lit),
@@ -181,7 +183,7 @@ impl Tr<'_, '_> {
         };
         Node {
             expr: PlanExpr::Literal(value),
-            ty: Ty::Known(d),
+            ty: NodeType::Known(d),
             nullable: false,
         }
     }
@@ -207,7 +209,7 @@ impl Tr<'_, '_> {
         match lookup(self.env, &name) {
             Some(c) => Node {
                 expr,
-                ty: Ty::Known(c.ty.dtype),
+                ty: NodeType::Known(c.ty.dtype),
                 nullable: c.ty.nullable,
             },
             None => Node {
@@ -299,31 +301,33 @@ impl Tr<'_, '_> {
                 let ok = self.expect_bool(&b.left, &l, &opname)
                     & self.expect_bool(&b.right, &r, &opname);
                 match (&l.ty, &r.ty) {
-                    (Ty::Poisoned, _) | (_, Ty::Poisoned) => Ty::Poisoned,
-                    _ if !ok => Ty::Poisoned,
-                    _ => Ty::Known(DataType::Bool),
+                    (NodeType::Poisoned, _) | (_, NodeType::Poisoned) => NodeType::Poisoned,
+                    _ if !ok => NodeType::Poisoned,
+                    _ => NodeType::Known(DataType::Bool),
                 }
             }
             Kind::Cmp => match (&l.ty, &r.ty) {
-                (Ty::Known(a), Ty::Known(c)) if !comparable(*a, *c) => {
+                (NodeType::Known(a), NodeType::Known(c)) if !comparable(*a, *c) => {
                     self.errs.spanned_help(
                         b,
                         format!("cannot compare {} with {}", type_name(*a), type_name(*c)),
                         "compare values of one type; convert one side with `as`, e.g. `x as i64`",
                     );
-                    Ty::Poisoned
+                    NodeType::Poisoned
                 }
-                (Ty::Poisoned, _) | (_, Ty::Poisoned) => Ty::Poisoned,
-                _ => Ty::Known(DataType::Bool),
+                (NodeType::Poisoned, _) | (_, NodeType::Poisoned) => NodeType::Poisoned,
+                _ => NodeType::Known(DataType::Bool),
             },
             Kind::Arith => {
                 let ok = self.expect_number(&b.left, &l, &opname)
                     & self.expect_number(&b.right, &r, &opname);
                 match (&l.ty, &r.ty) {
-                    _ if !ok => Ty::Poisoned,
-                    (Ty::Poisoned, _) | (_, Ty::Poisoned) => Ty::Poisoned,
-                    (Ty::Unknown(t), _) | (_, Ty::Unknown(t)) => Ty::Unknown(t.clone()),
-                    (Ty::Known(a), Ty::Known(c)) => Ty::Known(wider(*a, *c)),
+                    _ if !ok => NodeType::Poisoned,
+                    (NodeType::Poisoned, _) | (_, NodeType::Poisoned) => NodeType::Poisoned,
+                    (NodeType::Unknown(t), _) | (_, NodeType::Unknown(t)) => {
+                        NodeType::Unknown(t.clone())
+                    }
+                    (NodeType::Known(a), NodeType::Known(c)) => NodeType::Known(wider(*a, *c)),
                 }
             }
         };
@@ -376,14 +380,14 @@ impl Tr<'_, '_> {
         }
         let ty =
             match l.ty.clone() {
-                Ty::Known(DataType::Timestamp) => Ty::Known(DataType::Timestamp),
-                Ty::Known(d) => {
+                NodeType::Known(DataType::Timestamp) => NodeType::Known(DataType::Timestamp),
+                NodeType::Known(d) => {
                     self.errs.spanned_help(
                     &b.left,
                     format!("an interval is added to timestamps, but this is {}", type_name(d)),
                     "add intervals to Timestamp columns, e.g. `ad_ts + interval(\"15 minutes\")`",
                 );
-                    Ty::Poisoned
+                    NodeType::Poisoned
                 }
                 other => other,
             };
@@ -452,7 +456,7 @@ impl Tr<'_, '_> {
             }
         };
         let any_null = args.iter().any(|a| a.nullable);
-        let poisoned = args.iter().any(|a| matches!(a.ty, Ty::Poisoned));
+        let poisoned = args.iter().any(|a| matches!(a.ty, NodeType::Poisoned));
         match name.as_str() {
             "is_null" | "is_not_null" => {
                 if !arity(1, self.errs) {
@@ -464,9 +468,9 @@ impl Tr<'_, '_> {
                         negated: name == "is_not_null",
                     },
                     ty: if poisoned {
-                        Ty::Poisoned
+                        NodeType::Poisoned
                     } else {
-                        Ty::Known(DataType::Bool)
+                        NodeType::Known(DataType::Bool)
                     },
                     nullable: false,
                 };
@@ -483,9 +487,9 @@ impl Tr<'_, '_> {
                         case_insensitive: false,
                     },
                     ty: if poisoned {
-                        Ty::Poisoned
+                        NodeType::Poisoned
                     } else {
-                        Ty::Known(DataType::Bool)
+                        NodeType::Known(DataType::Bool)
                     },
                     nullable: any_null,
                 };
@@ -501,7 +505,7 @@ impl Tr<'_, '_> {
         });
         let first = args.first().map(|a| a.ty.clone());
         let ty = if poisoned {
-            Ty::Poisoned
+            NodeType::Poisoned
         } else if let Some(function) = weir_plan::functions::lookup(&name) {
             // The plan's catalogue: arity, argument types, result type.
             if let Some(msg) = function.arity_error(args.len()) {
@@ -510,7 +514,7 @@ impl Tr<'_, '_> {
             }
             let mut ok = true;
             for (i, (arg, node)) in c.args.iter().zip(&args).enumerate() {
-                if let Ty::Known(d) = node.ty {
+                if let NodeType::Known(d) = node.ty {
                     if let Some(msg) = function.argument_error(i, d) {
                         self.errs.spanned_help(
                             arg,
@@ -522,23 +526,23 @@ impl Tr<'_, '_> {
                 }
             }
             let first_known = match &first {
-                Some(Ty::Known(d)) => Some(*d),
+                Some(NodeType::Known(d)) => Some(*d),
                 _ => None,
             };
             match (ok, function.result_type(first_known)) {
-                (false, _) => Ty::Poisoned,
-                (true, Some(d)) => Ty::Known(d),
+                (false, _) => NodeType::Poisoned,
+                (true, Some(d)) => NodeType::Known(d),
                 (true, None) => match first {
-                    Some(Ty::Unknown(t)) => Ty::Unknown(t),
-                    _ => Ty::Unknown(c.to_token_stream()),
+                    Some(NodeType::Unknown(t)) => NodeType::Unknown(t),
+                    _ => NodeType::Unknown(c.to_token_stream()),
                 },
             }
         } else {
             match name.as_str() {
                 // Window functions: typed only so that the streaming rule,
                 // not a type error, reports them.
-                "row_number" | "rank" | "dense_rank" | "ntile" => Ty::Known(DataType::Int32),
-                _ => Ty::Unknown(c.to_token_stream()),
+                "row_number" | "rank" | "dense_rank" | "ntile" => NodeType::Known(DataType::Int32),
+                _ => NodeType::Unknown(c.to_token_stream()),
             }
         };
         let all_null = weir_plan::functions::lookup(&name)
@@ -629,7 +633,7 @@ impl Tr<'_, '_> {
     /// Reports an operand of a logical operator that is known not to be bool.
     fn expect_bool(&mut self, e: &Expr, n: &Node, op: &str) -> bool {
         match n.ty {
-            Ty::Known(d) if d != DataType::Bool => {
+            NodeType::Known(d) if d != DataType::Bool => {
                 self.errs.spanned_help(
                     e,
                     format!("{op} needs a boolean operand, but this is {}", type_name(d)),
@@ -644,7 +648,7 @@ impl Tr<'_, '_> {
     /// Reports an operand of an arithmetic operator that is known not to be a number.
     fn expect_number(&mut self, e: &Expr, n: &Node, op: &str) -> bool {
         match n.ty {
-            Ty::Known(d) if !d.is_numeric() => {
+            NodeType::Known(d) if !d.is_numeric() => {
                 let help = if d == DataType::String {
                     "arithmetic takes i32, i64 or f64 values; to join text use concat(a, b)"
                 } else {
@@ -676,10 +680,10 @@ fn interval_call(e: &Expr) -> Option<&syn::ExprCall> {
 }
 
 /// `Known(d)` unless the operand's type is poisoned.
-fn keep_poison(operand: &Ty, d: DataType) -> Ty {
+fn keep_poison(operand: &NodeType, d: DataType) -> NodeType {
     match operand {
-        Ty::Poisoned => Ty::Poisoned,
-        _ => Ty::Known(d),
+        NodeType::Poisoned => NodeType::Poisoned,
+        _ => NodeType::Known(d),
     }
 }
 
