@@ -410,6 +410,15 @@ fn unsupported(name: &str, why: &str) -> OptionError {
     OptionError::new(name, format!("weir does not support `{name}`"), why)
 }
 
+/// A required option that is not set.
+pub fn missing(source: &str, name: &str) -> OptionError {
+    OptionError::new(
+        name,
+        format!("the {source} source needs the option `{name}`"),
+        "",
+    )
+}
+
 /// A non-empty string.
 pub fn text(name: &str, value: &str) -> Result<(), OptionError> {
     if value.is_empty() {
@@ -853,6 +862,14 @@ mod tests {
             "`endingOffsets` is for batch queries; a stream has no end (use the available-now trigger to stop at the data present at start)"
         );
         assert!(source("memory").unwrap().check("name", "x").is_err());
+    }
+
+    #[test]
+    fn a_missing_option_is_named() {
+        assert_eq!(
+            missing("socket", "port").to_string(),
+            "the socket source needs the option `port`"
+        );
     }
 
     #[test]

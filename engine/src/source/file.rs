@@ -838,6 +838,54 @@ impl Source for FileSource {
     }
 }
 
+/// The file source from its options, checked by the connector table
+/// ([`super::from_options`]), and the declared schema.
+pub(super) fn from_options(
+    o: &super::SourceOptions,
+) -> std::result::Result<super::BoxSource, weir_plan::connectors::OptionError> {
+    use weir_plan::connectors::OptionError;
+    if o.fields().is_empty() {
+        return Err(OptionError {
+            option: "schema".into(),
+            message: "Schema must be specified when creating a streaming source DataFrame".into(),
+            help: "pass the files' fields: a stream does not infer its schema (Spark's rule)"
+                .into(),
+        });
+    }
+    let format = match o.get("format").map(str::to_ascii_lowercase).as_deref() {
+        Some("csv") => FileFormat::Csv,
+        Some("parquet") => FileFormat::Parquet,
+        _ => FileFormat::Json,
+    };
+    let mut s = FileSource::new(
+        o.get("path").unwrap_or_default(),
+        format,
+        o.fields().to_vec(),
+    );
+    if let Some(n) = o.number("maxFilesPerTrigger")? {
+        s = s.max_files_per_trigger(usize::try_from(n).unwrap_or(usize::MAX));
+    }
+    if let Some(yes) = o.flag("latestFirst")? {
+        s = s.latest_first(yes);
+    }
+    if o.is_set("maxFileAge") {
+        if let Some(age) = o.duration("maxFileAge")? {
+            s = s.max_file_age(age);
+        }
+    }
+    if let Some(yes) = o.flag("header")? {
+        s = s.header(yes);
+    }
+    s = s.mode(
+        match o.get("mode").map(str::to_ascii_uppercase).as_deref() {
+            Some("DROPMALFORMED") => ParseMode::DropMalformed,
+            Some("FAILFAST") => ParseMode::FailFast,
+            _ => ParseMode::Permissive,
+        },
+    );
+    Ok(Box::new(s))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

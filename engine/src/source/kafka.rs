@@ -668,6 +668,14 @@ impl Source for KafkaSource {
     }
 }
 
+/// The Kafka source from its options, checked by the connector table
+/// ([`super::from_options`]); the strategy rule is checked when it starts.
+pub(super) fn from_options(
+    o: &super::SourceOptions,
+) -> std::result::Result<BoxSource, connectors::OptionError> {
+    Ok(Box::new(KafkaSource::from_options(o.given())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

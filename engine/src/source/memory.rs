@@ -131,3 +131,16 @@ impl Source for MemoryStream {
         Ok(d[from.max(0) as usize..=to as usize].to_vec())
     }
 }
+
+/// The memory source is not built from options: its rows are handed in at
+/// run time ([`super::from_options`] says so).
+pub(super) fn from_options(
+    _o: &super::SourceOptions,
+) -> std::result::Result<super::BoxSource, weir_plan::connectors::OptionError> {
+    Err(weir_plan::connectors::OptionError {
+        option: "memory".into(),
+        message: "the memory source takes its rows at run time".into(),
+        help: "build it with MemoryStream::new(fields) and add rows with add_rows or add_batch"
+            .into(),
+    })
+}

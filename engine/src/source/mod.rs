@@ -3,6 +3,7 @@
 //! again on request ([`Source::get_batch`]), so a batch re-run after a crash
 //! sees exactly the same rows.
 
+pub mod by_name;
 pub mod decode;
 pub mod file;
 #[cfg(feature = "kafka")]
@@ -20,6 +21,7 @@ use arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
 
+pub use by_name::{from_options, SourceOptions};
 pub use decode::{Decode, DecodeExt, PayloadFormat};
 pub use file::{FileFormat, FileSource};
 #[cfg(feature = "kafka")]

@@ -213,6 +213,24 @@ impl Source for RateSource {
     }
 }
 
+/// The rate source from its options, checked by the connector table
+/// ([`super::from_options`]).
+pub(super) fn from_options(
+    o: &super::SourceOptions,
+) -> std::result::Result<super::BoxSource, connectors::OptionError> {
+    let mut s = RateSource::new();
+    if let Some(n) = o.number("rowsPerSecond")? {
+        s = s.rows_per_second(n);
+    }
+    if let Some(d) = o.get("rampUpTime") {
+        s = s.ramp_up_time(d);
+    }
+    if let Some(n) = o.number("numPartitions")? {
+        s = s.num_partitions(u32::try_from(n).unwrap_or(u32::MAX));
+    }
+    Ok(Box::new(s))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -148,6 +148,22 @@ impl Source for RateMicroBatchSource {
     }
 }
 
+/// The rate-micro-batch source from its options, checked by the connector
+/// table ([`super::from_options`]).
+pub(super) fn from_options(
+    o: &super::SourceOptions,
+) -> std::result::Result<super::BoxSource, connectors::OptionError> {
+    let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut s = RateMicroBatchSource::new(o.number("rowsPerBatch")?.unwrap_or(1));
+    if let Some(ms) = o.number("startTimestamp")? {
+        s = s.start_timestamp(signed(ms));
+    }
+    if let Some(ms) = o.number("advanceMillisPerBatch")? {
+        s = s.advance_millis_per_batch(signed(ms));
+    }
+    Ok(Box::new(s))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -307,6 +307,19 @@ impl Drop for SocketSource {
     }
 }
 
+/// The socket source from its options, checked by the connector table
+/// ([`super::from_options`]).
+pub(super) fn from_options(
+    o: &super::SourceOptions,
+) -> std::result::Result<super::BoxSource, weir_plan::connectors::OptionError> {
+    let port = o.number("port")?.unwrap_or(0);
+    let host = o.get("host").unwrap_or("localhost");
+    Ok(Box::new(SocketSource::new(
+        host,
+        u16::try_from(port).unwrap_or(0),
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
