@@ -965,13 +965,8 @@ fn from_sql(e: &sql::Expr) -> Expr {
             expr,
             pattern,
             escape_char: None,
-        } => Expr::Like {
-            expr: boxed(expr),
-            pattern: boxed(pattern),
-            negated: *negated,
-            case_insensitive: false,
-        },
-        S::ILike {
+        }
+        | S::ILike {
             negated,
             any: false,
             expr,
@@ -981,7 +976,7 @@ fn from_sql(e: &sql::Expr) -> Expr {
             expr: boxed(expr),
             pattern: boxed(pattern),
             negated: *negated,
-            case_insensitive: true,
+            case_insensitive: matches!(e, S::ILike { .. }),
         },
         S::Case {
             operand,
@@ -1184,6 +1179,7 @@ mod tests {
             "(a + b) * c",
             "x IN (1, 2, 3)",
             "lower(page) LIKE 'a%'",
+            "page NOT ILIKE 'a%'",
             "\"Order\" = 'it''s'",
             "CASE x WHEN 1 THEN 'one' ELSE 'many' END",
             "count(DISTINCT u)",
