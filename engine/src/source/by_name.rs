@@ -5,7 +5,7 @@
 //! each value by its rule, the same messages `stream_query!` gives), then
 //! the source's own `from_options` builds it from the checked values.
 //!
-//! A new source registers here with one line in [`BUILDERS`] (and its row
+//! A new source registers here with one line in `BUILDERS` (and its row
 //! in the connector table).
 
 use std::collections::BTreeMap;

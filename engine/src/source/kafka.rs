@@ -14,6 +14,17 @@
 //! checkpoint's storage: a local directory or an `s3://` prefix), as Spark
 //! keeps them.
 //!
+//! The options, their defaults and the rules their values must follow are
+//! weir-plan's connector table ([`weir_plan::connectors`]), which
+//! `stream_query!` checks a declared `kafka(...)` source with too: a value
+//! one refuses the other refuses, with the same message (an empty `assign`,
+//! which Spark reads as assigning nothing, is refused by both). Spark
+//! options weir does not have (`minOffsetsPerTrigger`, `maxTriggerDelay`)
+//! are refused by name, saying why. Reading them is `kafka/options.rs`;
+//! which partitions are read and where a new query starts in each is
+//! `kafka/discovery.rs`; offsets as Spark logs them and the per-batch cap
+//! are `kafka/offsets.rs`.
+//!
 //! | option (Spark's name) | builder | meaning |
 //! |---|---|---|
 //! | `kafka.bootstrap.servers` | [`KafkaSource::new`] | `host:port,...` (required) |
