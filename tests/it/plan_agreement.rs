@@ -485,3 +485,47 @@ fn running_plans_are_the_recorded_ones() {
         insta::assert_json_snapshot!(format!("running_plan_{}", short(d.name)), writer.plan());
     }
 }
+
+/// What a checkpoint keeps of a declared query: the plan (and its
+/// fingerprint) in `<checkpoint>/metadata`, recorded in
+/// `tests/it/snapshots/it__plan_agreement__checkpoint_plan_<Query>.snap`
+/// from the builder calls `stream_query!` emitted before it built from its
+/// literal plan. A restart compares the new query's plan with it, so an
+/// existing checkpoint keeps working only while this stays the same.
+#[test]
+fn checkpoints_keep_the_recorded_plans() {
+    let session = Session::new();
+    let mut started = 0;
+    for d in declared(&session) {
+        let name = short(d.name);
+        // The queries on memory sources start here (no servers, no files).
+        if ![
+            "TotalsPerShop",
+            "ClickedImpressions",
+            "OrdersPerWindow",
+            "ShopTotals",
+            "TopShops",
+            "UserSessions",
+        ]
+        .contains(&name)
+        {
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let writer = d.writer.unwrap_or_else(|e| panic!("{}: {e}", d.name));
+        let q = writer
+            .checkpoint_location(dir.path().to_str().unwrap())
+            .start()
+            .unwrap_or_else(|e| panic!("{}: {e}", d.name));
+        q.process_all_available().unwrap();
+        q.stop().unwrap();
+        let text = std::fs::read_to_string(dir.path().join("metadata")).unwrap();
+        let meta: Value = serde_json::from_str(&text).unwrap();
+        insta::assert_json_snapshot!(
+            format!("checkpoint_plan_{name}"),
+            serde_json::json!({"fingerprint": meta["fingerprint"], "plan": meta["plan"]})
+        );
+        started += 1;
+    }
+    assert_eq!(started, 6);
+}
