@@ -1,5 +1,7 @@
 //! The run-time builder: [`DataStream`] (Spark's streaming `DataFrame`),
-//! [`GroupedStream`] and [`StreamWriter`] (Spark's `DataStreamWriter`).
+//! [`GroupedStream`] and [`StreamWriter`] (Spark's `DataStreamWriter`);
+//! [`Session::read_stream`] (Spark's `readStream`) starts one, here beside
+//! what it makes, so the session does not import the builder.
 //! Builder methods never fail; [`StreamWriter::start`] checks the whole query
 //! with the same rules the `stream_query!` macro applies at compile time.
 
@@ -16,6 +18,13 @@ use crate::session::Session;
 use crate::sink::{BoxSink, ForeachBatchSink};
 use crate::source::BoxSource;
 use crate::table::StaticTable;
+
+impl Session {
+    /// A stream reading `source` (Spark's `readStream`).
+    pub fn read_stream(&self, source: impl Into<BoxSource>) -> DataStream {
+        DataStream::new(self.clone(), source.into())
+    }
+}
 
 /// A streaming table: sources and the operations on them.
 pub struct DataStream {
@@ -442,7 +451,8 @@ impl StreamWriter {
 
     /// The query plan that `start` would run, with settings applied.
     pub fn plan(&self) -> StreamPlan {
-        let mut p = QuerySpec::running_plan(&self.stream.session, &self.stream.plan, self.mode);
+        let mut p =
+            QuerySpec::running_plan(self.stream.session.conf(), &self.stream.plan, self.mode);
         p.sink = self.sink.as_ref().map(|s| weir_plan::SinkDecl {
             kind: s.kind(),
             checkpoint: self.checkpoint.is_some(),
@@ -522,8 +532,8 @@ impl StreamWriter {
             )
         })?;
         Ok(QuerySpec {
-            plan: QuerySpec::running_plan(&stream.session, &stream.plan, mode),
-            session: stream.session,
+            plan: QuerySpec::running_plan(stream.session.conf(), &stream.plan, mode),
+            host: stream.session.inner,
             sources: stream.sources,
             statics: stream.statics,
             trigger,

@@ -28,6 +28,7 @@
 
 pub mod checkpoint;
 pub mod clock;
+mod config;
 mod cores;
 pub mod dataset;
 pub mod error;

@@ -30,23 +30,22 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::query::StreamingQuery;
-use crate::session::{Session, SessionInner};
+use crate::query::{QueryHost, StreamingQuery};
 
-/// The sessions whose queries a signal stops.
-static SESSIONS: Mutex<Vec<Weak<SessionInner>>> = Mutex::new(Vec::new());
+/// The sessions whose queries a signal stops (each by its query host).
+static SESSIONS: Mutex<Vec<Weak<QueryHost>>> = Mutex::new(Vec::new());
 /// Whether the signal thread runs (set once per process).
 static INSTALLED: OnceLock<bool> = OnceLock::new();
 /// A graceful stop is under way.
 static STOPPING: AtomicBool = AtomicBool::new(false);
 
-/// Has SIGTERM and SIGINT stop `session`'s queries (installs the handling
-/// on first use).
-pub(crate) fn watch(session: &Session) {
+/// Has SIGTERM and SIGINT stop the queries of the session whose query host
+/// is `host` (installs the handling on first use).
+pub(crate) fn watch(host: &Arc<QueryHost>) {
     {
         let mut list = SESSIONS.lock().unwrap_or_else(|p| p.into_inner());
         list.retain(|w| w.strong_count() > 0);
-        list.push(Arc::downgrade(&session.inner));
+        list.push(Arc::downgrade(host));
     }
     INSTALLED.get_or_init(install);
 }
@@ -93,12 +92,11 @@ fn signal_name(sig: i32) -> &'static str {
 /// The active queries of the watched sessions, each with its session's
 /// stop timeout (None: no limit).
 fn active_queries() -> Vec<(StreamingQuery, Option<Duration>)> {
-    let sessions: Vec<Session> = SESSIONS
+    let sessions: Vec<Arc<QueryHost>> = SESSIONS
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
         .filter_map(Weak::upgrade)
-        .map(|inner| Session { inner })
         .collect();
     sessions
         .iter()

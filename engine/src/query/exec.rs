@@ -23,7 +23,7 @@ use weir_plan::{OutputMode, StreamPlan};
 
 use super::shared_watermark::{self, Pending, WatermarkShare};
 use super::spec::QuerySpec;
-use super::{QueryShared, StreamingQuery, Trigger};
+use super::{QueryHost, QueryShared, StreamingQuery, Trigger};
 use crate::checkpoint::{Checkpoint, CommitEntry, OffsetEntry};
 use crate::error::{Result, WeirError};
 use crate::failpoint::{failpoint, set_current_batch};
@@ -33,7 +33,6 @@ use crate::progress::{
     format_ms, QueryListener, QueryStartedEvent, QueryStatus, QueryTerminatedEvent, SinkProgress,
     SourceProgress, StreamingQueryProgress,
 };
-use crate::session::Session;
 use crate::sink::{BoxSink, SinkContext};
 use crate::source::{BoxSource, Offset, SourceContext, SourceStorage};
 use crate::state::PartitionedStore;
@@ -48,7 +47,7 @@ struct PendingBatch {
 
 struct Runner {
     shared: Arc<QueryShared>,
-    session: Session,
+    host: Arc<QueryHost>,
     plan: StreamPlan,
     trigger: Trigger,
     checkpoint: Checkpoint,
@@ -80,7 +79,7 @@ struct Runner {
 
 pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
     let QuerySpec {
-        session,
+        host,
         plan,
         sources,
         statics,
@@ -91,7 +90,7 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
         late_sink,
         watermark_share,
     } = spec;
-    let conf = session.conf().clone();
+    let conf = host.conf().clone();
     let is_task = watermark_share.is_some();
     let mode = plan.output_mode;
     let needs_checkpoint = !matches!(
@@ -222,7 +221,7 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
         checkpoint: chk.storage().clone(),
         output_mode: mode,
         schema: pipeline.schema(),
-        memory_tables: session.inner.memory_tables.clone(),
+        memory_tables: host.memory_tables().clone(),
         sync: conf.fsync_checkpoint,
         s3: conf.s3.clone(),
     })?;
@@ -236,7 +235,7 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
             checkpoint: chk.storage().clone(),
             output_mode: OutputMode::Append,
             schema: pipeline.late_schema()?,
-            memory_tables: session.inner.memory_tables.clone(),
+            memory_tables: host.memory_tables().clone(),
             sync: conf.fsync_checkpoint,
             s3: conf.s3.clone(),
         })?;
@@ -260,10 +259,10 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
         mode,
         "Initializing sources".into(),
     ));
-    let listeners = session.inner.listeners.lock().unwrap().clone();
+    let listeners = host.listeners();
     let runner = Runner {
         shared: shared.clone(),
-        session: session.clone(),
+        host: host.clone(),
         plan,
         trigger,
         checkpoint: chk,
@@ -302,7 +301,7 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
     // A scale-out task is not one of the session's queries: its
     // coordinator is (a task that moves away is not a query that ended).
     if !is_task {
-        session.inner.queries.lock().unwrap().push(q.clone());
+        host.register(q.clone());
     }
     Ok(q)
 }
@@ -425,7 +424,7 @@ impl Runner {
         self.shared.cond.notify_all();
         if self.watermark_share.is_none() {
             // (A scale-out task's end is its coordinator's business.)
-            self.session.notify_terminated();
+            self.host.notify_terminated();
         }
     }
 
@@ -453,8 +452,8 @@ impl Runner {
         // Time is the session's clock: a manual clock moves only when a
         // test advances it, and the loop waits on it (checking for a stop
         // every polling delay) instead of sleeping.
-        let clock = self.session.conf().clock.clone();
-        let polling_delay = self.session.conf().polling_delay;
+        let clock = self.host.conf().clock.clone();
+        let polling_delay = self.host.conf().polling_delay;
         let started = clock.now_ms();
         let mut tick = 0i64;
         loop {
@@ -511,7 +510,7 @@ impl Runner {
             }
             match self.trigger {
                 Trigger::Once | Trigger::AvailableNow => return Ok(()),
-                Trigger::Default => self.wait_for_data(epoch, self.session.conf().polling_delay),
+                Trigger::Default => self.wait_for_data(epoch, self.host.conf().polling_delay),
                 Trigger::ProcessingTime(_) => {}
             }
         }
@@ -520,7 +519,7 @@ impl Runner {
     /// Plans and runs one batch; false when there was nothing to do.
     fn run_batch(&mut self) -> Result<bool> {
         let trigger_start = Instant::now();
-        let trigger_ms = self.session.conf().clock.now_ms();
+        let trigger_ms = self.host.conf().clock.now_ms();
         let mut durations: BTreeMap<String, i64> = BTreeMap::new();
         let has_wm = self.pipeline.watermark_count() > 0;
         let batch_id = self.batch_id;
@@ -609,7 +608,7 @@ impl Runner {
         let mut source_rows = Vec::new();
         // Sources read on the worker pool (the Kafka source reads its
         // partitions as parallel tasks there).
-        let pool = self.session.workers()?;
+        let pool = self.host.workers()?;
         for (i, (_, s)) in self.sources.iter_mut().enumerate() {
             let end = entry.sources.get(i).cloned().flatten();
             let start = self.committed[i].clone();
@@ -645,7 +644,7 @@ impl Runner {
         // the session's worker pool.
         let pipeline = &mut self.pipeline;
         let run = self
-            .session
+            .host
             .workers()
             .and_then(|pool| pool.install(|| pipeline.run(&inputs, &mut ctx)));
         let output = match run {
@@ -670,7 +669,7 @@ impl Runner {
         let t = Instant::now();
         // State partitions commit in parallel on the worker pool.
         let pipeline = &mut self.pipeline;
-        self.session
+        self.host
             .workers()
             .and_then(|pool| pool.install(|| pipeline.commit_state(batch_id as u64 + 1)))?;
         failpoint("after_state_commit", batch_id);
@@ -707,7 +706,7 @@ impl Runner {
                 s.commit(&e)?;
             }
         }
-        let retain = self.session.conf().min_batches_to_retain as i64;
+        let retain = self.host.conf().min_batches_to_retain as i64;
         if batch_id >= retain && batch_id % 10 == 0 {
             self.checkpoint.offsets.purge_before(batch_id - retain)?;
             failpoint("during_cleanup", batch_id);
@@ -837,7 +836,7 @@ impl Runner {
         for l in &self.listeners {
             l.on_query_progress(&p);
         }
-        let keep = self.session.conf().num_recent_progress_updates.max(1);
+        let keep = self.host.conf().num_recent_progress_updates.max(1);
         let mut st = self.shared.state.lock().unwrap();
         st.progress.push_back(p);
         while st.progress.len() > keep {

@@ -1,6 +1,7 @@
 //! The [`StreamingQuery`] handle and the query's thread.
 
 mod exec;
+mod host;
 mod shared_watermark;
 mod spec;
 mod trigger;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "kafka")]
 pub(crate) use exec::SCALE_OUT_MARKER;
+pub(crate) use host::QueryHost;
 #[cfg(feature = "kafka")]
 pub(crate) use shared_watermark::merge as merge_watermarks;
 pub use shared_watermark::{Pending, WatermarkShare};

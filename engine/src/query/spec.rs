@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use weir_plan::StreamPlan;
 
-use super::{Trigger, WatermarkShare};
-use crate::session::Session;
+use super::{QueryHost, Trigger, WatermarkShare};
+use crate::config::SessionConfig;
 use crate::sink::BoxSink;
 use crate::source::BoxSource;
 use crate::table::StaticTable;
@@ -16,8 +16,9 @@ use crate::table::StaticTable;
 /// A query ready to start: its plan with the writer's settings applied, its
 /// sources, sinks and where it keeps its checkpoint.
 pub(crate) struct QuerySpec {
-    /// The session the query runs in (settings, worker pool, listeners).
-    pub(crate) session: Session,
+    /// What the query runs on and reports to: its session's settings,
+    /// worker pool, memory tables, listeners and registry of queries.
+    pub(crate) host: Arc<QueryHost>,
     /// The plan as it runs: the writer's output mode and the session's
     /// no-data-batch and watermark settings applied.
     pub(crate) plan: StreamPlan,
@@ -42,15 +43,14 @@ pub(crate) struct QuerySpec {
 }
 
 impl QuerySpec {
-    /// The plan `plan` as a query of `session` runs it in `mode`: the
-    /// session's no-data-batch and watermark settings applied.
+    /// The plan `plan` as a query of a session with settings `conf` runs it
+    /// in `mode`: the session's no-data-batch and watermark settings applied.
     pub(crate) fn running_plan(
-        session: &Session,
+        conf: &SessionConfig,
         plan: &StreamPlan,
         mode: weir_plan::OutputMode,
     ) -> StreamPlan {
         let mut plan = plan.clone();
-        let conf = session.conf();
         plan.output_mode = mode;
         plan.conf.no_data_batches = conf.no_data_batches;
         plan.conf.watermark_policy = conf.watermark_policy;

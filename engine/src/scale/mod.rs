@@ -36,8 +36,7 @@ use weir_plan::StreamPlan;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Result, WeirError};
 use crate::progress::{QueryStatus, StreamingQueryProgress};
-use crate::query::{QueryShared, QuerySpec, StreamingQuery, Trigger, SCALE_OUT_MARKER};
-use crate::session::Session;
+use crate::query::{QueryHost, QueryShared, QuerySpec, StreamingQuery, Trigger, SCALE_OUT_MARKER};
 use crate::sink::BoxSink;
 use crate::source::kafka::KafkaAdmin;
 use crate::source::{BoxSource, SharedInput};
@@ -89,7 +88,7 @@ enum Role {
 
 /// The parts every task is built from.
 struct Template {
-    session: Session,
+    host: Arc<QueryHost>,
     source_name: String,
     statics: BTreeMap<String, StaticTable>,
     trigger: Trigger,
@@ -135,8 +134,8 @@ impl Template {
             None => None,
         };
         crate::query::start(QuerySpec {
-            session: self.session.clone(),
-            plan: QuerySpec::running_plan(&self.session, &stage.plan, stage.mode),
+            host: self.host.clone(),
+            plan: QuerySpec::running_plan(self.host.conf(), &stage.plan, stage.mode),
             sources,
             statics: self.statics.clone(),
             trigger: self.trigger,
@@ -219,7 +218,7 @@ pub(crate) fn start(spec: QuerySpec, scale: ScaleOut) -> Result<StreamingQuery> 
     // an ending trigger, a one-writer sink, no checkpoint) was refused by
     // the plan's rules in `StreamWriter::validate`.
     let QuerySpec {
-        session,
+        host,
         plan,
         sources,
         statics,
@@ -249,7 +248,7 @@ pub(crate) fn start(spec: QuerySpec, scale: ScaleOut) -> Result<StreamingQuery> 
     }
     // The query's id, shared by every process (the first creates it).
     // (`plan` is the running plan: the mode and the session's settings applied.)
-    let conf = session.conf().clone();
+    let conf = host.conf().clone();
     let chk = Checkpoint::open_location(&checkpoint, &conf.s3, conf.fsync_checkpoint)?;
     let meta = chk.load_or_init_metadata(&plan, conf.shuffle_partitions)?;
     // A scale-out checkpoint keeps its batches per task: one a single
@@ -358,7 +357,7 @@ pub(crate) fn start(spec: QuerySpec, scale: ScaleOut) -> Result<StreamingQuery> 
     }
     let subscription = input.clone();
     let template = Template {
-        session: session.clone(),
+        host: host.clone(),
         source_name,
         statics,
         trigger,
@@ -409,7 +408,7 @@ pub(crate) fn start(spec: QuerySpec, scale: ScaleOut) -> Result<StreamingQuery> 
     ));
     let coordinator = Coordinator {
         shared: shared.clone(),
-        session: session.clone(),
+        host: host.clone(),
         template,
         tasks,
         members,
@@ -425,7 +424,7 @@ pub(crate) fn start(spec: QuerySpec, scale: ScaleOut) -> Result<StreamingQuery> 
         .map_err(|e| WeirError::Config(format!("cannot start the query thread: {e}")))?;
     *shared.thread.lock().unwrap() = Some(handle);
     let q = StreamingQuery { shared };
-    session.inner.queries.lock().unwrap().push(q.clone());
+    host.register(q.clone());
     Ok(q)
 }
 
@@ -465,7 +464,7 @@ fn explain(
 /// group.
 struct Coordinator {
     shared: Arc<QueryShared>,
-    session: Session,
+    host: Arc<QueryHost>,
     template: Template,
     tasks: Arc<Tasks>,
     /// The process's members of the query's groups (one per stage).
@@ -524,7 +523,7 @@ impl Coordinator {
             };
         }
         self.shared.cond.notify_all();
-        self.session.notify_terminated();
+        self.host.notify_terminated();
     }
 
     fn run_loop(&self) -> Result<()> {
@@ -610,7 +609,7 @@ impl Coordinator {
         for m in &self.members {
             m.commit(&commits);
         }
-        let keep = self.session.conf().num_recent_progress_updates.max(1);
+        let keep = self.host.conf().num_recent_progress_updates.max(1);
         let mut st = self.shared.state.lock().unwrap();
         for p in forwarded {
             st.progress.push_back(p);
