@@ -473,11 +473,12 @@ fn read_options(
             Kind::Choice(c) => format!("{} = {}", s.name, c.join("|")),
             _ => format!("{} = 9999", s.name),
         };
-        errs.spanned_help(
-            connector,
-            format!("the {connector} {what} needs the option `{}`", s.name),
-            format!("add `{example}`"),
-        );
+        // The table's message for a source (the sinks' reads the same).
+        let message = match what {
+            "source" => connectors::missing(&connector.to_string(), s.name).message,
+            _ => format!("the {connector} {what} needs the option `{}`", s.name),
+        };
+        errs.spanned_help(connector, message, format!("add `{example}`"));
     }
     Ok(out)
 }
@@ -542,12 +543,10 @@ fn check_value(spec: &Spec, value: &Expr, errs: &mut Errors) -> Option<Val> {
             ),
         },
         Kind::Location => match lit {
-            Some(Lit::Str(s)) if !s.value().is_empty() => {
-                if check_location(s, &format!("`{name}`"), errs) {
-                    return Some(Val::Str(s.value()));
-                }
-            }
-            Some(Lit::Str(_)) => errs.spanned(value, format!("`{name}` must not be empty")),
+            Some(Lit::Str(s)) => match connectors::location(name, &s.value()) {
+                Ok(()) => return Some(Val::Str(s.value())),
+                Err(e) => report(value, e, errs),
+            },
             _ => errs.spanned(
                 value,
                 format!("`{name}` takes a string, e.g. {name} = \"...\""),
