@@ -429,6 +429,41 @@ fn the_state_reads_back_as_the_query_emits_it() {
     assert_eq!(values, expected);
 }
 
+/// The builder refuses at `start()` what `stream_query!` refuses at
+/// compile time, with the same message and help; a bad rsd is refused when
+/// the aggregate is built.
+#[test]
+fn the_builder_refuses_the_same_types_and_arguments() {
+    let s = session_with("memory", Some(1));
+    let stream = MemoryStream::new(&fields());
+    let started = s
+        .read_stream(stream)
+        .group_by(vec![col("key")])
+        .agg(vec![stddev("key", "sd"), first("value", "f")])
+        .write_stream()
+        .output_mode(OutputMode::Complete)
+        .sink(MemorySink::new(""))
+        .start();
+    let Err(weir::WeirError::Invalid(v)) = started else {
+        panic!("stddev of a string column started");
+    };
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(
+        v[0].message,
+        "stddev_samp(key) is not defined on string columns"
+    );
+    assert_eq!(
+        v[0].help.as_deref(),
+        Some("stddev and variance (stddev_samp, stddev_pop, var_samp, var_pop) take int32, int64 or float64 columns")
+    );
+    let err = approx_count_distinct_rsd("value", 0.5, "u").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("must be between 0.01 and 0.39 (got 0.5)"),
+        "{err}"
+    );
+}
+
 weir::stream_query! {
     /// Distinct users, first and last page and the spread of load times per page.
     query PageStats {
