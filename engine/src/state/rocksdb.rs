@@ -34,8 +34,8 @@ use rocksdb::{IteratorMode, Options, WriteBatch, DB};
 use super::files::VersionFiles;
 use super::memory::{encode, SNAPSHOT_INTERVAL};
 use super::{StateIter, StateStore, StateStoreProvider};
-use crate::checkpoint::write_atomic;
 use crate::error::{Result, WeirError};
+use crate::storage::durable::write_atomic;
 use crate::storage::Storage;
 
 /// RocksDB's memtable size (its default is 64 MB). Aggregations rewrite the
@@ -288,7 +288,7 @@ impl RocksDbStateStore {
     fn remove_marker(dir: &Path, sync: bool) -> Result<()> {
         let marker = Self::marker(dir);
         match fs::remove_file(&marker) {
-            Ok(()) if sync => crate::checkpoint::sync_dir(dir),
+            Ok(()) if sync => crate::storage::durable::sync_dir(dir),
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(WeirError::io(&marker, e)),

@@ -8,8 +8,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::{Created, Entry};
-use crate::checkpoint::{create_dir_all_synced, is_temp_name, sync_dir, temp_path, write_atomic};
 use crate::error::{Result, WeirError};
+use crate::storage::durable::{
+    create_dir_all_synced, is_temp_name, sync_dir, temp_path, write_atomic,
+};
 
 /// A directory on the local file system.
 #[derive(Debug, Clone)]

@@ -17,6 +17,7 @@
 //! names: see [`S3Settings`].
 
 mod config;
+pub mod durable;
 mod local;
 mod object;
 mod runtime;
