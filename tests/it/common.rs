@@ -229,6 +229,18 @@ pub fn run_child_killed_at_failpoint(name: &str, envs: &[(&str, String)]) {
     );
 }
 
+/// Puts a file into a directory a running query watches, whole: written
+/// beside the directory, then renamed in (a file source may list a file
+/// while it is being written, as Spark's does; users move files in too).
+pub fn move_file_in(dir: &std::path::Path, name: &str, contents: &str) {
+    let tmp = dir
+        .parent()
+        .expect("the watched directory has a parent")
+        .join(format!(".{name}.partial"));
+    std::fs::write(&tmp, contents).unwrap();
+    std::fs::rename(&tmp, dir.join(name)).unwrap();
+}
+
 #[cfg(test)]
 mod tests {
     use super::TestChild;
@@ -295,16 +307,4 @@ mod tests {
         }
         assert!(!alive(child), "the child outlived the drop");
     }
-}
-
-/// Puts a file into a directory a running query watches, whole: written
-/// beside the directory, then renamed in (a file source may list a file
-/// while it is being written, as Spark's does; users move files in too).
-pub fn move_file_in(dir: &std::path::Path, name: &str, contents: &str) {
-    let tmp = dir
-        .parent()
-        .expect("the watched directory has a parent")
-        .join(format!(".{name}.partial"));
-    std::fs::write(&tmp, contents).unwrap();
-    std::fs::rename(&tmp, dir.join(name)).unwrap();
 }
