@@ -294,7 +294,7 @@ impl DataStream {
     fn push_join(mut self, right: String, on: JoinOn, how: JoinType) -> DataStream {
         let id = self.fresh("joined");
         let (on, using) = match on {
-            JoinOn::Expr(e) => (Some(e), None),
+            JoinOn::Expr(e) => (Some(weir_plan::expr::Expr::read(&e)), None),
             JoinOn::Using(u) => (None, Some(u)),
         };
         self.plan.nodes.push(Node {

@@ -336,7 +336,10 @@ fn pipeline(q: &QueryDecl, l: &Lowered) -> TokenStream {
                 let how = plan_tokens::join_type(*how);
                 let on = match (on, using) {
                     (Some(sql), _) => {
-                        quote!(::weir::dataset::JoinOn::Expr(::std::string::String::from(#sql)))
+                        {
+                            let sql = sql.to_string();
+                            quote!(::weir::dataset::JoinOn::Expr(::std::string::String::from(#sql)))
+                        }
                     }
                     (None, keys) => {
                         let keys = keys.iter().flatten();
@@ -515,15 +518,21 @@ fn setting(s: &Setting, what: &str) -> TokenStream {
 /// pipeline builds it, with the other side).
 fn op_step(op: &Op) -> Option<TokenStream> {
     Some(match op {
-        Op::Filter { predicate } => quote!(stream.filter(#predicate)),
+        Op::Filter { predicate } => {
+            let predicate = predicate.to_string();
+            quote!(stream.filter(#predicate))
+        }
         Op::Select { columns } => {
             let items = columns.iter().map(|c| {
-                let (e, a) = (&c.expr, &c.alias);
+                let (e, a) = (c.expr.to_string(), &c.alias);
                 quote!((#e, #a))
             });
             quote!(stream.select(::std::vec![#(#items),*]))
         }
-        Op::WithColumn { name, expr } => quote!(stream.with_column(#name, #expr)),
+        Op::WithColumn { name, expr } => {
+            let expr = expr.to_string();
+            quote!(stream.with_column(#name, #expr))
+        }
         Op::Watermark { column, delay } => quote!(stream.with_watermark(#column, #delay)),
         Op::Dedup {
             columns,

@@ -22,7 +22,6 @@ use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::{BinOp, Expr, Lit, UnOp};
-pub use weir_plan::expr::sql_ident;
 use weir_plan::expr::{BinaryOp, Call, Expr as PlanExpr, Literal, Over, UnaryOp};
 use weir_plan::DataType;
 
@@ -41,8 +40,8 @@ pub struct ColumnRef {
 /// What translating one expression yields.
 #[derive(Debug, Clone)]
 pub struct Translated {
-    /// The SQL text: the `Display` of the plan's tree built from the syntax.
-    pub sql: String,
+    /// The plan's tree, built from the syntax.
+    pub expr: PlanExpr,
     /// The result type.
     pub ty: Inferred,
     /// The columns it names, in order of appearance.
@@ -81,7 +80,7 @@ pub fn translate(expr: &Expr, env: &[Col], errs: &mut Errors) -> Translated {
         NodeType::Poisoned => Inferred::Poisoned,
     };
     Translated {
-        sql: node.expr.to_string(),
+        expr: node.expr,
         ty,
         columns: t.columns,
     }
@@ -708,6 +707,8 @@ fn wider(a: DataType, b: DataType) -> DataType {
 
 #[cfg(test)]
 mod tests {
+    use weir_plan::expr::sql_ident;
+
     use super::*;
     use syn::parse_quote;
 
@@ -733,7 +734,7 @@ mod tests {
     fn sql(e: Expr) -> String {
         let (t, errs) = tr(e);
         assert!(errs.is_empty(), "{errs:?}");
-        t.sql
+        t.expr.to_string()
     }
 
     fn ty(e: Expr) -> Option<ColType> {
@@ -772,7 +773,7 @@ mod tests {
             row_number().over(partition_by(page), order_by(ts))
         ));
         assert!(errs.is_empty(), "{errs:?}");
-        assert_eq!(t.sql, "row_number() OVER (PARTITION BY page ORDER BY ts)");
+        assert_eq!(t.expr.to_string(), "row_number() OVER (PARTITION BY page ORDER BY ts)");
         assert!(matches!(t.ty, Inferred::Known(c) if c == ColType::new(DataType::Int32)));
         let names: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["page", "ts"]);

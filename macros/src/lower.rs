@@ -18,7 +18,8 @@ use weir_plan::{
 
 use crate::ast::{JoinDecl, KeyDecl, QueryDecl, SelectItemDecl, Source, TriggerDecl};
 use crate::errors::Errors;
-use crate::expr::{sql_ident, translate, ColumnRef, Inferred};
+use crate::expr::{translate, ColumnRef, Inferred};
+use weir_plan::expr::Expr as PlanExpr;
 use crate::types::{lookup, rust_type_name, Col, ColType};
 
 /// A declaration lowered to a plan.
@@ -330,7 +331,7 @@ fn lower_input(q: &QueryDecl, errs: &mut Errors) -> Option<Input> {
                 );
             }
         }
-        ops.push(Op::Filter { predicate: t.sql });
+        ops.push(Op::Filter { predicate: t.expr });
         spans.push(OpSpans::Filter {
             expr: f.to_token_stream(),
             columns: t.columns,
@@ -351,7 +352,7 @@ fn lower_input(q: &QueryDecl, errs: &mut Errors) -> Option<Input> {
                 env.push(Col::new(t.alias.clone(), ty));
             }
             columns.push(SelectItem {
-                expr: t.sql,
+                expr: t.expr,
                 alias: t.alias,
             });
             items.push(ItemSpans {
@@ -386,7 +387,7 @@ fn lower_input(q: &QueryDecl, errs: &mut Errors) -> Option<Input> {
             }
             ops.push(Op::WithColumn {
                 name: t.alias,
-                expr: t.sql,
+                expr: t.expr,
             });
         }
     }
@@ -740,7 +741,7 @@ fn lower_join(
                     );
                 }
             }
-            (Some(t.sql), Some(e.to_token_stream()), t.columns)
+            (Some(t.expr), Some(e.to_token_stream()), t.columns)
         }
         None => (None, None, vec![]),
     };
@@ -853,7 +854,7 @@ fn lower_join(
 /// A select or with_column item, lowered.
 struct LoweredItem {
     alias: String,
-    sql: String,
+    expr: PlanExpr,
     ty: Option<ColType>,
     columns: Vec<ColumnRef>,
     tokens: TokenStream,
@@ -870,7 +871,7 @@ fn lower_item(
     let alias = item.alias.unraw().to_string();
     let Some(e) = &item.expr else {
         return LoweredItem {
-            sql: sql_ident(&alias),
+            expr: PlanExpr::column(alias.clone()),
             ty: lookup(env, &alias).map(|c| c.ty),
             columns: vec![ColumnRef {
                 name: alias.clone(),
@@ -899,7 +900,7 @@ fn lower_item(
     };
     LoweredItem {
         alias,
-        sql: t.sql,
+        expr: t.expr,
         ty,
         columns: t.columns,
         tokens: e.to_token_stream(),

@@ -14,6 +14,12 @@ fn s(v: &str) -> TokenStream {
     quote!(::std::string::String::from(#v))
 }
 
+/// An expression of the plan: read from its SQL text when the plan is built.
+fn expr_tokens(e: &weir_plan::expr::Expr) -> TokenStream {
+    let text = e.to_string();
+    quote!(::weir::plan::expr::Expr::read(#text))
+}
+
 fn opt_s(v: &Option<String>) -> TokenStream {
     match v {
         Some(v) => {
@@ -103,12 +109,12 @@ fn key(k: &GroupKey) -> TokenStream {
 fn op(o: &Op) -> TokenStream {
     match o {
         Op::Filter { predicate } => {
-            let p = s(predicate);
+            let p = expr_tokens(predicate);
             quote!(::weir::plan::Op::Filter { predicate: #p })
         }
         Op::Select { columns } => {
             let items = columns.iter().map(|c| {
-                let (e, a) = (s(&c.expr), s(&c.alias));
+                let (e, a) = (expr_tokens(&c.expr), s(&c.alias));
                 quote!(::weir::plan::SelectItem { expr: #e, alias: #a })
             });
             quote!(::weir::plan::Op::Select {
@@ -116,7 +122,7 @@ fn op(o: &Op) -> TokenStream {
             })
         }
         Op::WithColumn { name, expr } => {
-            let (n, e) = (s(name), s(expr));
+            let (n, e) = (s(name), expr_tokens(expr));
             quote!(::weir::plan::Op::WithColumn { name: #n, expr: #e })
         }
         Op::Watermark { column, delay } => {
@@ -147,7 +153,14 @@ fn op(o: &Op) -> TokenStream {
             on,
             using,
         } => {
-            let (r, h, on) = (s(right), join_type(*how), opt_s(on));
+            let on = match on {
+                Some(on) => {
+                    let on = expr_tokens(on);
+                    quote!(::std::option::Option::Some(#on))
+                }
+                None => quote!(::std::option::Option::None),
+            };
+            let (r, h) = (s(right), join_type(*how));
             let using = match using {
                 Some(u) => {
                     let u = u.iter().map(|c| s(c));
@@ -292,7 +305,7 @@ mod tests {
         syn::parse2::<syn::Expr>(t.clone()).unwrap();
         let t = t.to_string();
         assert!(
-            t.contains("predicate : :: std :: string :: String :: from (\"a > 1\")"),
+            t.contains("predicate : :: weir :: plan :: expr :: Expr :: read (\"a > 1\")"),
             "{t}"
         );
         assert!(t.contains(":: weir :: plan :: OutputMode :: Update"));

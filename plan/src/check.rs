@@ -319,7 +319,7 @@ fn no_limit_in_update(cx: &Ctx, out: &mut Vec<Violation>) {
 /// supported in ... on streaming DataFrames/Datasets`.
 fn no_non_time_window_functions(cx: &Ctx, out: &mut Vec<Violation>) {
     for (ni, oi, op) in cx.result_ops() {
-        let exprs: Vec<(String, String, Part)> = match op {
+        let exprs: Vec<(String, Expr, Part)> = match op {
             Op::WithColumn { name, expr } => vec![(name.clone(), expr.clone(), Part::Whole)],
             Op::Select { columns } => columns
                 .iter()
@@ -329,10 +329,7 @@ fn no_non_time_window_functions(cx: &Ctx, out: &mut Vec<Violation>) {
             _ => vec![],
         };
         for (name, expr, part) in exprs {
-            let Ok(parsed) = Expr::parse(&expr) else {
-                continue;
-            };
-            let Some(window_call) = parsed.window_function() else {
+            let Some(window_call) = expr.window_function() else {
                 continue;
             };
             let call = window_call.signature();
@@ -451,7 +448,7 @@ fn outer_joins_need_watermark_or_static_side(cx: &Ctx, out: &mut Vec<Violation>)
         // Stream-stream outer / semi: a watermark in the join keys, or a
         // watermark on the nullable side and a range condition.
         let conj: Vec<Expr> = match (on, using) {
-            (Some(on), _) => Expr::parse(on).map(|e| e.conjuncts()).unwrap_or_default(),
+            (Some(on), _) => on.conjuncts(),
             (None, Some(keys)) => keys
                 .iter()
                 .map(|k| Expr::Binary {
@@ -548,18 +545,18 @@ fn continuous_no_current_time(cx: &Ctx, out: &mut Vec<Violation>) {
         return;
     }
     for (ni, oi, op) in cx.result_ops() {
-        let exprs: Vec<(&str, Part)> = match op {
+        let exprs: Vec<(&Expr, Part)> = match op {
             Op::Filter { predicate } => vec![(predicate, Part::Whole)],
             Op::WithColumn { expr, .. } => vec![(expr, Part::Whole)],
             Op::Select { columns } => columns
                 .iter()
                 .enumerate()
-                .map(|(i, c)| (c.expr.as_str(), Part::Item(i)))
+                .map(|(i, c)| (&c.expr, Part::Item(i)))
                 .collect(),
             _ => continue,
         };
         for (expr, part) in exprs {
-            if Expr::parse(expr).is_ok_and(|e| e.uses_current_time()) {
+            if expr.uses_current_time() {
                 out.push(Violation::new(
                     Rule::ContinuousCurrentTime,
                     Location::Op { node: ni, op: oi, part },
@@ -966,7 +963,7 @@ mod tests {
                     columns: items
                         .iter()
                         .map(|(e, a)| SelectItem {
-                            expr: e.to_string(),
+                            expr: Expr::read(e),
                             alias: a.to_string(),
                         })
                         .collect(),

@@ -124,6 +124,14 @@ pub enum Expr {
         /// The columns it names.
         columns: Vec<String>,
     },
+    /// Text that is not one SQL expression, kept so that a plan can still
+    /// hold it and the plan's rules report it ([`Expr::read`]).
+    Invalid {
+        /// The text.
+        sql: String,
+        /// What the parser said.
+        message: String,
+    },
 }
 
 /// A literal value.
@@ -306,6 +314,27 @@ impl Expr {
         Ok(from_sql(&parsed))
     }
 
+    /// Reads SQL text into a tree, keeping text that does not parse as
+    /// [`Expr::Invalid`] (the plan holds what it was given; `resolve`
+    /// reports it).
+    pub fn read(text: &str) -> Expr {
+        Expr::parse(text).unwrap_or_else(|e| Expr::Invalid {
+            sql: e.sql,
+            message: e.message,
+        })
+    }
+
+    /// The parser's complaint when it is [`Expr::Invalid`].
+    pub fn invalid(&self) -> Option<ExprError> {
+        match self {
+            Expr::Invalid { sql, message } => Some(ExprError {
+                sql: sql.clone(),
+                message: message.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     /// A column reference.
     pub fn column(name: impl Into<String>) -> Expr {
         Expr::Column {
@@ -458,7 +487,8 @@ impl Expr {
             | Expr::Literal(_)
             | Expr::Interval { .. }
             | Expr::Wildcard
-            | Expr::Other { .. } => vec![],
+            | Expr::Other { .. }
+            | Expr::Invalid { .. } => vec![],
             Expr::Unary { expr, .. } | Expr::Cast { expr, .. } | Expr::IsNull { expr, .. } => {
                 vec![expr]
             }
@@ -507,7 +537,7 @@ impl Expr {
             | Expr::InList { .. }
             | Expr::Like { .. } => 4,
             Expr::Unary { .. } => 8,
-            Expr::Other { .. } => 0,
+            Expr::Other { .. } | Expr::Invalid { .. } => 0,
             _ => ATOM,
         }
     }
@@ -777,7 +807,7 @@ impl fmt::Display for Expr {
                 f.write_str(" END")
             }
             Expr::Wildcard => f.write_str("*"),
-            Expr::Other { sql, .. } => f.write_str(sql),
+            Expr::Other { sql, .. } | Expr::Invalid { sql, .. } => f.write_str(sql),
         }
     }
 }
@@ -819,6 +849,38 @@ impl fmt::Display for Over {
             Some(v) => f.write_str(v),
             None => f.write_str(&parts.join(" ")),
         }
+    }
+}
+
+impl From<&str> for Expr {
+    fn from(text: &str) -> Expr {
+        Expr::read(text)
+    }
+}
+
+impl From<String> for Expr {
+    fn from(text: String) -> Expr {
+        Expr::read(&text)
+    }
+}
+
+impl From<&String> for Expr {
+    fn from(text: &String) -> Expr {
+        Expr::read(text)
+    }
+}
+
+/// In the plan format an expression is its SQL text.
+impl serde::Serialize for Expr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Expr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Expr, D::Error> {
+        let text = String::deserialize(d)?;
+        Ok(Expr::read(&text))
     }
 }
 
@@ -1192,6 +1254,19 @@ mod tests {
             assert_eq!(e.to_string(), s);
             assert_eq!(p(&e.to_string()), e, "{s}");
         }
+    }
+
+    #[test]
+    fn the_plan_format_holds_expressions_as_text() {
+        let e = p("genre = 'rock and roll' AND plays > 10");
+        let json = serde_json::to_string(&e).unwrap();
+        assert_eq!(json, "\"genre = 'rock and roll' AND plays > 10\"");
+        assert_eq!(serde_json::from_str::<Expr>(&json).unwrap(), e);
+        // Text that does not parse is kept and reported, not lost.
+        let bad: Expr = serde_json::from_str("\"a = \"").unwrap();
+        assert_eq!(bad.to_string(), "a = ");
+        assert!(bad.invalid().is_some());
+        assert!(p("a = 1").invalid().is_none());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+use crate::expr::Expr;
 use crate::types::{DataType, Field};
 
 /// A whole streaming query as data.
@@ -152,14 +153,15 @@ pub struct Node {
     pub ops: Vec<Op>,
 }
 
-/// One operation. Expressions are SQL text.
+/// One operation. Expressions are trees ([`Expr`]), written as SQL text
+/// in the plan format.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {
     /// Keep the rows where `predicate` is true.
     Filter {
-        /// A boolean SQL expression.
-        predicate: String,
+        /// A boolean expression.
+        predicate: Expr,
     },
     /// Project to exactly these columns.
     Select {
@@ -170,8 +172,8 @@ pub enum Op {
     WithColumn {
         /// The column's name.
         name: String,
-        /// Its SQL expression.
-        expr: String,
+        /// Its expression.
+        expr: Expr,
     },
     /// Declare `column` as event time with a lateness bound.
     Watermark {
@@ -201,9 +203,9 @@ pub enum Op {
         right: String,
         /// The join type.
         how: JoinType,
-        /// The join condition (SQL), or absent when `using` is given.
+        /// The join condition, or absent when `using` is given.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        on: Option<String>,
+        on: Option<Expr>,
         /// Equi-join on these same-named columns.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         using: Option<Vec<String>>,
@@ -245,8 +247,8 @@ impl Op {
 /// One output column of a select.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SelectItem {
-    /// SQL expression.
-    pub expr: String,
+    /// The expression.
+    pub expr: Expr,
     /// Output name.
     #[serde(rename = "as")]
     pub alias: String,

@@ -174,19 +174,16 @@ fn unknown_among(name: &str, available: &[&str], at: Location) -> Violation {
     .about(name)
 }
 
-fn check_sql_columns(sql_text: &str, cur: &NodeSchema, at: Location, errs: &mut Vec<Violation>) {
-    let expr = match Expr::parse(sql_text) {
-        Ok(e) => e,
-        Err(e) => {
-            errs.push(Violation::new(
-                Rule::InvalidExpression,
-                at,
-                e.to_string(),
-                Some("write one SQL expression, e.g. `value > 10 AND page <> 'home'`".into()),
-            ));
-            return;
-        }
-    };
+fn check_sql_columns(expr: &Expr, cur: &NodeSchema, at: Location, errs: &mut Vec<Violation>) {
+    if let Some(e) = expr.invalid() {
+        errs.push(Violation::new(
+            Rule::InvalidExpression,
+            at,
+            e.to_string(),
+            Some("write one SQL expression, e.g. `value > 10 AND page <> 'home'`".into()),
+        ));
+        return;
+    }
     for c in expr.columns() {
         if cur.column(&c).is_none() {
             errs.push(unknown_column(&c, cur, at.clone()));
@@ -524,13 +521,8 @@ fn apply_op(
 
 /// The column an expression produces: a bare column keeps its type and
 /// watermark; `CAST(... AS T)` has type `T`; anything else is untyped here.
-fn derived(cur: &NodeSchema, expr: &str, name: &str) -> Column {
-    let parsed = Expr::parse(expr).ok();
-    if let Some(c) = parsed
-        .as_ref()
-        .and_then(|e| e.as_column())
-        .and_then(|src| cur.column(src))
-    {
+fn derived(cur: &NodeSchema, expr: &Expr, name: &str) -> Column {
+    if let Some(c) = expr.as_column().and_then(|src| cur.column(src)) {
         return Column {
             name: name.to_string(),
             ..c.clone()
@@ -538,7 +530,7 @@ fn derived(cur: &NodeSchema, expr: &str, name: &str) -> Column {
     }
     Column {
         name: name.to_string(),
-        dtype: parsed.and_then(|e| e.cast_type()),
+        dtype: expr.cast_type(),
         watermark: false,
     }
 }

@@ -424,7 +424,7 @@ impl StateFingerprint {
                         }
                         o.join = Some(JoinState {
                             how: *how,
-                            on: on.as_ref().map(|s| normalize_sql(s)),
+                            on: on.as_ref().map(|e| e.to_string()),
                             using: using.clone(),
                             left: columns_of(&input),
                             right: columns_of(&right_schema),
@@ -456,11 +456,6 @@ impl StateFingerprint {
             )
         })
     }
-}
-
-/// SQL text with its whitespace collapsed (a reformatted condition is the same).
-fn normalize_sql(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// What kind of difference a [`Change`] is.
@@ -1490,7 +1485,7 @@ mod tests {
                         columns: left_cols
                             .iter()
                             .map(|c| SelectItem {
-                                expr: c.to_string(),
+                                expr: crate::expr::Expr::read(c),
                                 alias: c.to_string(),
                             })
                             .collect(),

@@ -35,6 +35,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef, TimestampMicrosecondType};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use datafusion::physical_plan::PhysicalExpr;
+use weir_plan::expr::Expr;
 use weir_plan::{JoinType, OutputMode};
 
 use crate::error::{Result, WeirError};
@@ -574,18 +575,15 @@ pub struct JoinOp {
 /// From the join condition: for each side, the tightest lower bound of its
 /// event time relative to the other side's: `side >= other + c` gives `c`.
 fn state_bounds(
-    on: &str,
+    on: &Expr,
     left_time: Option<&str>,
     right_time: Option<&str>,
 ) -> (Option<i64>, Option<i64>) {
     let (Some(lt), Some(rt)) = (left_time, right_time) else {
         return (None, None);
     };
-    let Ok(condition) = weir_plan::expr::Expr::parse(on) else {
-        return (None, None);
-    };
     let (mut lb, mut rb): (Option<i64>, Option<i64>) = (None, None);
-    for c in condition.conjuncts() {
+    for c in on.conjuncts() {
         let Some((left, op, right)) = c.comparison() else {
             continue;
         };
@@ -626,7 +624,7 @@ impl JoinOp {
         how: JoinType,
         left: SchemaRef,
         right: SchemaRef,
-        on: Option<&str>,
+        on: Option<&Expr>,
         using: Option<&[String]>,
         left_time: Option<&str>,
         right_time: Option<&str>,
@@ -644,7 +642,7 @@ impl JoinOp {
         // Equi-join keys: USING columns, or `l = r` conjuncts of the ON condition.
         let mut lk = Vec::new();
         let mut rk = Vec::new();
-        let mut condition_sql = None;
+        let mut condition: Option<&Expr> = None;
         let mut project = None;
         let mut coalesce = Vec::new();
         let joined: SchemaRef;
@@ -696,9 +694,10 @@ impl JoinOp {
                 return Err(WeirError::Config(format!("join `{on}`: both sides have columns of the same name; rename one side with a select first")));
             }
             joined = Arc::new(Schema::new(fields.clone()));
-            let condition = weir_plan::expr::Expr::parse(on)
-                .map_err(|e| WeirError::Config(format!("join condition: {e}")))?;
-            for c in condition.conjuncts() {
+            if let Some(e) = on.invalid() {
+                return Err(WeirError::Config(format!("join condition: {e}")));
+            }
+            for c in on.conjuncts() {
                 let Some((a, weir_plan::expr::BinaryOp::Eq, b)) = c.comparison() else {
                     continue;
                 };
@@ -717,13 +716,17 @@ impl JoinOp {
                     }
                 }
             }
-            condition_sql = Some(on.to_string());
+            condition = Some(on);
             if how == JoinType::LeftSemi || how == JoinType::LeftAnti {
                 project = Some((0..left.fields().len()).collect());
             }
         }
-        let condition = match &condition_sql {
-            Some(sql) => Some(planner.plan(sql, &joined)?),
+        let (lb, rb) = match condition {
+            Some(on) => state_bounds(on, left_time, right_time),
+            None => (None, None),
+        };
+        let condition = match condition {
+            Some(on) => Some(planner.plan_tree(on, &joined)?),
             None => None,
         };
         let key_types: Vec<_> = lk
@@ -760,10 +763,6 @@ impl JoinOp {
                 }
                 Arc::new(Schema::new(out_fields))
             }
-        };
-        let (lb, rb) = match &condition_sql {
-            Some(sql) => state_bounds(sql, left_time, right_time),
-            None => (None, None),
         };
         let mut lside = JoinSide::new(
             left.clone(),
@@ -1624,11 +1623,11 @@ mod tests {
     /// over `n` partitions.
     fn op(n: usize, on_key: bool) -> JoinOp {
         let range = "r_ts >= l_ts AND r_ts <= l_ts + INTERVAL '10 minutes'";
-        let on = if on_key {
+        let on = Expr::read(&if on_key {
             format!("l_key = r_key AND {range}")
         } else {
             range.to_string()
-        };
+        });
         let mut j = JoinOp::new(
             0,
             &ExprPlanner::new(),
@@ -1718,7 +1717,9 @@ mod tests {
             JoinType::LeftOuter,
             side_schema("l"),
             side_schema("r"),
-            Some("l_key = r_key AND r_ts >= l_ts AND r_ts <= l_ts + INTERVAL '10 minutes'"),
+            Some(&Expr::read(
+                "l_key = r_key AND r_ts >= l_ts AND r_ts <= l_ts + INTERVAL '10 minutes'",
+            )),
             None,
             Some("l_ts"),
             Some("r_ts"),
@@ -1926,7 +1927,9 @@ mod tests {
             JoinType::LeftSemi,
             side_schema("l"),
             side_schema("r"),
-            Some("l_key = r_key AND r_ts >= l_ts AND r_ts <= l_ts + INTERVAL '10 minutes'"),
+            Some(&Expr::read(
+                "l_key = r_key AND r_ts >= l_ts AND r_ts <= l_ts + INTERVAL '10 minutes'",
+            )),
             None,
             Some("l_ts"),
             Some("r_ts"),
@@ -1970,14 +1973,14 @@ mod tests {
     #[test]
     fn time_range_conditions_bound_each_side() {
         let (l, r) = state_bounds(
-            "click_ad_id = imp_ad_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '15 minutes'",
+            &Expr::read("click_ad_id = imp_ad_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '15 minutes'"),
             Some("imp_ts"),
             Some("click_ts"),
         );
         assert_eq!(l, Some(-15 * 60_000 - 1));
         assert_eq!(r, Some(-1));
         assert_eq!(
-            state_bounds("a = b", Some("imp_ts"), Some("click_ts")),
+            state_bounds(&Expr::read("a = b"), Some("imp_ts"), Some("click_ts")),
             (None, None)
         );
     }

@@ -113,7 +113,8 @@ pub fn lower(
         | Expr::Cast { .. }
         | Expr::Interval { .. }
         | Expr::Wildcard
-        | Expr::Other { .. } => delegate(expr, ctx, schema)?,
+        | Expr::Other { .. }
+        | Expr::Invalid { .. } => delegate(expr, ctx, schema)?,
     })
 }
 

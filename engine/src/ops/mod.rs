@@ -201,14 +201,14 @@ impl Pipeline {
                         ops.push(OpExec::Filter(f));
                     }
                     Op::Select { columns } => {
-                        let items: Vec<(String, String)> = columns
+                        let items: Vec<(weir_plan::expr::Expr, String)> = columns
                             .iter()
                             .map(|c| (c.expr.clone(), c.alias.clone()))
                             .collect();
                         let p = ProjectOp::select(&planner, &items, schema.clone())?;
                         let mut wm = HashMap::new();
                         for c in columns {
-                            if let Some(d) = info.watermarked.get(c.expr.trim().trim_matches('"')) {
+                            if let Some(d) = c.expr.as_column().and_then(|n| info.watermarked.get(n)) {
                                 wm.insert(c.alias.clone(), *d);
                             }
                         }
@@ -222,7 +222,7 @@ impl Pipeline {
                     }
                     Op::WithColumn { name, expr } => {
                         let p = ProjectOp::with_column(&planner, name, expr, schema.clone())?;
-                        match info.watermarked.get(expr.trim().trim_matches('"')).copied() {
+                        match expr.as_column().and_then(|n| info.watermarked.get(n)).copied() {
                             Some(d) => {
                                 info.watermarked.insert(name.clone(), d);
                             }
@@ -441,7 +441,7 @@ impl Pipeline {
                             *how,
                             schema.clone(),
                             rinfo.schema.clone(),
-                            on.as_deref(),
+                            on.as_ref(),
                             using.as_deref(),
                             info.event_time().map(|c| c.0).as_deref(),
                             rinfo.event_time().map(|c| c.0).as_deref(),

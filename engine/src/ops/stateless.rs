@@ -12,6 +12,8 @@ use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_plan::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 
+use weir_plan::expr::Expr;
+
 use crate::error::{Result, WeirError};
 
 /// Plans SQL expression text against a schema.
@@ -36,7 +38,7 @@ impl ExprPlanner {
     /// Plans `sql` over `schema`: read into the plan's expression tree,
     /// then lowered to DataFusion ([`super::lower`]).
     pub fn plan(&self, sql: &str, schema: &SchemaRef) -> Result<Arc<dyn PhysicalExpr>> {
-        let tree = weir_plan::expr::Expr::parse(sql).map_err(|e| WeirError::Expr {
+        let tree = Expr::parse(sql).map_err(|e| WeirError::Expr {
             expr: sql.to_string(),
             message: e.message,
         })?;
@@ -46,9 +48,15 @@ impl ExprPlanner {
     /// Plans an expression tree over `schema`.
     pub fn plan_tree(
         &self,
-        tree: &weir_plan::expr::Expr,
+        tree: &Expr,
         schema: &SchemaRef,
     ) -> Result<Arc<dyn PhysicalExpr>> {
+        if let Some(e) = tree.invalid() {
+            return Err(WeirError::Expr {
+                expr: e.sql,
+                message: e.message,
+            });
+        }
         let err = |e: datafusion::error::DataFusionError| WeirError::Expr {
             expr: tree.to_string(),
             message: e.strip_backtrace().to_string(),
@@ -82,8 +90,8 @@ pub struct FilterOp {
 
 impl FilterOp {
     /// Plans `predicate` over `schema`.
-    pub fn new(planner: &ExprPlanner, predicate: &str, schema: SchemaRef) -> Result<FilterOp> {
-        let p = planner.plan(predicate, &schema)?;
+    pub fn new(planner: &ExprPlanner, predicate: &Expr, schema: SchemaRef) -> Result<FilterOp> {
+        let p = planner.plan_tree(predicate, &schema)?;
         let t = p.data_type(&schema)?;
         if t != arrow::datatypes::DataType::Boolean {
             return Err(WeirError::Expr {
@@ -123,13 +131,13 @@ impl ProjectOp {
     /// `select expr AS alias, ...`.
     pub fn select(
         planner: &ExprPlanner,
-        items: &[(String, String)],
+        items: &[(Expr, String)],
         input: SchemaRef,
     ) -> Result<ProjectOp> {
         let mut exprs = Vec::new();
         let mut fields = Vec::new();
-        for (sql, alias) in items {
-            let e = planner.plan(sql, &input)?;
+        for (expr, alias) in items {
+            let e = planner.plan_tree(expr, &input)?;
             fields.push(Field::new(alias, e.data_type(&input)?, true));
             exprs.push(e);
         }
@@ -143,22 +151,17 @@ impl ProjectOp {
     pub fn with_column(
         planner: &ExprPlanner,
         name: &str,
-        sql: &str,
+        expr: &Expr,
         input: SchemaRef,
     ) -> Result<ProjectOp> {
-        let mut items: Vec<(String, String)> = input
+        let mut items: Vec<(Expr, String)> = input
             .fields()
             .iter()
-            .map(|f| {
-                (
-                    format!("\"{}\"", f.name().replace('"', "\"\"")),
-                    f.name().clone(),
-                )
-            })
+            .map(|f| (Expr::column(f.name().clone()), f.name().clone()))
             .collect();
         match items.iter_mut().find(|(_, a)| a == name) {
-            Some(it) => it.0 = sql.to_string(),
-            None => items.push((sql.to_string(), name.to_string())),
+            Some(it) => it.0 = expr.clone(),
+            None => items.push((expr.clone(), name.to_string())),
         }
         Self::select(planner, &items, input)
     }
