@@ -11,6 +11,10 @@ use crate::cores::available_cores;
 use crate::error::{Result, WeirError};
 use crate::state::{MemoryStateProvider, StateStoreProvider};
 
+/// The default of `spark.sql.streaming.weir.collectMaxValues`: the most
+/// values `collect_list` (distinct values `collect_set`) keeps per group.
+pub const COLLECT_MAX_VALUES_DEFAULT: usize = 10_000;
+
 /// Session settings. Where Spark has a setting, the Spark key is given.
 #[derive(Clone)]
 pub struct SessionConfig {
@@ -62,6 +66,13 @@ pub struct SessionConfig {
     /// [`crate::storage::S3_SETTINGS`]), over the environment's `AWS_*`, for
     /// checkpoints on `s3://`.
     pub s3: crate::storage::S3Settings,
+    /// `spark.sql.streaming.weir.collectMaxValues` (default
+    /// [`COLLECT_MAX_VALUES_DEFAULT`], 10,000): the most values a group's
+    /// `collect_list` (distinct values for `collect_set`) keeps in the
+    /// state store. Spark has no bound (a group's array grows until memory
+    /// runs out); a group that would pass this one fails the query with an
+    /// error naming the aggregate and the group, never a truncated array.
+    pub collect_max_values: usize,
     /// The clock the session's queries read time from: processing-time
     /// triggers, batch timestamps and the rate source (default: the
     /// system clock; a [`crate::clock::ManualClock`] in tests).
@@ -87,6 +98,7 @@ impl Default for SessionConfig {
             stop_on_signal: true,
             stop_timeout: Duration::ZERO,
             s3: crate::storage::S3Settings::default(),
+            collect_max_values: COLLECT_MAX_VALUES_DEFAULT,
             clock: Arc::new(SystemClock),
         }
     }
@@ -109,6 +121,7 @@ impl std::fmt::Debug for SessionConfig {
             .field("stop_on_signal", &self.stop_on_signal)
             .field("stop_timeout", &self.stop_timeout)
             .field("s3", &self.s3)
+            .field("collect_max_values", &self.collect_max_values)
             .field("clock", &self.clock.name())
             .finish()
     }
@@ -172,6 +185,13 @@ impl SessionConfig {
                 self.admin_token = Some(value.trim().to_string()).filter(|t| !t.is_empty())
             }
             "spark.sql.streaming.weir.stopOnSignal" => self.stop_on_signal = flag()?,
+            "spark.sql.streaming.weir.collectMaxValues" => {
+                let n: usize = value.trim().parse().map_err(|_| bad())?;
+                if n == 0 {
+                    return Err(bad());
+                }
+                self.collect_max_values = n
+            }
             "spark.sql.streaming.stopTimeout" => {
                 // Spark's value is milliseconds; a unit (`30s`) is taken too.
                 // Zero or negative: wait as long as it takes.
@@ -237,6 +257,18 @@ mod tests {
         assert_eq!(conf.shuffle_partitions, Some(3));
         assert_eq!(conf.watermark_policy, WatermarkPolicy::Max);
         assert_eq!(conf.stop_timeout, Duration::from_secs(30));
+        assert_eq!(conf.collect_max_values, COLLECT_MAX_VALUES_DEFAULT);
+        conf.set("spark.sql.streaming.weir.collectMaxValues", "50")
+            .unwrap();
+        assert_eq!(conf.collect_max_values, 50);
+        for bad in ["0", "-1", "many"] {
+            let err = conf
+                .set("spark.sql.streaming.weir.collectMaxValues", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("invalid value `{bad}`")), "{err}");
+        }
+        assert_eq!(conf.collect_max_values, 50);
     }
 
     #[test]

@@ -62,7 +62,7 @@ pub fn session_window(column: &str, gap: &str) -> GroupKey {
         window: WindowSpec {
             column: Some(column.into()),
             expr: None,
-            size: String::new(),
+            size: Default::default(),
             slide: None,
             gap: Some(gap.into()),
         },
@@ -217,4 +217,19 @@ pub fn var_samp(column: &str, alias: &str) -> AggSpec {
 /// `var_pop(column) AS alias`: the population variance.
 pub fn var_pop(column: &str, alias: &str) -> AggSpec {
     aggregate(AggFn::VarPop, column, alias)
+}
+
+/// `collect_list(column) AS alias`: the group's non-null values as an
+/// array, in arrival order (an empty array for none); at most
+/// `spark.sql.streaming.weir.collectMaxValues` per group, past which the
+/// query fails naming the group.
+pub fn collect_list(column: &str, alias: &str) -> AggSpec {
+    aggregate(AggFn::CollectList, column, alias)
+}
+
+/// `collect_set(column) AS alias`: the group's distinct non-null values as
+/// an array, in the order they first arrived; at most
+/// `spark.sql.streaming.weir.collectMaxValues` per group.
+pub fn collect_set(column: &str, alias: &str) -> AggSpec {
+    aggregate(AggFn::CollectSet, column, alias)
 }

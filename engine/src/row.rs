@@ -5,13 +5,15 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Float64Array, Int32Array, Int64Array,
-    StringArray, StructArray, TimestampMicrosecondArray,
+    ListArray, StringArray, StructArray, TimestampMicrosecondArray,
 };
+use arrow::buffer::{NullBuffer, OffsetBuffer};
 use arrow::datatypes::{
     DataType as ArrowType, Field as ArrowField, Fields, Float64Type, Int32Type, Int64Type, Schema,
     SchemaRef, TimeUnit, TimestampMicrosecondType,
 };
 use arrow::record_batch::RecordBatch;
+use weir_plan::types::ElementType;
 use weir_plan::{DataType, Field};
 
 use crate::error::{Result, WeirError};
@@ -105,7 +107,14 @@ pub fn arrow_type(t: DataType) -> ArrowType {
         DataType::Bool => ArrowType::Boolean,
         DataType::Binary => ArrowType::Binary,
         DataType::Window => window_type(),
+        DataType::List(e) => ArrowType::List(Arc::new(list_item(e))),
     }
+}
+
+/// The item field of a list of `e` (Arrow's `item`, nullable as Arrow's
+/// lists are by default; weir's lists hold no nulls).
+fn list_item(e: ElementType) -> ArrowField {
+    ArrowField::new("item", arrow_type(e.data_type()), true)
 }
 
 /// The plan type of an Arrow type, when weir has one.
@@ -119,6 +128,9 @@ pub fn plan_type(t: &ArrowType) -> Option<DataType> {
         ArrowType::Boolean => DataType::Bool,
         ArrowType::Binary | ArrowType::LargeBinary => DataType::Binary,
         t if is_window_type(t) => DataType::Window,
+        ArrowType::List(item) | ArrowType::LargeList(item) => {
+            DataType::List(plan_type(item.data_type())?.element()?)
+        }
         _ => return None,
     })
 }
@@ -366,6 +378,90 @@ impl ArrowValue for Window {
     }
 }
 
+/// A scalar Rust type a list may hold: `Vec<T>` is an `array<T>` column
+/// (what `collect_list` and `collect_set` return).
+pub trait ElementValue: NullableArrowValue {
+    /// The plan type of one value.
+    const ELEMENT: ElementType;
+}
+
+impl ElementValue for i32 {
+    const ELEMENT: ElementType = ElementType::Int32;
+}
+impl ElementValue for i64 {
+    const ELEMENT: ElementType = ElementType::Int64;
+}
+impl ElementValue for f64 {
+    const ELEMENT: ElementType = ElementType::Float64;
+}
+impl ElementValue for bool {
+    const ELEMENT: ElementType = ElementType::Bool;
+}
+impl ElementValue for String {
+    const ELEMENT: ElementType = ElementType::String;
+}
+impl ElementValue for Timestamp {
+    const ELEMENT: ElementType = ElementType::Timestamp;
+}
+impl ElementValue for Vec<u8> {
+    const ELEMENT: ElementType = ElementType::Binary;
+}
+
+impl<T: ElementValue> NullableArrowValue for Vec<T> {
+    fn to_array_opt(values: Vec<Option<Self>>) -> ArrayRef {
+        let nulls = values
+            .iter()
+            .any(Option::is_none)
+            .then(|| NullBuffer::from(values.iter().map(Option::is_some).collect::<Vec<_>>()));
+        let lengths: Vec<usize> = values
+            .iter()
+            .map(|v| v.as_ref().map_or(0, Vec::len))
+            .collect();
+        let items: Vec<Option<T>> = values.into_iter().flatten().flatten().map(Some).collect();
+        Arc::new(ListArray::new(
+            Arc::new(list_item(T::ELEMENT)),
+            OffsetBuffer::from_lengths(lengths),
+            T::to_array_opt(items),
+            nulls,
+        ))
+    }
+    fn from_array_opt(array: &dyn Array) -> Result<Vec<Option<Self>>> {
+        let want = DataType::List(T::ELEMENT);
+        let list = array
+            .as_list_opt::<i32>()
+            .filter(|_| plan_type(array.data_type()) == Some(want))
+            .ok_or_else(|| wrong_type(array, want))?;
+        (0..list.len())
+            .map(|i| {
+                if list.is_null(i) {
+                    return Ok(None);
+                }
+                let items = T::from_array_opt(list.value(i).as_ref())?;
+                items
+                    .into_iter()
+                    .map(|v| {
+                        v.ok_or_else(|| {
+                            WeirError::Row(format!(
+                                "null in an element of a {want} column (weir's lists hold no nulls)"
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<T>>>()
+                    .map(Some)
+            })
+            .collect()
+    }
+}
+impl<T: ElementValue> ArrowValue for Vec<T> {
+    const TYPE: DataType = DataType::List(T::ELEMENT);
+    fn to_array(values: Vec<Self>) -> ArrayRef {
+        Self::to_array_opt(values.into_iter().map(Some).collect())
+    }
+    fn from_array(array: &dyn Array) -> Result<Vec<Self>> {
+        no_nulls(Self::from_array_opt(array)?, "Vec<..>")
+    }
+}
+
 /// A batch from plan fields and one array per field.
 pub fn batch_from_arrays(fields: Vec<Field>, arrays: Vec<ArrayRef>) -> Result<RecordBatch> {
     let schema = arrow_schema(&fields);
@@ -431,6 +527,40 @@ mod tests {
         );
         let err = i64::from_array(<Option<i64>>::to_array(o).as_ref()).unwrap_err();
         assert!(err.to_string().contains("Option<i64>"), "{err}");
+    }
+
+    #[test]
+    fn lists_round_trip_through_arrow_as_spark_arrays() {
+        let t = DataType::List(ElementType::String);
+        assert_eq!(
+            arrow_type(t),
+            ArrowType::List(Arc::new(ArrowField::new("item", ArrowType::Utf8, true)))
+        );
+        assert_eq!(plan_type(&arrow_type(t)), Some(t));
+        let window_list = ArrowType::List(Arc::new(ArrowField::new("item", window_type(), true)));
+        assert_eq!(plan_type(&window_list), None);
+        let v = vec![vec!["a".to_string(), "b".into()], vec![], vec!["c".into()]];
+        let a = <Vec<String>>::to_array(v.clone());
+        assert_eq!(a.data_type(), &arrow_type(t));
+        assert_eq!(<Vec<String>>::from_array(a.as_ref()).unwrap(), v);
+        let ts = vec![vec![Timestamp(1), Timestamp(2)]];
+        let a = <Vec<Timestamp>>::to_array(ts.clone());
+        assert_eq!(
+            a.data_type(),
+            &arrow_type(DataType::List(ElementType::Timestamp))
+        );
+        assert_eq!(<Vec<Timestamp>>::from_array(a.as_ref()).unwrap(), ts);
+        let o = vec![Some(vec![1i64]), None];
+        let a = <Option<Vec<i64>>>::to_array(o.clone());
+        assert_eq!(<Option<Vec<i64>>>::from_array(a.as_ref()).unwrap(), o);
+        let err = <Vec<i64>>::from_array(a.as_ref()).unwrap_err();
+        assert!(err.to_string().contains("Option<Vec<..>>"), "{err}");
+        let bytes = vec![vec![vec![1u8, 2]]];
+        let a = <Vec<Vec<u8>>>::to_array(bytes.clone());
+        assert_eq!(<Vec<Vec<u8>>>::from_array(a.as_ref()).unwrap(), bytes);
+        assert_eq!(<Vec<Vec<u8>>>::TYPE, DataType::List(ElementType::Binary));
+        let wrong = <Vec<i32>>::from_array(a.as_ref()).unwrap_err();
+        assert!(wrong.to_string().contains("array<int32>"), "{wrong}");
     }
 
     #[test]

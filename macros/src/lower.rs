@@ -982,6 +982,10 @@ fn macro_output(l: &Lowered, errs: &mut Errors) -> Vec<Col> {
             continue;
         };
         match a.func.result_type(Some(input.ty.dtype)) {
+            // Collections are never null (an empty array for no values).
+            Some(t) if !a.func.def().result_may_be_null() => {
+                out.push(Col::new(a.alias.clone(), ColType::new(t)))
+            }
             Some(t) => out.push(Col::new(a.alias.clone(), ColType::nullable(t))),
             // Resolution reports this where it knows the type (source columns,
             // casts); the other computed columns are ours.

@@ -1169,7 +1169,7 @@ mod tests {
                 "fliter: unknown key `fliter`\nhelp: did you mean `filter`? (keys: source, schema, filter, select, with_column, watermark, join, drop_duplicates, drop_duplicates_within_watermark, group_by, aggregate, order_by, limit, output_mode, trigger, sink, late_rows, checkpoint, name, scale_out)",
                 "upsert: unknown output mode `upsert`\nhelp: output modes: append, update, complete",
                 "\"0 seconds\": invalid trigger interval \"0 seconds\": the duration must be greater than zero\nhelp: write a positive duration like \"10 seconds\"; leave `trigger:` out to run micro-batches as soon as possible",
-                "cnt: unknown aggregate function `cnt`\nhelp: did you mean `count`? (aggregate functions: count, sum, min, max, avg, count_distinct, approx_count_distinct, first, last, stddev_samp, stddev_pop, var_samp, var_pop)",
+                "cnt: unknown aggregate function `cnt`\nhelp: did you mean `count`? (aggregate functions: count, sum, min, max, avg, count_distinct, approx_count_distinct, first, last, stddev_samp, stddev_pop, var_samp, var_pop, collect_list, collect_set)",
                 "sum (): `sum` needs a column\nhelp: write `s: sum(column)`",
                 "source: `source:` is given twice; each key may appear once",
                 "Q: query `Q` has no `sink:`\nhelp: add e.g. `sink: console(truncate = false)`",

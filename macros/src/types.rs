@@ -3,6 +3,7 @@
 
 use proc_macro2::TokenStream;
 use quote::quote;
+use weir_plan::types::ElementType;
 use weir_plan::DataType;
 
 /// A column's type: the plan type and its nullability.
@@ -58,7 +59,7 @@ pub fn lookup<'a>(cols: &'a [Col], name: &str) -> Option<&'a Col> {
 
 /// The Rust types a schema field may have.
 pub const SUPPORTED: &str =
-    "String, i32, i64, f64, bool, Timestamp, Vec<u8>, or Option<...> of these";
+    "String, i32, i64, f64, bool, Timestamp, Vec<u8>, Vec<...> of these (an array), or Option<...> of these";
 
 /// The column type of a Rust type written in a schema or an `as` cast.
 pub fn parse_rust_type(ty: &syn::Type) -> Result<ColType, String> {
@@ -91,7 +92,18 @@ pub fn parse_rust_type(ty: &syn::Type) -> Result<ColType, String> {
         }
         "Vec" => match generic_arg() {
             Some(syn::Type::Path(p)) if p.path.is_ident("u8") => DataType::Binary,
-            _ => return Err(unsupported(ty)),
+            // An array of non-null values of a scalar type.
+            Some(t) => match parse_rust_type(t) {
+                Ok(ColType {
+                    dtype,
+                    nullable: false,
+                }) => match dtype.element() {
+                    Some(e) => DataType::List(e),
+                    None => return Err(unsupported(ty)),
+                },
+                _ => return Err(unsupported(ty)),
+            },
+            None => return Err(unsupported(ty)),
         },
         "String" if plain => DataType::String,
         "i32" if plain => DataType::Int32,
@@ -122,6 +134,10 @@ pub fn rust_type_tokens(ty: ColType) -> TokenStream {
         DataType::Bool => quote!(bool),
         DataType::Binary => quote!(::std::vec::Vec<u8>),
         DataType::Window => quote!(::weir::Window),
+        DataType::List(e) => {
+            let item = rust_type_tokens(ColType::new(e.data_type()));
+            quote!(::std::vec::Vec<#item>)
+        }
     };
     if ty.nullable {
         quote!(::std::option::Option<#base>)
@@ -133,19 +149,20 @@ pub fn rust_type_tokens(ty: ColType) -> TokenStream {
 /// The Rust type of a column as a user writes it (`Option<i64>`), for messages and docs.
 pub fn rust_type_name(ty: ColType) -> String {
     let base = match ty.dtype {
-        DataType::Timestamp => "Timestamp",
-        DataType::String => "String",
-        DataType::Int32 => "i32",
-        DataType::Int64 => "i64",
-        DataType::Float64 => "f64",
-        DataType::Bool => "bool",
-        DataType::Binary => "Vec<u8>",
-        DataType::Window => "Window",
+        DataType::Timestamp => "Timestamp".to_string(),
+        DataType::String => "String".to_string(),
+        DataType::Int32 => "i32".to_string(),
+        DataType::Int64 => "i64".to_string(),
+        DataType::Float64 => "f64".to_string(),
+        DataType::Bool => "bool".to_string(),
+        DataType::Binary => "Vec<u8>".to_string(),
+        DataType::Window => "Window".to_string(),
+        DataType::List(e) => format!("Vec<{}>", rust_type_name(ColType::new(e.data_type()))),
     };
     if ty.nullable {
         format!("Option<{base}>")
     } else {
-        base.to_string()
+        base
     }
 }
 
@@ -160,8 +177,26 @@ pub fn data_type_tokens(dtype: DataType) -> TokenStream {
         DataType::Bool => quote!(Bool),
         DataType::Binary => quote!(Binary),
         DataType::Window => quote!(Window),
+        DataType::List(e) => {
+            let e = element_type_tokens(e);
+            quote!(List(#e))
+        }
     };
     quote!(::weir::plan::DataType::#v)
+}
+
+/// `::weir::plan::types::ElementType::Int64`.
+fn element_type_tokens(e: ElementType) -> TokenStream {
+    let v = match e {
+        ElementType::Timestamp => quote!(Timestamp),
+        ElementType::String => quote!(String),
+        ElementType::Int32 => quote!(Int32),
+        ElementType::Int64 => quote!(Int64),
+        ElementType::Float64 => quote!(Float64),
+        ElementType::Bool => quote!(Bool),
+        ElementType::Binary => quote!(Binary),
+    };
+    quote!(::weir::plan::types::ElementType::#v)
 }
 
 /// The SQL type name a `CAST(... AS T)` uses, when the type can be cast to.
@@ -174,7 +209,7 @@ pub fn sql_type_name(dtype: DataType) -> Option<&'static str> {
         DataType::Float64 => "DOUBLE",
         DataType::Bool => "BOOLEAN",
         DataType::Binary => "BYTEA",
-        DataType::Window => return None,
+        DataType::Window | DataType::List(_) => return None,
     })
 }
 
@@ -204,7 +239,22 @@ mod tests {
         assert!(t(parse_quote!(Option<Option<i64>>))
             .unwrap_err()
             .contains("nests Option"));
-        assert!(t(parse_quote!(Vec<i64>)).is_err());
+        assert_eq!(
+            t(parse_quote!(Vec<i64>)),
+            Ok(ColType::new(DataType::List(ElementType::Int64)))
+        );
+        assert_eq!(
+            t(parse_quote!(Option<Vec<Vec<u8>>>)),
+            Ok(ColType::nullable(DataType::List(ElementType::Binary)))
+        );
+        for bad in [
+            parse_quote!(Vec<Option<i64>>),
+            parse_quote!(Vec<Vec<i64>>),
+            parse_quote!(Vec<Window>),
+            parse_quote!(Vec<u32>),
+        ] {
+            assert!(t(bad).is_err());
+        }
     }
 
     #[test]
@@ -218,5 +268,19 @@ mod tests {
             quote!(::std::option::Option<::std::string::String>).to_string()
         );
         assert_eq!(sql_type_name(DataType::Int64), Some("BIGINT"));
+        let list = ColType::new(DataType::List(ElementType::Timestamp));
+        assert_eq!(rust_type_name(list), "Vec<Timestamp>");
+        assert_eq!(
+            rust_type_tokens(list).to_string(),
+            quote!(::std::vec::Vec<::weir::Timestamp>).to_string()
+        );
+        assert_eq!(
+            data_type_tokens(list.dtype).to_string(),
+            quote!(::weir::plan::DataType::List(
+                ::weir::plan::types::ElementType::Timestamp
+            ))
+            .to_string()
+        );
+        assert_eq!(sql_type_name(list.dtype), None);
     }
 }

@@ -36,8 +36,11 @@ pub enum InputRule {
     Numeric,
     /// Types with an order (not binary, not a window).
     Orderable,
-    /// Any value but a window (a struct).
+    /// Any value but a window (a struct) or a list.
     Value,
+    /// A scalar type that a list may hold (not a window, not a list):
+    /// `collect_list`, `collect_set`.
+    Element,
 }
 
 impl InputRule {
@@ -47,7 +50,8 @@ impl InputRule {
             InputRule::Any => true,
             InputRule::Numeric => t.is_numeric(),
             InputRule::Orderable => t.is_orderable(),
-            InputRule::Value => t != DataType::Window,
+            InputRule::Value => !matches!(t, DataType::Window | DataType::List(_)),
+            InputRule::Element => t.element().is_some(),
         }
     }
 }
@@ -61,6 +65,8 @@ pub enum ResultRule {
     Sum,
     /// The input's type.
     Input,
+    /// A list of the input's type (`array<T>`).
+    ListOfInput,
 }
 
 /// The optional second argument of an aggregate.
@@ -124,12 +130,22 @@ impl AggregateDef {
             (_, ResultRule::Fixed(r)) => Some(r),
             (None, _) => None,
             (Some(t), ResultRule::Input) => Some(t),
+            (Some(t), ResultRule::ListOfInput) => t.element().map(DataType::List),
             (Some(t), ResultRule::Sum) => match t {
                 DataType::Int32 | DataType::Int64 => Some(DataType::Int64),
                 DataType::Float64 => Some(DataType::Float64),
                 _ => None,
             },
         }
+    }
+
+    /// True when a group's result may be null: not for counts (0 for no
+    /// rows) nor collections (an empty array).
+    pub fn result_may_be_null(&self) -> bool {
+        !matches!(
+            self.result,
+            ResultRule::Fixed(DataType::Int64) | ResultRule::ListOfInput
+        )
     }
 
     /// The function without a second argument (its default).
@@ -345,6 +361,42 @@ const MOMENTS_BODY: AggregateDef = AggregateDef {
     make: |_| AggFn::StddevSamp,
 };
 
+const COLLECT_HELP: &str =
+    "collect_list and collect_set take a column of a scalar type (not a window, not an array)";
+
+/// `collect_list` (`array_agg`): the group's non-null values in arrival
+/// order, at most `spark.sql.streaming.weir.collectMaxValues` of them.
+pub static COLLECT_LIST: AggregateDef = AggregateDef {
+    name: "collect_list",
+    aliases: &["array_agg"],
+    takes_star: false,
+    streaming: true,
+    input: InputRule::Element,
+    input_help: COLLECT_HELP,
+    result: ResultRule::ListOfInput,
+    param: Param::None,
+    stores: "the non-null values of {of} (at most spark.sql.streaming.weir.collectMaxValues)",
+    state: "list",
+    make: |_| AggFn::CollectList,
+};
+
+/// `collect_set`: the group's distinct non-null values in the order they
+/// first arrived, at most `spark.sql.streaming.weir.collectMaxValues`.
+pub static COLLECT_SET: AggregateDef = AggregateDef {
+    name: "collect_set",
+    aliases: &[],
+    takes_star: false,
+    streaming: true,
+    input: InputRule::Element,
+    input_help: COLLECT_HELP,
+    result: ResultRule::ListOfInput,
+    param: Param::None,
+    stores:
+        "the distinct non-null values of {of} (at most spark.sql.streaming.weir.collectMaxValues)",
+    state: "set",
+    make: |_| AggFn::CollectSet,
+};
+
 /// Every aggregate function, in the order messages list them.
 pub static AGGREGATES: &[&AggregateDef] = &[
     &COUNT,
@@ -360,6 +412,8 @@ pub static AGGREGATES: &[&AggregateDef] = &[
     &STDDEV_POP,
     &VAR_SAMP,
     &VAR_POP,
+    &COLLECT_LIST,
+    &COLLECT_SET,
 ];
 
 /// The function named `name` (Spark's name or an alias, any case).
@@ -396,6 +450,8 @@ impl AggFn {
             AggFn::StddevPop => &STDDEV_POP,
             AggFn::VarSamp => &VAR_SAMP,
             AggFn::VarPop => &VAR_POP,
+            AggFn::CollectList => &COLLECT_LIST,
+            AggFn::CollectSet => &COLLECT_SET,
         }
     }
 
@@ -491,6 +547,30 @@ mod tests {
         assert_eq!(AggFn::Sum.result_type(Some(Int32)), Some(Int64));
         assert_eq!(AggFn::Count.result_type(None), Some(Int64));
         assert_eq!(AggFn::Sum.result_type(None), None);
+        for f in [AggFn::CollectList, AggFn::CollectSet] {
+            assert_eq!(
+                f.result_type(Some(String)),
+                Some(List(crate::types::ElementType::String))
+            );
+            assert_eq!(
+                f.result_type(Some(Timestamp)),
+                Some(List(crate::types::ElementType::Timestamp))
+            );
+            assert_eq!(f.result_type(Some(Window)), None);
+            assert_eq!(
+                f.result_type(Some(List(crate::types::ElementType::Int64))),
+                None
+            );
+            assert!(!f.def().result_may_be_null());
+        }
+        assert_eq!(lookup("array_agg").map(|d| d.name), Some("collect_list"));
+        assert!(!AggFn::CollectList.same_state(AggFn::CollectSet));
+        assert!(FIRST.result_may_be_null());
+        assert!(!COUNT.result_may_be_null());
+        // A list is not a value first, last or min take.
+        let list = Some(List(crate::types::ElementType::Int64));
+        assert_eq!(FIRST.default_fn().result_type(list), None);
+        assert_eq!(AggFn::Min.result_type(list), None);
     }
 
     #[test]

@@ -273,7 +273,11 @@ fn aggregate(a: &AggSpec) -> String {
     if a.func == AggFn::CountDistinct {
         return format!("count(DISTINCT {}) AS {}", a.column, a.alias);
     }
-    format!("{}({}) AS {}", a.func.name(), a.column, a.alias)
+    if a.column == "*" {
+        return format!("{}(*) AS {}", a.func.name(), a.alias);
+    }
+    // The catalogue's spelling: a second argument when it is not the default.
+    format!("{} AS {}", a.func.call(&a.column), a.alias)
 }
 
 #[cfg(test)]
@@ -397,6 +401,49 @@ mod tests {
         );
     }
 
+    /// Aggregates print as the catalogue writes their calls: a second
+    /// argument when not the default, `count(*)` kept.
+    #[test]
+    fn aggregates_print_their_second_arguments() {
+        let agg = |func, column: &str, alias: &str| AggSpec {
+            func,
+            column: column.into(),
+            alias: alias.into(),
+        };
+        let aggs = [
+            agg(AggFn::Count, "*", "n"),
+            agg(
+                AggFn::ApproxCountDistinct {
+                    rsd: crate::plan::Rsd::new(0.01).unwrap(),
+                },
+                "user",
+                "u",
+            ),
+            agg(AggFn::Last { ignore_nulls: true }, "user", "l"),
+            agg(
+                AggFn::First {
+                    ignore_nulls: false,
+                },
+                "user",
+                "f",
+            ),
+            agg(AggFn::CollectList, "user", "all"),
+            agg(AggFn::CollectSet, "user", "distinct"),
+        ];
+        let printed: Vec<String> = aggs.iter().map(aggregate).collect();
+        assert_eq!(
+            printed,
+            [
+                "count(*) AS n",
+                "approx_count_distinct(user, 0.01) AS u",
+                "last(user, true) AS l",
+                "first(user) AS f",
+                "collect_list(user) AS all",
+                "collect_set(user) AS distinct",
+            ]
+        );
+    }
+
     #[test]
     fn a_join_has_both_inputs_under_it() {
         let wm = |c: &str| Op::Watermark {
@@ -466,7 +513,7 @@ mod tests {
                         window: WindowSpec {
                             column: Some("ts".into()),
                             expr: None,
-                            size: String::new(),
+                            size: Default::default(),
                             slide: None,
                             gap: Some("5 minutes".into()),
                         },

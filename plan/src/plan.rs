@@ -387,6 +387,12 @@ pub enum AggFn {
     VarSamp,
     /// `var_pop`: population variance.
     VarPop,
+    /// `collect_list(col)` (`array_agg`): the non-null values in arrival
+    /// order, as an array (bounded per group).
+    CollectList,
+    /// `collect_set(col)`: the distinct non-null values, as an array in
+    /// the order they first arrived (bounded per group).
+    CollectSet,
 }
 
 impl AggFn {

@@ -1,13 +1,13 @@
 //! Spark's further aggregate functions on streams (approx_count_distinct,
-//! first, last, stddev/variance): results micro-batch by micro-batch in
+//! first, last, stddev/variance, collect_list/collect_set): results micro-batch by micro-batch in
 //! update, append and complete mode, across a restart from the checkpoint
 //! (memory and RocksDB state stores), over 1 and 3 state partitions, read
 //! back with `weir::state::read`, and declared with `stream_query!`.
 
 use serde_json::{json, Value};
 use weir::functions::{
-    approx_count_distinct, approx_count_distinct_rsd, col, first, last, last_ignore_nulls, stddev,
-    var_pop, window,
+    approx_count_distinct, approx_count_distinct_rsd, col, collect_list, collect_set, first, last,
+    last_ignore_nulls, stddev, var_pop, window,
 };
 use weir::plan::OutputMode;
 use weir::sink::MemorySink;
@@ -76,6 +76,27 @@ fn run(
     inputs: &[Vec<Value>],
     chk: &std::path::Path,
 ) -> Batches {
+    let aggs = vec![
+        approx_count_distinct("value", "users"),
+        first("value", "first"),
+        last("value", "last"),
+        last_ignore_nulls("value", "last_seen"),
+        stddev("value", "sd"),
+        var_pop("value", "vp"),
+    ];
+    run_aggs(aggs, mode, provider, partitions, before, inputs, chk)
+}
+
+/// [`run`] with the aggregates `aggs`.
+fn run_aggs(
+    aggs: Vec<weir::plan::AggSpec>,
+    mode: OutputMode,
+    provider: &str,
+    partitions: Option<usize>,
+    before: &[Vec<Value>],
+    inputs: &[Vec<Value>],
+    chk: &std::path::Path,
+) -> Batches {
     let s = session_with(provider, partitions);
     let stream = MemoryStream::new(&fields());
     for input in before {
@@ -85,14 +106,7 @@ fn run(
         .read_stream(stream.clone())
         .with_watermark("ts", "10 minutes")
         .group_by(vec![window("ts", "10 minutes"), col("key")])
-        .agg(vec![
-            approx_count_distinct("value", "users"),
-            first("value", "first"),
-            last("value", "last"),
-            last_ignore_nulls("value", "last_seen"),
-            stddev("value", "sd"),
-            var_pop("value", "vp"),
-        ]);
+        .agg(aggs);
     let sink = MemorySink::new("");
     let table = sink.table();
     let q = d
@@ -112,7 +126,7 @@ fn run(
     let mut out: Batches = table
         .batches()
         .into_iter()
-        .map(|(id, b)| (id, rows_json(&b).into_iter().map(rounded).collect()))
+        .map(|(id, b)| (id, list_rows_json(&b).into_iter().map(rounded).collect()))
         .filter(|(_, rows): &(i64, Vec<Value>)| !rows.is_empty())
         .collect();
     out.sort_by_key(|(id, _)| *id);
@@ -535,6 +549,362 @@ fn stream_query_declares_the_new_aggregates_with_typed_results() {
                 last_user: Some("cy".into()),
                 spread: None,
                 var: None,
+            },
+        ]
+    );
+}
+
+/// Rows as JSON, array columns as JSON arrays (`common::rows_json` prints
+/// the other types).
+fn list_rows_json(batches: &[weir::arrow::record_batch::RecordBatch]) -> Vec<Value> {
+    use weir::arrow::array::{Array, AsArray};
+    use weir::arrow::datatypes::DataType as ArrowType;
+    let mut out = rows_json(batches);
+    let mut at = 0;
+    for b in batches {
+        for i in 0..b.num_rows() {
+            for (f, c) in b.schema().fields().iter().zip(b.columns()) {
+                if !matches!(f.data_type(), ArrowType::List(_)) || c.is_null(i) {
+                    continue;
+                }
+                let items = c.as_list::<i32>().value(i);
+                let items: Vec<Value> = (0..items.len())
+                    .map(|j| crate::common::cell_json(items.as_ref(), j))
+                    .collect();
+                out[at][f.name()] = Value::Array(items);
+            }
+            at += 1;
+        }
+    }
+    out
+}
+
+/// The collect inputs: [`inputs`] and a key `c` whose only value is null.
+fn collect_inputs() -> Vec<Vec<Value>> {
+    let mut i = inputs();
+    i[0].push(event(7, "c", None));
+    i
+}
+
+/// Runs `collect_list` and `collect_set` of `value` per 10-minute window
+/// and key over [`collect_inputs`] (see [`run`]).
+fn run_collect(
+    mode: OutputMode,
+    provider: &str,
+    partitions: Option<usize>,
+    before: &[Vec<Value>],
+    inputs: &[Vec<Value>],
+    chk: &std::path::Path,
+) -> Batches {
+    let aggs = vec![
+        collect_list("value", "values"),
+        collect_set("value", "distinct"),
+    ];
+    run_aggs(aggs, mode, provider, partitions, before, inputs, chk)
+}
+
+/// A collect output row: the window starting `start` minutes after 12:00,
+/// the key, the list and the set.
+fn collected(start: i64, key: &str, values: &[i64], distinct: &[i64]) -> Value {
+    let at = |m: i64| iso(1_704_110_400_000_000 + m * 60_000_000);
+    json!({
+        "window": { "start": at(start), "end": at(start + 10) },
+        "key": key,
+        "values": values,
+        "distinct": distinct,
+    })
+}
+
+/// The collected groups as each batch leaves them: nulls skipped (a group
+/// of nulls is an empty array), lists in arrival order, sets in first
+/// arrival order.
+fn collected_states() -> [Vec<Value>; 3] {
+    [
+        vec![
+            collected(0, "a", &[1, 3], &[1, 3]),
+            collected(0, "b", &[5], &[5]),
+            collected(0, "c", &[], &[]),
+        ],
+        vec![
+            collected(0, "a", &[1, 3, 3], &[1, 3]),
+            collected(0, "b", &[5, 7], &[5, 7]),
+            collected(10, "a", &[10], &[10]),
+        ],
+        vec![collected(30, "a", &[20], &[20])],
+    ]
+}
+
+#[test]
+fn collect_list_and_collect_set_emit_arrays_batch_by_batch_in_every_mode() {
+    let [b0, b1, b2] = collected_states();
+    let (c0, c1, c2) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let input = collect_inputs();
+    let update = run_collect(
+        OutputMode::Update,
+        "memory",
+        Some(1),
+        &[],
+        &input,
+        c0.path(),
+    );
+    assert_eq!(
+        update,
+        vec![(0, b0.clone()), (2, b1.clone()), (4, b2.clone())]
+    );
+    let append = run_collect(
+        OutputMode::Append,
+        "memory",
+        Some(1),
+        &[],
+        &input,
+        c1.path(),
+    );
+    let mut closed = b1.clone();
+    closed.insert(2, b0[2].clone());
+    assert_eq!(append, vec![(5, closed.clone())]);
+    let complete = run_collect(
+        OutputMode::Complete,
+        "memory",
+        Some(1),
+        &[],
+        &input,
+        c2.path(),
+    );
+    let mut all = closed;
+    all.extend(b2);
+    assert_eq!(complete[2], (2, all));
+}
+
+/// A run stopped after two batches and restarted on its checkpoint emits
+/// what one uninterrupted run emits: the arrays come back from the state
+/// store.
+fn collect_restart_equals_one_run(provider: &str) {
+    let input = collect_inputs();
+    for mode in [OutputMode::Update, OutputMode::Append, OutputMode::Complete] {
+        let whole = tempfile::tempdir().unwrap();
+        let expected = run_collect(mode, provider, Some(3), &[], &input, whole.path());
+        let chk = tempfile::tempdir().unwrap();
+        let mut got = run_collect(mode, provider, Some(3), &[], &input[..2], chk.path());
+        got.extend(run_collect(
+            mode,
+            provider,
+            None,
+            &input[..2],
+            &input[2..],
+            chk.path(),
+        ));
+        assert_eq!(got, expected, "{mode:?} on {provider}");
+    }
+}
+
+#[test]
+fn a_restart_continues_collect_list_and_collect_set_on_memory() {
+    collect_restart_equals_one_run("memory");
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_restart_continues_collect_list_and_collect_set_on_rocksdb() {
+    collect_restart_equals_one_run("rocksdb");
+}
+
+/// One and three state partitions collect the same values (compared as
+/// sorted arrays: Spark promises no order) for many keys over many
+/// batches, and the same arrays in arrival order.
+#[test]
+fn one_and_three_state_partitions_collect_the_same_values() {
+    let input: Vec<Vec<Value>> = (0..4)
+        .map(|b| {
+            (0..300)
+                .map(|i| {
+                    let v = (b * 300 + i) % 97;
+                    event(b * 5 + i % 5, &format!("k{}", i % 23), Some(v))
+                })
+                .collect()
+        })
+        .collect();
+    let sorted = |batches: Batches| -> Vec<Vec<Value>> {
+        batches
+            .into_iter()
+            .map(|(_, rows)| {
+                let mut rows: Vec<Value> = rows
+                    .into_iter()
+                    .map(|mut r| {
+                        for c in ["values", "distinct"] {
+                            let mut a = r[c].as_array().unwrap().clone();
+                            a.sort_by_key(|v| v.as_i64());
+                            r[c] = Value::Array(a);
+                        }
+                        r
+                    })
+                    .collect();
+                rows.sort_by_key(|r| r.to_string());
+                rows
+            })
+            .collect()
+    };
+    for mode in [OutputMode::Update, OutputMode::Complete] {
+        let (c1, c3) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let one = run_collect(mode, "memory", Some(1), &[], &input, c1.path());
+        let three = run_collect(mode, "memory", Some(3), &[], &input, c3.path());
+        assert!(!one.is_empty());
+        assert_eq!(sorted(one.clone()), sorted(three.clone()), "{mode:?}");
+        assert_eq!(one, three, "{mode:?}: arrival order");
+    }
+}
+
+/// A group passing the bound (10,000 values by default) fails the query
+/// with a message naming the aggregate, the group and what to do; the
+/// other groups and a group at the bound are fine.
+#[test]
+fn a_group_past_the_collect_bound_fails_the_query_naming_it() {
+    let chk = tempfile::tempdir().unwrap();
+    let s = session_with("memory", Some(2));
+    let stream = MemoryStream::new(&fields());
+    let q = s
+        .read_stream(stream.clone())
+        .group_by(vec![col("key")])
+        .agg(vec![
+            collect_set("value", "distinct"),
+            collect_list("value", "values"),
+        ])
+        .write_stream()
+        .output_mode(OutputMode::Update)
+        .sink(MemorySink::new(""))
+        .checkpoint_location(chk.path().to_str().unwrap())
+        .start()
+        .unwrap();
+    let rows = |key: &str, n: i64| -> Vec<Value> {
+        (0..n).map(|i| event(i % 60, key, Some(i % 7))).collect()
+    };
+    stream.add_json(&rows("full", 10_000)).unwrap();
+    q.process_all_available().unwrap();
+    stream.add_json(&rows("other", 10)).unwrap();
+    stream.add_json(&rows("full", 1)).unwrap();
+    let err = q.process_all_available().unwrap_err().to_string();
+    for part in [
+        "collect_list(value) AS values",
+        "key=full",
+        "collect_list keeps at most 10000 values per group",
+        "spark.sql.streaming.weir.collectMaxValues",
+    ] {
+        assert!(err.contains(part), "{part:?} not in {err}");
+    }
+    assert!(q.exception().is_some());
+}
+
+/// The state of collected arrays reads back with `weir::state::read` as
+/// the query emits it.
+#[test]
+fn collected_state_reads_back_as_the_query_emits_it() {
+    let chk = tempfile::tempdir().unwrap();
+    let input = collect_inputs();
+    let got = run_collect(
+        OutputMode::Update,
+        "memory",
+        Some(3),
+        &[],
+        &input[..2],
+        chk.path(),
+    );
+    let state = weir::state::read::read(chk.path().to_str().unwrap(), 0, None).unwrap();
+    let store = state.store("default").unwrap();
+    let mut values: Vec<Value> = Vec::new();
+    for b in &store.batches {
+        let mut f = Vec::new();
+        let mut c = Vec::new();
+        for part in ["key", "value"] {
+            let s =
+                weir::arrow::array::AsArray::as_struct(b.column_by_name(part).unwrap().as_ref());
+            f.extend(s.fields().iter().map(|f| f.as_ref().clone()));
+            c.extend(s.columns().iter().cloned());
+        }
+        let batch = weir::arrow::record_batch::RecordBatch::try_new(
+            std::sync::Arc::new(weir::arrow::datatypes::Schema::new(f)),
+            c,
+        )
+        .unwrap();
+        values.extend(list_rows_json(&[batch]));
+    }
+    values.sort_by_key(|v| v.to_string());
+    // The state holds every group: batch 1's and c's from batch 0.
+    let [b0, b1, _] = collected_states();
+    let mut expected = b1;
+    expected.push(b0[2].clone());
+    expected.sort_by_key(|v| v.to_string());
+    assert_eq!(got[1].1.len(), 3);
+    assert_eq!(values, expected);
+}
+
+weir::stream_query! {
+    /// Every page a user visited, in order, and the distinct ones.
+    query UserPaths {
+        source: memory,
+        schema: Click { user: String, page: String, ms: Option<i64> },
+        group_by: [user],
+        aggregate: {
+            pages: collect_list(page),
+            distinct_pages: collect_set(page),
+            times: array_agg(ms),
+        },
+        output_mode: complete,
+        sink: memory(name = "user_paths"),
+    }
+}
+
+#[test]
+fn stream_query_collects_into_vec_fields() {
+    use weir::Row;
+    assert!(weir::plan::check(&UserPaths::plan()).is_empty());
+    let session = Session::new();
+    let stream = MemoryStream::of::<Click>();
+    let q = UserPaths::writer_from(&session, Box::new(stream.clone()))
+        .unwrap()
+        .start()
+        .unwrap();
+    let click = |user: &str, page: &str, ms| Click {
+        user: user.into(),
+        page: page.into(),
+        ms,
+    };
+    stream
+        .add_rows(&[
+            click("ann", "/", Some(10)),
+            click("bob", "/", None),
+            click("ann", "/about", None),
+            click("ann", "/", Some(30)),
+        ])
+        .unwrap();
+    q.process_all_available().unwrap();
+    let table = session.memory_table("user_paths").unwrap();
+    q.stop().unwrap();
+    let mut rows: Vec<UserPathsRow> = table
+        .rows()
+        .iter()
+        .flat_map(|b| UserPathsRow::from_batch(b).unwrap())
+        .collect();
+    rows.sort_by(|a, b| a.user.cmp(&b.user));
+    // Typed: `pages: Vec<String>`, `times: Vec<i64>` (never null).
+    let pages: &Vec<String> = &rows[0].pages;
+    assert_eq!(pages, &["/", "/about", "/"]);
+    assert_eq!(
+        rows,
+        vec![
+            UserPathsRow {
+                user: "ann".into(),
+                pages: vec!["/".into(), "/about".into(), "/".into()],
+                distinct_pages: vec!["/".into(), "/about".into()],
+                times: vec![10, 30],
+            },
+            UserPathsRow {
+                user: "bob".into(),
+                pages: vec!["/".into()],
+                distinct_pages: vec!["/".into()],
+                times: vec![],
             },
         ]
     );

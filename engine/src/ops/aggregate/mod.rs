@@ -95,6 +95,10 @@ pub struct AggregateOp {
     watermark_key: Option<usize>,
     store: OperatorState,
     metrics: StateOperatorProgress,
+    /// Each aggregate as written (`collect_list(user) AS users`), for errors.
+    calls: Vec<String>,
+    /// `spark.sql.streaming.weir.collectMaxValues`.
+    collect_max_values: usize,
 }
 
 /// Groups of one task or partition: (state key bytes, accumulators).
@@ -196,7 +200,10 @@ impl AggregateOp {
             }
         }
         let mut kinds = Vec::new();
+        let mut calls = Vec::new();
         for a in &aggs {
+            let column = a.input.map_or("*", |i| input.field(i).name().as_str());
+            calls.push(format!("{} AS {}", a.func.call(column), a.name));
             kinds.push(a.input_type.as_ref().map(kind_of).unwrap_or(Kind::Int));
             let out_t = output_type(a.func, a.input_type.as_ref());
             out_fields.push(ArrowField::new(&a.name, out_t, true));
@@ -216,7 +223,15 @@ impl AggregateOp {
             watermark_key,
             store: OperatorState::default(),
             metrics: StateOperatorProgress::new("stateStoreSave"),
+            calls,
+            collect_max_values: crate::config::COLLECT_MAX_VALUES_DEFAULT,
         })
+    }
+
+    /// Bounds each group's `collect_list`/`collect_set` to `n` values
+    /// (`spark.sql.streaming.weir.collectMaxValues`).
+    pub fn set_collect_max_values(&mut self, n: usize) {
+        self.collect_max_values = n.max(1);
     }
 
     /// The output schema.
@@ -253,8 +268,87 @@ impl AggregateOp {
         self.aggs
             .iter()
             .zip(&self.kinds)
-            .map(|(a, k)| Acc::new(a.func, *k))
+            .map(|(a, k)| Acc::bounded(a.func, *k, self.collect_max_values))
             .collect()
+    }
+
+    /// Folds `from` (later rows) into `into`, an accumulator's error
+    /// naming the aggregate and the group (`key` in the state's format).
+    fn merge_accs(&self, into: &mut [Acc], from: &[Acc], key: &[u8]) -> Result<()> {
+        for (ai, (a, o)) in into.iter_mut().zip(from).enumerate() {
+            a.merge(o)
+                .map_err(|e| self.in_group(ai, || self.describe_key(key), e))?;
+        }
+        Ok(())
+    }
+
+    /// An accumulator's error, with the aggregate and the group it concerns.
+    fn in_group(&self, ai: usize, group: impl FnOnce() -> String, e: WeirError) -> WeirError {
+        WeirError::Config(format!(
+            "aggregate `{}` of the group {}: {e}",
+            self.calls[ai],
+            group()
+        ))
+    }
+
+    /// A group's keys as `name=value` (from its state key).
+    fn describe_key(&self, key: &[u8]) -> String {
+        let Some(conv) = &self.converter else {
+            return "of all rows (no grouping keys)".into();
+        };
+        let parser = conv.parser();
+        match conv.convert_rows([parser.parse(key)]) {
+            Ok(cols) => self.describe(&cols),
+            Err(_) => "(whose key could not be read)".into(),
+        }
+    }
+
+    /// A group's keys as `name=value`, from row `r` of `batch` (in the
+    /// window starting `start` µs, when grouped by a window).
+    fn describe_row(&self, batch: &RecordBatch, r: usize, start: i64) -> String {
+        if self.keys.is_empty() {
+            return "of all rows (no grouping keys)".into();
+        }
+        let ts = |t: i64| -> ArrayRef {
+            Arc::new(arrow::array::TimestampMicrosecondArray::from(vec![t]).with_timezone("UTC"))
+        };
+        let mut cols: Vec<ArrayRef> = Vec::new();
+        for k in &self.keys {
+            match k {
+                KeyExec::Window { assigner, .. } => {
+                    cols.push(ts(start));
+                    cols.push(ts(start.saturating_add(assigner.size_us)));
+                }
+                KeyExec::Column { index, .. } => cols.push(batch.column(*index).slice(r, 1)),
+            }
+        }
+        self.describe(&cols)
+    }
+
+    /// `name=value, ...` of one group's key columns (a window is two).
+    fn describe(&self, cols: &[ArrayRef]) -> String {
+        let options = arrow::util::display::FormatOptions::default().with_null("null");
+        let show = |a: Option<&ArrayRef>| {
+            a.and_then(|a| {
+                arrow::util::display::ArrayFormatter::try_new(a.as_ref(), &options)
+                    .ok()
+                    .map(|f| f.value(0).to_string())
+            })
+            .unwrap_or_else(|| "?".into())
+        };
+        let mut it = cols.iter();
+        let parts: Vec<String> = self
+            .keys
+            .iter()
+            .map(|k| match k {
+                KeyExec::Window { name, .. } => {
+                    let (start, end) = (show(it.next()), show(it.next()));
+                    format!("{name}=[{start}, {end})")
+                }
+                KeyExec::Column { name, .. } => format!("{name}={}", show(it.next())),
+            })
+            .collect();
+        parts.join(", ")
     }
 
     fn encode_group(g: &Group) -> Vec<u8> {
@@ -343,8 +437,9 @@ impl AggregateOp {
             match &times {
                 None => {
                     let accs = g.find(&key, r, 0, column_evict_at);
-                    for (a, rd) in accs.iter_mut().zip(&readers) {
-                        a.update(rd, r)?;
+                    for (ai, (a, rd)) in accs.iter_mut().zip(&readers).enumerate() {
+                        a.update(rd, r)
+                            .map_err(|e| self.in_group(ai, || self.describe_row(batch, r, 0), e))?;
                     }
                 }
                 Some(ts) => {
@@ -381,8 +476,10 @@ impl AggregateOp {
                                 column_evict_at()
                             }
                         });
-                        for (a, rd) in accs.iter_mut().zip(&readers) {
-                            a.update(rd, r)?;
+                        for (ai, (a, rd)) in accs.iter_mut().zip(&readers).enumerate() {
+                            a.update(rd, r).map_err(|e| {
+                                self.in_group(ai, || self.describe_row(batch, r, start), e)
+                            })?;
                         }
                     }
                 }
@@ -552,11 +649,7 @@ impl AggregateOp {
             let merge = |(m, tasks): (&mut FastMap<Vec<u8>, Group>, Vec<Groups>)| -> Result<()> {
                 for (k, g) in tasks.into_iter().flatten() {
                     match m.get_mut(&k) {
-                        Some(into) => {
-                            for (a, o) in into.accs.iter_mut().zip(&g.accs) {
-                                a.merge(o)?;
-                            }
-                        }
+                        Some(into) => self.merge_accs(&mut into.accs, &g.accs, &k)?,
                         None => {
                             m.insert(k, g);
                         }
@@ -629,10 +722,8 @@ impl AggregateOp {
         for (k, g) in partial {
             let merged = match store.get(&k) {
                 Some(old) => {
-                    let mut old = Self::decode_group_with(&self.aggs, &self.kinds, &old)?;
-                    for (a, o) in old.accs.iter_mut().zip(&g.accs) {
-                        a.merge(o)?;
-                    }
+                    let mut old = self.decode_group(&old)?;
+                    self.merge_accs(&mut old.accs, &g.accs, &k)?;
                     old
                 }
                 None => g,
@@ -665,7 +756,7 @@ impl AggregateOp {
                         let v = store.get(&k).ok_or_else(|| {
                             WeirError::Config("aggregation state changed during eviction".into())
                         })?;
-                        let g = Self::decode_group_with(&self.aggs, &self.kinds, &v)?;
+                        let g = self.decode_group(&v)?;
                         evicted.push((k.clone(), g));
                     }
                     store.remove(&k);
@@ -678,12 +769,7 @@ impl AggregateOp {
         po.out = match mode {
             OutputMode::Complete => store
                 .iter()
-                .map(|(k, v)| {
-                    Ok((
-                        k.to_vec(),
-                        Self::decode_group_with(&self.aggs, &self.kinds, &v)?,
-                    ))
-                })
+                .map(|(k, v)| Ok((k.to_vec(), self.decode_group(&v)?)))
                 .collect::<Result<Vec<_>>>()?,
             // Spark emits updated groups before evicting: a group updated
             // and closed in one batch is still emitted.
@@ -693,7 +779,7 @@ impl AggregateOp {
         Ok(po)
     }
 
-    fn decode_group_with(aggs: &[AggExec], kinds: &[Kind], bytes: &[u8]) -> Result<Group> {
+    fn decode_group(&self, bytes: &[u8]) -> Result<Group> {
         let bad = || {
             WeirError::Config(
                 "damaged aggregation state value (written by a different query?)".into(),
@@ -706,11 +792,7 @@ impl AggregateOp {
                 .try_into()
                 .map_err(|_| bad())?,
         );
-        let mut accs: Vec<Acc> = aggs
-            .iter()
-            .zip(kinds)
-            .map(|(a, k)| Acc::new(a.func, *k))
-            .collect();
+        let mut accs = self.new_accs();
         let mut pos = 8;
         for a in &mut accs {
             a.decode(bytes, &mut pos).ok_or_else(bad)?;
@@ -1026,12 +1108,7 @@ impl AggregateOp {
         }
         let groups = entries
             .iter()
-            .map(|(k, v)| {
-                Ok((
-                    k.to_vec(),
-                    Self::decode_group_with(&self.aggs, &self.kinds, v)?,
-                ))
-            })
+            .map(|(k, v)| Ok((k.to_vec(), self.decode_group(v)?)))
             .collect::<Result<Vec<_>>>()?;
         DecodedState::split(&self.build_output(&groups)?, self.keys.len())
     }

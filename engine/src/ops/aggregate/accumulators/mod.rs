@@ -13,6 +13,7 @@
 //! [`Acc::new`] for the same function, so the layout needs no tag.
 
 mod avg;
+mod collect;
 mod count;
 mod first_last;
 mod hll;
@@ -132,11 +133,20 @@ accumulators! {
     FirstLast(first_last::FirstLast),
     /// `stddev_*`, `var_*`.
     Moments(variance::Moments),
+    /// `collect_list`, `collect_set`.
+    Collect(collect::Collect),
 }
 
 impl Acc {
-    /// A new (empty) accumulator of `func` over input values of `kind`.
+    /// A new (empty) accumulator of `func` over input values of `kind`
+    /// (`collect_*` bounded by the default of
+    /// `spark.sql.streaming.weir.collectMaxValues`).
     pub(crate) fn new(func: AggFn, kind: Kind) -> Acc {
+        Acc::bounded(func, kind, crate::config::COLLECT_MAX_VALUES_DEFAULT)
+    }
+
+    /// A new accumulator whose `collect_*` keep at most `max_values` values.
+    pub(crate) fn bounded(func: AggFn, kind: Kind, max_values: usize) -> Acc {
         match func {
             AggFn::Count | AggFn::CountDistinct => Acc::Count(count::Count::default()),
             AggFn::Sum if kind == Kind::Float => Acc::SumFloat(sum::SumFloat::default()),
@@ -154,6 +164,8 @@ impl Acc {
             AggFn::StddevSamp | AggFn::StddevPop | AggFn::VarSamp | AggFn::VarPop => {
                 Acc::Moments(variance::Moments::new(func))
             }
+            AggFn::CollectList => Acc::Collect(collect::Collect::list(max_values)),
+            AggFn::CollectSet => Acc::Collect(collect::Collect::set(max_values)),
         }
     }
 }
@@ -166,6 +178,13 @@ pub(crate) fn output_type(func: AggFn, input: Option<&ArrowType>) -> ArrowType {
         ResultRule::Sum if input.map(kind_of) == Some(Kind::Float) => ArrowType::Float64,
         ResultRule::Sum => ArrowType::Int64,
         ResultRule::Input => input.cloned().unwrap_or(ArrowType::Int64),
+        ResultRule::ListOfInput => {
+            let item = input.cloned().unwrap_or(ArrowType::Int64);
+            match crate::row::plan_type(&item).and_then(|t| t.element()) {
+                Some(e) => crate::row::arrow_type(weir_plan::DataType::List(e)),
+                None => ArrowType::List(Arc::new(arrow::datatypes::Field::new("item", item, true))),
+            }
+        }
     }
 }
 
