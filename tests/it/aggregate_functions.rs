@@ -65,6 +65,10 @@ fn inputs() -> Vec<Vec<Value>> {
 /// The micro-batches a run emitted: (batch id, rows), empty ones left out.
 type Batches = Vec<(i64, Vec<Value>)>;
 
+/// A run of a query over inputs (see [`run`]).
+type Runner =
+    fn(OutputMode, &str, Option<usize>, &[Vec<Value>], &[Vec<Value>], &std::path::Path) -> Batches;
+
 /// Runs `inputs` one micro-batch each through 10-minute windows per key
 /// with the new aggregates, on checkpoint `chk`; `before` are rows a run
 /// on `chk` already read (added first, without running a batch).
@@ -248,10 +252,15 @@ fn complete_mode_emits_every_group_every_batch() {
 /// what one uninterrupted run emits: the sketches, first/last and moments
 /// come back from the state store.
 fn restart_equals_one_run(provider: &str) {
-    let input = inputs();
+    restart_equals_one_run_of(run, &inputs(), provider)
+}
+
+/// The runs of [`restart_equals_one_run`] by `run` (a [`run`] or
+/// [`run_collect`]) over `input`.
+fn restart_equals_one_run_of(run: Runner, input: &[Vec<Value>], provider: &str) {
     for mode in [OutputMode::Update, OutputMode::Append, OutputMode::Complete] {
         let whole = tempfile::tempdir().unwrap();
-        let expected = run(mode, provider, Some(3), &[], &input, whole.path());
+        let expected = run(mode, provider, Some(3), &[], input, whole.path());
         let chk = tempfile::tempdir().unwrap();
         let mut got = run(mode, provider, Some(3), &[], &input[..2], chk.path());
         got.extend(run(
@@ -683,22 +692,7 @@ fn collect_list_and_collect_set_emit_arrays_batch_by_batch_in_every_mode() {
 /// what one uninterrupted run emits: the arrays come back from the state
 /// store.
 fn collect_restart_equals_one_run(provider: &str) {
-    let input = collect_inputs();
-    for mode in [OutputMode::Update, OutputMode::Append, OutputMode::Complete] {
-        let whole = tempfile::tempdir().unwrap();
-        let expected = run_collect(mode, provider, Some(3), &[], &input, whole.path());
-        let chk = tempfile::tempdir().unwrap();
-        let mut got = run_collect(mode, provider, Some(3), &[], &input[..2], chk.path());
-        got.extend(run_collect(
-            mode,
-            provider,
-            None,
-            &input[..2],
-            &input[2..],
-            chk.path(),
-        ));
-        assert_eq!(got, expected, "{mode:?} on {provider}");
-    }
+    restart_equals_one_run_of(run_collect, &collect_inputs(), provider)
 }
 
 #[test]
@@ -907,5 +901,58 @@ fn stream_query_collects_into_vec_fields() {
                 times: vec![],
             },
         ]
+    );
+}
+
+/// Sessions that a later event bridges concatenate their lists in session
+/// order (the earlier session's values first) and union their sets.
+#[test]
+fn merged_session_windows_concatenate_collected_values() {
+    let chk = tempfile::tempdir().unwrap();
+    let s = session_with("memory", Some(3));
+    let stream = MemoryStream::new(&fields());
+    let sink = MemorySink::new("");
+    let table = sink.table();
+    let q = s
+        .read_stream(stream.clone())
+        .with_watermark("ts", "10 minutes")
+        .group_by(vec![
+            weir::functions::session_window("ts", "5 minutes"),
+            col("key"),
+        ])
+        .agg(vec![
+            collect_list("value", "values"),
+            collect_set("value", "distinct"),
+        ])
+        .write_stream()
+        .output_mode(OutputMode::Append)
+        .sink(sink)
+        .checkpoint_location(chk.path().to_str().unwrap())
+        .start()
+        .unwrap();
+    // Two sessions, [12:01, 12:06) and [12:09, 12:14); then 12:05 bridges them.
+    for input in [
+        vec![event(1, "a", Some(1)), event(9, "a", Some(3))],
+        vec![event(5, "a", Some(1)), event(10, "a", None)],
+        vec![event(40, "b", Some(9))],
+    ] {
+        stream.add_json(&input).unwrap();
+        q.process_all_available().unwrap();
+    }
+    q.stop().unwrap();
+    let rows: Vec<Value> = table
+        .batches()
+        .into_iter()
+        .flat_map(|(_, b)| list_rows_json(&b))
+        .collect();
+    let at = |m: i64| iso(1_704_110_400_000_000 + m * 60_000_000);
+    assert_eq!(
+        rows,
+        vec![json!({
+            "session_window": { "start": at(1), "end": at(15) },
+            "key": "a",
+            "values": [1, 1, 3],
+            "distinct": [1, 3],
+        })]
     );
 }
