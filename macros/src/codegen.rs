@@ -51,7 +51,7 @@ pub fn expand(q: &QueryDecl, l: &Lowered, output: &[Col]) -> TokenStream {
         TokenStream::new()
     };
     let explain_doc = format!("\n```text\n{explain}\n```");
-    let plan = plan_tokens::plan(&l.plan);
+    let plan = plan_tokens::plan(&l.running.plan);
     let pipeline = pipeline(q, l);
     let source = q
         .source
@@ -125,7 +125,9 @@ pub fn expand(q: &QueryDecl, l: &Lowered, output: &[Col]) -> TokenStream {
             /// A readable description of the plan: source, ops, result, mode, trigger, sink.
             pub const EXPLAIN: &'static str = #explain;
 
-            /// The logical plan, as checked at compile time.
+            /// The plan the engine runs: the one checked at compile time, laid
+            /// out and named as the engine runs it (its source is `stream`, a
+            /// joined stream's `stream_1`), as a checkpoint records it.
             pub fn plan() -> ::weir::plan::StreamPlan {
                 #plan
             }
@@ -300,67 +302,13 @@ fn source_expr(s: &Source, schema: Option<&syn::Ident>) -> Option<TokenStream> {
     })
 }
 
-/// The body of `writer_from`: source → ops → writer settings → sink.
+/// The body of `writer_from`: the stream built from the literal plan
+/// (`Self::plan()`), then the writer settings and the sink.
 fn pipeline(q: &QueryDecl, l: &Lowered) -> TokenStream {
-    let mut steps = vec![];
-    if let (Some(j), Some(side)) = (&q.join, &l.join) {
-        if side.table {
-            if let Some(schema) = j.side.schema.as_ref().map(|s| &s.ident) {
-                steps.push(quote!(table.expect_fields(&<#schema as ::weir::Row>::fields())?;));
-            }
-            let mut t = quote!(table);
-            if let Some((_, ms)) = &j.refresh_every {
-                t.extend(quote!(.refresh_every(::std::time::Duration::from_millis(#ms))));
-            }
-            steps.push(quote!(let table = #t;));
-        } else {
-            let right: Vec<TokenStream> = l.plan.nodes[0].ops.iter().filter_map(op_step).collect();
-            steps.push(quote! {
-                let right = {
-                    let stream = session.read_stream(other);
-                    #(let stream = #right;)*
-                    stream
-                };
-            });
-        }
-    }
-    steps.push(quote!(let stream = session.read_stream(source);));
-    for op in l.result_ops() {
-        let step = match op {
-            Op::Join {
-                right,
-                how,
-                on,
-                using,
-            } => {
-                let how = plan_tokens::join_type(*how);
-                let on = match (on, using) {
-                    (Some(sql), _) => {
-                        {
-                            let sql = sql.to_string();
-                            quote!(::weir::dataset::JoinOn::Expr(::std::string::String::from(#sql)))
-                        }
-                    }
-                    (None, keys) => {
-                        let keys = keys.iter().flatten();
-                        quote!(::weir::dataset::JoinOn::Using(
-                            ::std::vec![#(::std::string::String::from(#keys)),*]
-                        ))
-                    }
-                };
-                if l.join.as_ref().is_some_and(|j| j.table) {
-                    quote!(stream.join_static(#right, table, #on, #how))
-                } else {
-                    quote!(stream.join(right, #on, #how))
-                }
-            }
-            op => match op_step(op) {
-                Some(step) => step,
-                None => continue,
-            },
-        };
-        steps.push(quote!(let stream = #step;));
-    }
+    let steps = match (&q.join, &l.join) {
+        (Some(j), Some(side)) if side.table => static_join_steps(j, l),
+        _ => from_plan_steps(l),
+    };
     let mode = plan_tokens::output_mode(l.plan.output_mode);
     let mut writer = quote!(stream.write_stream().output_mode(#mode));
     match &q.trigger {
@@ -404,6 +352,79 @@ fn pipeline(q: &QueryDecl, l: &Lowered) -> TokenStream {
         let writer = #writer;
         ::std::result::Result::Ok(writer)
     }
+}
+
+/// The stream as `DataStream::from_plan` builds it from the literal plan,
+/// on the sources handed to `writer_from`. Each source's columns are what
+/// it delivers (as `read_stream` reads them: a source handed in for a
+/// `memory` declaration may have more); the writer settings set the
+/// sink, trigger and scale-out, so the stream's plan has none.
+fn from_plan_steps(l: &Lowered) -> Vec<TokenStream> {
+    let r = &l.running;
+    let (main, other) = (&r.source, r.other.iter());
+    vec![quote! {
+        let mut plan = Self::plan();
+        plan.sink = ::std::option::Option::None;
+        plan.trigger = ::std::option::Option::None;
+        plan.scale_out = ::std::option::Option::None;
+        let mut sources = ::std::collections::BTreeMap::new();
+        for (name, source) in [(#main, source) #(, (#other, other))*] {
+            if let ::std::option::Option::Some(d) = plan.sources.get_mut(name) {
+                d.schema = ::weir::row::plan_fields(&::weir::source::Source::schema(&*source));
+            }
+            sources.insert(::std::string::String::from(name), source);
+        }
+        let stream = ::weir::DataStream::from_plan(
+            session,
+            plan,
+            sources,
+            ::std::collections::BTreeMap::new(),
+        )?;
+    }]
+}
+
+/// The stream joined with a static table, by builder calls: the engine's
+/// `DataStream::from_plan` takes a table's rows, not a `StaticTable` (read
+/// from files, re-read every `refresh_every`).
+fn static_join_steps(j: &crate::ast::JoinDecl, l: &Lowered) -> Vec<TokenStream> {
+    let mut steps = vec![];
+    if let Some(schema) = j.side.schema.as_ref().map(|s| &s.ident) {
+        steps.push(quote!(table.expect_fields(&<#schema as ::weir::Row>::fields())?;));
+    }
+    let mut t = quote!(table);
+    if let Some((_, ms)) = &j.refresh_every {
+        t.extend(quote!(.refresh_every(::std::time::Duration::from_millis(#ms))));
+    }
+    steps.push(quote!(let table = #t;));
+    steps.push(quote!(let stream = session.read_stream(source);));
+    for op in l.result_ops() {
+        let step = match op {
+            Op::Join {
+                right,
+                how,
+                on,
+                using,
+            } => {
+                let how = plan_tokens::join_type(*how);
+                let on = match (on, using) {
+                    (Some(sql), _) => {
+                        let sql = sql.to_string();
+                        quote!(::weir::dataset::JoinOn::Expr(::std::string::String::from(#sql)))
+                    }
+                    (None, keys) => {
+                        let keys = keys.iter().flatten();
+                        quote!(::weir::dataset::JoinOn::Using(
+                            ::std::vec![#(::std::string::String::from(#keys)),*]
+                        ))
+                    }
+                };
+                quote!(stream.join_static(#right, table, #on, #how))
+            }
+            op => op_step(op),
+        };
+        steps.push(quote!(let stream = #step;));
+    }
+    steps
 }
 
 /// A sink as an expression; a memory sink without a name is named
@@ -502,22 +523,6 @@ fn sink_expr(kind: &Sink, default_name: &str) -> TokenStream {
             }
             quote!(::weir::__redis!(#t))
         }
-        // Built by the connector table's name and options (Spark's
-        // `writeStream.format(..).option(..)`), checked again at run time.
-        Sink::ByName { spec, options } => {
-            let format = spec.name;
-            let pairs = options.iter().map(|(o, v)| {
-                let name = o.name;
-                let what = format!("the {format} sink's {}", o.macro_name.unwrap_or(name));
-                let value = setting(v, &what);
-                quote!((#name, ::std::string::String::from(#value)))
-            });
-            quote!(::weir::sink::from_options(#format, {
-                let options: ::std::vec::Vec<(&str, ::std::string::String)> =
-                    ::std::vec![#(#pairs),*];
-                options
-            })?)
-        }
     }
 }
 
@@ -530,10 +535,10 @@ fn setting(s: &Setting, what: &str) -> TokenStream {
     }
 }
 
-/// One row op as a builder call on `stream`; `None` for a join (the
-/// pipeline builds it, with the other side).
-fn op_step(op: &Op) -> Option<TokenStream> {
-    Some(match op {
+/// One row op as a builder call on `stream` (a join is built with its
+/// table by [`static_join_steps`]).
+fn op_step(op: &Op) -> TokenStream {
+    match op {
         Op::Filter { predicate } => {
             let predicate = predicate.to_string();
             quote!(stream.filter(#predicate))
@@ -549,7 +554,10 @@ fn op_step(op: &Op) -> Option<TokenStream> {
             let expr = expr.to_string();
             quote!(stream.with_column(#name, #expr))
         }
-        Op::Watermark { column, delay } => quote!(stream.with_watermark(#column, #delay)),
+        Op::Watermark { column, delay } => {
+            let delay = delay.text();
+            quote!(stream.with_watermark(#column, #delay))
+        }
         Op::Dedup {
             columns,
             within_watermark,
@@ -572,12 +580,13 @@ fn op_step(op: &Op) -> Option<TokenStream> {
             let keys = keys.iter().map(|k| match k {
                 GroupKey::Window { window, .. } => {
                     let col = window.time_column().unwrap_or_default();
-                    let size = &window.size;
-                    if let Some(gap) = &window.gap {
+                    let size = window.size.text();
+                    if let Some(gap) = window.gap.as_ref().map(|g| g.text()) {
                         return quote!(::weir::functions::session_window(#col, #gap));
                     }
                     match &window.slide {
                         Some(slide) => {
+                            let slide = slide.text();
                             quote!(::weir::functions::sliding_window(#col, #size, #slide))
                         }
                         None => quote!(::weir::functions::window(#col, #size)),
@@ -594,6 +603,108 @@ fn op_step(op: &Op) -> Option<TokenStream> {
                 .group_by(::std::vec![#(#keys),*])
                 .agg(::std::vec![#(#aggs),*]))
         }
-        Op::Join { .. } => return None,
-    })
+        Op::Join { .. } => TokenStream::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::Errors;
+
+    /// The number of tokens in `t`, groups' contents included.
+    fn tokens(t: TokenStream) -> usize {
+        t.into_iter()
+            .map(|tt| match tt {
+                proc_macro2::TokenTree::Group(g) => 2 + tokens(g.stream()),
+                _ => 1,
+            })
+            .sum()
+    }
+
+    /// The expansion carries the plan once: each expression and duration
+    /// of the declaration is in `plan()`'s literal only, and `writer_from`
+    /// builds from `Self::plan()`.
+    #[test]
+    fn the_expansion_carries_the_plan_once() {
+        let text = crate::expand(quote! {
+            query PageViews {
+                source: files(path = "data/clicks", format = json),
+                schema: Click { page: String, event_ts: Timestamp, n: i64 },
+                filter: n > 0 && page != "x",
+                select: { page, event_ts, n2: n * 2 },
+                watermark: event_ts delay "2 minutes",
+                group_by: [window(event_ts, "1 minute"), page],
+                aggregate: { views: count(), total: sum(n2) },
+                output_mode: update,
+                sink: console(truncate = false),
+            }
+        })
+        .to_string();
+        assert!(!text.contains("compile_error"), "{text}");
+        for part in [
+            "\"n > 0 AND page <> 'x'\"",
+            "\"n * 2\"",
+            "\"2 minutes\"",
+            "\"1 minute\"",
+        ] {
+            assert_eq!(text.matches(part).count(), 1, "{part}: {text}");
+        }
+        assert!(
+            text.contains(":: weir :: DataStream :: from_plan (session , plan , sources"),
+            "{text}"
+        );
+    }
+
+    /// `writer_from` builds the stream from the literal plan: no builder
+    /// call per op (a static join still builds its table by builder calls,
+    /// see [`static_join_steps`]). Prints each body's size in tokens.
+    #[test]
+    fn writer_from_builds_from_the_literal_plan() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../ui-tests/pass");
+        let mut from_plan = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let file = syn::parse_file(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            for item in &file.items {
+                let syn::Item::Macro(m) = item else { continue };
+                if m.mac.path.segments.last().unwrap().ident != "stream_query" {
+                    continue;
+                }
+                let mut errs = Errors::new();
+                let q = crate::parse::parse_query(m.mac.tokens.clone(), &mut errs).unwrap();
+                let l = crate::lower::lower(&q, &mut errs).unwrap();
+                let body = pipeline(&q, &l);
+                eprintln!(
+                    "{}: writer_from's body {} tokens, plan() {} tokens",
+                    q.ident,
+                    tokens(body.clone()),
+                    tokens(plan_tokens::plan(&l.running.plan))
+                );
+                let text = body.to_string();
+                if l.join.as_ref().is_some_and(|j| j.table) {
+                    assert!(text.contains("join_static"), "{text}");
+                    continue;
+                }
+                assert!(text.contains("DataStream :: from_plan"), "{text}");
+                assert!(text.contains("Self :: plan ()"), "{text}");
+                for call in [
+                    "read_stream",
+                    "filter",
+                    "select",
+                    "with_column",
+                    "with_watermark",
+                    "group_by",
+                    "drop_duplicates",
+                    "order_by",
+                    "limit",
+                    "join",
+                ] {
+                    assert!(!text.contains(&format!(". {call} (")), "{call}: {text}");
+                }
+                from_plan += 1;
+            }
+        }
+        assert!(from_plan >= 15, "{from_plan}");
+    }
 }

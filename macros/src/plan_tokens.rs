@@ -20,6 +20,22 @@ fn expr_tokens(e: &weir_plan::expr::Expr) -> TokenStream {
     quote!(::weir::plan::expr::Expr::read(#text))
 }
 
+/// A duration of the plan: read from its text when the plan is built.
+fn duration_tokens(d: &weir_plan::Duration) -> TokenStream {
+    let text = d.text();
+    quote!(::weir::plan::Duration::read(#text))
+}
+
+fn opt_duration_tokens(d: &Option<weir_plan::Duration>) -> TokenStream {
+    match d {
+        Some(d) => {
+            let d = duration_tokens(d);
+            quote!(::std::option::Option::Some(#d))
+        }
+        None => quote!(::std::option::Option::None),
+    }
+}
+
 fn opt_s(v: &Option<String>) -> TokenStream {
     match v {
         Some(v) => {
@@ -89,10 +105,10 @@ fn key(k: &GroupKey) -> TokenStream {
             let (column, expr, size, slide) = (
                 opt_s(&window.column),
                 opt_s(&window.expr),
-                s(&window.size),
-                opt_s(&window.slide),
+                duration_tokens(&window.size),
+                opt_duration_tokens(&window.slide),
             );
-            let gap = opt_s(&window.gap);
+            let gap = opt_duration_tokens(&window.gap);
             let alias = s(alias);
             quote!(::weir::plan::GroupKey::Window {
                 window: ::weir::plan::WindowSpec { column: #column, expr: #expr, size: #size, slide: #slide, gap: #gap },
@@ -126,7 +142,7 @@ fn op(o: &Op) -> TokenStream {
             quote!(::weir::plan::Op::WithColumn { name: #n, expr: #e })
         }
         Op::Watermark { column, delay } => {
-            let (c, d) = (s(column), s(delay));
+            let (c, d) = (s(column), duration_tokens(delay));
             quote!(::weir::plan::Op::Watermark { column: #c, delay: #d })
         }
         Op::Aggregate { keys, aggs } => {

@@ -1226,7 +1226,7 @@ mod tests {
             window: WindowSpec {
                 column: Some("ts".into()),
                 expr: None,
-                size: String::new(),
+                size: Default::default(),
                 slide: None,
                 gap: Some("5 minutes".into()),
             },

@@ -100,9 +100,118 @@ pub fn parse_positive_duration_ms(s: &str) -> Result<i64, DurationError> {
     }
 }
 
+/// A duration in the plan: the text as written (what the plan format and
+/// messages show) and its length, read once.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Duration {
+    text: String,
+    ms: Result<i64, DurationError>,
+}
+
+impl Duration {
+    /// Reads a duration; text that does not parse is kept, and its error
+    /// is what [`Duration::ms`] returns (the plan's rules report it).
+    pub fn read(text: &str) -> Duration {
+        Duration {
+            text: text.to_string(),
+            ms: parse_duration_ms(text),
+        }
+    }
+
+    /// The text as written (`"10 minutes"`).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// True when nothing was written (a session window has no size).
+    pub fn is_empty(&self) -> bool {
+        self.text.trim().is_empty()
+    }
+
+    /// Its length in milliseconds; zero allowed.
+    pub fn ms(&self) -> Result<i64, DurationError> {
+        self.ms.clone()
+    }
+
+    /// Its length in milliseconds, which must be greater than zero.
+    pub fn positive_ms(&self) -> Result<i64, DurationError> {
+        match self.ms() {
+            Ok(0) | Err(DurationError::Negative) => Err(DurationError::NotPositive),
+            other => other,
+        }
+    }
+}
+
+impl Default for Duration {
+    fn default() -> Duration {
+        Duration::read("")
+    }
+}
+
+impl std::fmt::Display for Duration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Debug-printed as its text in quotes, as the plan's `String` durations
+/// were (a plan's fingerprint hashes the ops' Debug text).
+impl std::fmt::Debug for Duration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.text, f)
+    }
+}
+
+impl From<&str> for Duration {
+    fn from(text: &str) -> Duration {
+        Duration::read(text)
+    }
+}
+
+impl From<String> for Duration {
+    fn from(text: String) -> Duration {
+        Duration::read(&text)
+    }
+}
+
+/// In the plan format a duration is its text.
+impl serde::Serialize for Duration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Duration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        Ok(Duration::read(&text))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plan_duration_is_read_once_and_written_as_its_text() {
+        let d = Duration::read("1 minute 30 seconds");
+        assert_eq!(d.ms(), Ok(90_000));
+        assert_eq!(d.positive_ms(), Ok(90_000));
+        assert_eq!(d.to_string(), "1 minute 30 seconds");
+        assert_eq!(Duration::read("0 seconds").ms(), Ok(0));
+        assert_eq!(
+            Duration::read("0 seconds").positive_ms(),
+            Err(DurationError::NotPositive)
+        );
+        assert_eq!(
+            Duration::read("-1 minute").ms(),
+            Err(DurationError::Negative)
+        );
+        let bad = Duration::read("ten minutes");
+        assert!(bad.ms().is_err());
+        assert_eq!(bad.text(), "ten minutes");
+        assert!(Duration::default().is_empty());
+    }
 
     #[test]
     fn parses_spark_style_durations() {

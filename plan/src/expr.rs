@@ -24,7 +24,7 @@ use sqlparser::parser::Parser;
 use crate::types::DataType;
 
 /// An expression of a stream query.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub enum Expr {
     /// A column, optionally qualified (`c.user_id`).
     Column {
@@ -852,6 +852,15 @@ impl fmt::Display for Over {
     }
 }
 
+/// Debug-printed as its SQL text in quotes, as the plan's `String`
+/// expressions were: a plan's fingerprint (`StreamPlan::fingerprint`, kept
+/// in checkpoints) hashes the ops' Debug text and must not change.
+impl fmt::Debug for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.to_string(), f)
+    }
+}
+
 impl From<&str> for Expr {
     fn from(text: &str) -> Expr {
         Expr::read(text)
@@ -983,6 +992,33 @@ fn from_sql(e: &sql::Expr) -> Expr {
             }
         }
         S::Function(func) => call(e, func),
+        // Functions SQL gives a syntax of their own, in their plain call form.
+        S::Trim {
+            trim_where: None,
+            trim_what: None,
+            expr,
+            trim_characters: None,
+        } => plain_call("trim", vec![from_sql(expr)]),
+        S::Substring {
+            expr,
+            substring_from: Some(from),
+            substring_for,
+            // `substring(x, 1, 3)`; the `FROM ... FOR` form stays SQL text.
+            special: true,
+            shorthand: false,
+        } => {
+            let mut args = vec![from_sql(expr), from_sql(from)];
+            args.extend(substring_for.as_deref().map(from_sql));
+            plain_call("substring", args)
+        }
+        S::Ceil {
+            expr,
+            field: sql::CeilFloorKind::DateTimeField(sql::DateTimeField::NoDateTime),
+        } => plain_call("ceil", vec![from_sql(expr)]),
+        S::Floor {
+            expr,
+            field: sql::CeilFloorKind::DateTimeField(sql::DateTimeField::NoDateTime),
+        } => plain_call("floor", vec![from_sql(expr)]),
         S::Cast {
             kind: sql::CastKind::Cast,
             expr,
@@ -1072,6 +1108,16 @@ fn from_sql(e: &sql::Expr) -> Expr {
         }
         _ => other(e),
     }
+}
+
+fn plain_call(name: &str, args: Vec<Expr>) -> Expr {
+    Expr::Call(Call {
+        name: name.to_string(),
+        args,
+        distinct: false,
+        parens: true,
+        over: None,
+    })
 }
 
 fn call(e: &sql::Expr, func: &sql::Function) -> Expr {
@@ -1249,6 +1295,9 @@ mod tests {
             "-v > 0",
             "-(-v)",
             "(a = b) = c",
+            "lower(trim(value))",
+            "substring(page, 1, 3)",
+            "ceil(x) + floor(y)",
         ] {
             let e = p(s);
             assert_eq!(e.to_string(), s);

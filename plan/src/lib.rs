@@ -29,7 +29,7 @@ pub mod types;
 pub mod violation;
 
 pub use check::check;
-pub use duration::{parse_duration_ms, DurationError};
+pub use duration::{parse_duration_ms, Duration, DurationError};
 pub use location::{LocationError, StorageLocation};
 pub use plan::*;
 pub use resolve::{resolve, Column, NodeSchema, ResolveError};

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+use crate::duration::Duration;
 use crate::expr::Expr;
 use crate::types::{DataType, Field};
 
@@ -180,7 +181,7 @@ pub enum Op {
         /// The event-time column (a timestamp).
         column: String,
         /// The delay threshold, e.g. `"10 minutes"`.
-        delay: String,
+        delay: Duration,
     },
     /// Group by keys (time windows and columns) and aggregate.
     Aggregate {
@@ -298,14 +299,14 @@ pub struct WindowSpec {
     pub expr: Option<String>,
     /// Window length, e.g. `"10 minutes"` (empty for a session window).
     #[serde(default)]
-    pub size: String,
+    pub size: Duration,
     /// Slide interval; equal to `size` (tumbling) when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slide: Option<String>,
+    pub slide: Option<Duration>,
     /// A session window (Spark's `session_window(col, gap)`): a session
     /// closes after this long without events for its key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gap: Option<String>,
+    pub gap: Option<Duration>,
 }
 
 impl WindowSpec {
@@ -675,6 +676,23 @@ mod tests {
             OutputMode::Append,
         );
         assert_eq!(a.fingerprint(), a.clone().fingerprint());
+        // Expressions and durations hash as the text they were before
+        // they were typed (String fields): checkpoints keep the fingerprint.
+        let filter = Op::Filter {
+            predicate: "n > 0 AND page <> 'x'".into(),
+        };
+        assert_eq!(
+            format!("{filter:?}"),
+            r#"Filter { predicate: "n > 0 AND page <> 'x'" }"#
+        );
+        let watermark = Op::Watermark {
+            column: "ts".into(),
+            delay: "10 minutes".into(),
+        };
+        assert_eq!(
+            format!("{watermark:?}"),
+            r#"Watermark { column: "ts", delay: "10 minutes" }"#
+        );
         assert_ne!(a.fingerprint(), b.fingerprint());
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::duration::{parse_duration_ms, parse_positive_duration_ms};
+use crate::duration::Duration;
 use crate::expr::Expr;
 use crate::plan::{GroupKey, JoinType, Op, StreamPlan};
 use crate::types::{DataType, Field};
@@ -235,7 +235,7 @@ fn apply_op(
             }
         }
         Op::Watermark { column, delay } => {
-            if let Err(e) = parse_duration_ms(delay) {
+            if let Err(e) = delay.ms() {
                 errs.push(Violation::new(
                     Rule::BadDuration,
                     at(Part::Delay),
@@ -280,7 +280,7 @@ fn apply_op(
                     },
                     GroupKey::Window { window, alias } => {
                         if let Some(gap) = &window.gap {
-                            if let Err(e) = parse_positive_duration_ms(gap) {
+                            if let Err(e) = gap.positive_ms() {
                                 errs.push(Violation::new(
                                     Rule::BadDuration,
                                     at(Part::KeySize(i)),
@@ -289,7 +289,7 @@ fn apply_op(
                                 ));
                             }
                         }
-                        let durations: &[(&str, Option<&String>, Part)] = if window.is_session() {
+                        let durations: &[(&str, Option<&Duration>, Part)] = if window.is_session() {
                             &[]
                         } else {
                             &[
@@ -299,7 +299,7 @@ fn apply_op(
                         };
                         for &(what, d, part) in durations {
                             if let Some(d) = d {
-                                if let Err(e) = parse_positive_duration_ms(d) {
+                                if let Err(e) = d.positive_ms() {
                                     errs.push(Violation::new(
                                         Rule::BadDuration,
                                         at(part),
@@ -313,14 +313,14 @@ fn apply_op(
                         }
                         if let (false, Ok(size), Some(Ok(slide))) = (
                             window.is_session(),
-                            parse_positive_duration_ms(&window.size),
-                            window.slide.as_deref().map(parse_positive_duration_ms),
+                            window.size.positive_ms(),
+                            window.slide.as_ref().map(Duration::positive_ms),
                         ) {
                             if slide > size {
                                 errs.push(Violation::new(
                                     Rule::WindowSlideLargerThanSize,
                                     at(Part::KeySlide(i)),
-                                    format!("the window slide \"{}\" must be less than or equal to the window size \"{}\"", window.slide.as_deref().unwrap_or_default(), window.size),
+                                    format!("the window slide \"{}\" must be less than or equal to the window size \"{}\"", window.slide.as_ref().map(Duration::text).unwrap_or_default(), window.size),
                                     Some("use a slide no longer than the window, or drop the slide for a tumbling window".into()),
                                 ));
                             }

@@ -356,9 +356,9 @@ impl StateFingerprint {
                                         dtype: typed(&column),
                                         column,
                                         window: Some(WindowState {
-                                            size: window.size.clone(),
-                                            slide: window.slide.clone(),
-                                            gap: window.gap.clone(),
+                                            size: window.size.to_string(),
+                                            slide: window.slide.as_ref().map(|d| d.to_string()),
+                                            gap: window.gap.as_ref().map(|d| d.to_string()),
                                         }),
                                         alias: Some(alias.clone()),
                                     }

@@ -1,16 +1,15 @@
-//! The plan `stream_query!` emits as a literal (`Query::plan()`, the plan
-//! the macro checked at compile time) agrees with the plan its builder
-//! calls build (`Query::writer(..)?.plan()`, the plan the engine runs), for
-//! every query declared in `ui-tests/pass/`; and both explain the same way.
+//! The plan `stream_query!` emits as a literal (`Query::plan()`) is the
+//! plan the engine runs (`Query::writer(..)?.plan()`), for every query
+//! declared in `ui-tests/pass/`, equal as JSON (the conformance format);
+//! that plan is the one the engine ran before the writer was built from the
+//! literal (recorded as insta snapshots: a checkpoint records it, names
+//! included); and both explain the same way.
 //!
-//! The two are compared as data (their JSON, the conformance format), so a
-//! difference names its place: `plan.nodes[0].ops[2].keys[0].window.slide:
+//! A difference names its place: `plan.nodes[0].ops[2].keys[0].window.slide:
 //! literal "5 seconds", builder null`.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
-use weir::plan::{Field, Node, Op, StreamPlan};
+use weir::plan::{Field, Op, StreamPlan};
 use weir::source::{BoxSource, MemoryStream};
 use weir::{Session, StreamWriter};
 
@@ -111,130 +110,6 @@ fn declared(session: &Session) -> Vec<Declared> {
     all
 }
 
-/// The plan as the builder lays it out: each join starts a node of its
-/// own (its input: the node before it), and the nodes are in the order the
-/// builder adds them (a join's left input, then its right, then the join).
-/// `stream_query!` keeps the ops after a join in the join's node and puts a
-/// joined stream's node first; [`KNOWN_LAYOUT`] lists where that shows.
-fn builder_layout(plan: &StreamPlan) -> StreamPlan {
-    // Split before each join, unless it is the first op on another node:
-    // the builder joins nodes. `id` keeps naming the node's output (its
-    // last piece); the pieces before it are `id#0`, `id#1`, ...
-    let is_node = |name: &str| plan.nodes.iter().any(|n| n.id == name);
-    let mut pieces: Vec<Node> = vec![];
-    for n in &plan.nodes {
-        let mut ops: Vec<Vec<Op>> = vec![vec![]];
-        for op in &n.ops {
-            let last = ops.last().unwrap();
-            if matches!(op, Op::Join { .. }) && (!last.is_empty() || !is_node(&n.input)) {
-                ops.push(vec![]);
-            }
-            ops.last_mut().unwrap().push(op.clone());
-        }
-        let id = |k: usize| {
-            if k + 1 == ops.len() {
-                n.id.clone()
-            } else {
-                format!("{}#{k}", n.id)
-            }
-        };
-        for (k, piece) in ops.iter().enumerate() {
-            pieces.push(Node {
-                id: id(k),
-                input: if k == 0 { n.input.clone() } else { id(k - 1) },
-                ops: piece.clone(),
-            });
-        }
-    }
-    // Order: depth first from the result, a node after its inputs.
-    fn visit(id: &str, pieces: &[Node], done: &mut Vec<String>) {
-        let Some(n) = pieces.iter().find(|n| n.id == id) else {
-            return;
-        };
-        if done.iter().any(|d| d == id) {
-            return;
-        }
-        visit(&n.input, pieces, done);
-        for op in &n.ops {
-            if let Op::Join { right, .. } = op {
-                visit(right, pieces, done);
-            }
-        }
-        done.push(id.to_string());
-    }
-    let mut order = vec![];
-    visit(&plan.result, &pieces, &mut order);
-    for n in &pieces {
-        if !order.contains(&n.id) {
-            order.push(n.id.clone());
-        }
-    }
-    let mut p = plan.clone();
-    p.nodes = order
-        .iter()
-        .filter_map(|id| pieces.iter().find(|n| &n.id == id).cloned())
-        .collect();
-    p
-}
-
-/// The plan with its sources, tables and nodes renamed by position
-/// (`source0`, `table0`, `node0`, ...). The builder names its first source
-/// `stream` and its nodes `result`, `joined`, ..., where the macro names a
-/// source after the declared rows; the rules and the operators never read
-/// the names (the checkpoint's fingerprint does: the engine builds from the
-/// builder's plan, so its names are the ones in existing checkpoints).
-fn canonical(plan: &StreamPlan) -> StreamPlan {
-    let mut names: BTreeMap<String, String> = BTreeMap::new();
-    for (i, n) in plan.nodes.iter().enumerate() {
-        names.insert(n.id.clone(), format!("node{i}"));
-    }
-    let (mut sources, mut tables) = (0, 0);
-    for n in &plan.nodes {
-        let right = n.ops.iter().filter_map(|op| match op {
-            Op::Join { right, .. } => Some(right),
-            _ => None,
-        });
-        for name in std::iter::once(&n.input).chain(right) {
-            if names.contains_key(name) {
-                continue;
-            }
-            let new = if plan.sources.contains_key(name) {
-                sources += 1;
-                format!("source{}", sources - 1)
-            } else if plan.statics.contains_key(name) {
-                tables += 1;
-                format!("table{}", tables - 1)
-            } else {
-                continue; // unknown: left as is, so the difference shows
-            };
-            names.insert(name.clone(), new);
-        }
-    }
-    let rename = |s: &String| names.get(s).cloned().unwrap_or_else(|| s.clone());
-    let mut p = plan.clone();
-    p.sources = plan
-        .sources
-        .iter()
-        .map(|(k, v)| (rename(k), v.clone()))
-        .collect();
-    p.statics = plan
-        .statics
-        .iter()
-        .map(|(k, v)| (rename(k), v.clone()))
-        .collect();
-    for n in &mut p.nodes {
-        n.id = rename(&n.id);
-        n.input = rename(&n.input);
-        for op in &mut n.ops {
-            if let Op::Join { right, .. } = op {
-                *right = rename(right);
-            }
-        }
-    }
-    p.result = rename(&p.result);
-    p
-}
-
 /// Every place where `a` (the literal) and `b` (the builder's) differ, as
 /// `path: literal <a>, builder <b>`.
 fn differences(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
@@ -263,33 +138,14 @@ fn differences(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
     }
 }
 
-/// The differences between two plans, after renaming by position.
+/// The differences between two plans, compared as JSON.
 fn plan_differences(literal: &StreamPlan, builder: &StreamPlan) -> Vec<String> {
-    let a = serde_json::to_value(canonical(literal)).unwrap();
-    let b = serde_json::to_value(canonical(builder)).unwrap();
+    let a = serde_json::to_value(literal).unwrap();
+    let b = serde_json::to_value(builder).unwrap();
     let mut out = vec![];
     differences("plan", &a, &b, &mut out);
     out
 }
-
-/// The declarations whose literal plan lays its nodes out otherwise than
-/// the builder (see [`builder_layout`]): the same ops on the same inputs,
-/// other nodes. To fix in `macros/src/lower.rs` (a join starts a node, the
-/// joined stream's node after the main stream's); then remove them here.
-const KNOWN_LAYOUT: &[&str] = &["ClicksByTier", "ClickedImpressions", "S3Clicks"];
-
-/// Differences the macro cannot fix in its code generation, each with the
-/// query and the difference as [`plan_differences`] names it.
-const KNOWN: &[(&str, &str)] = &[
-    // The engine's JSON decoding adds `_corrupt_record` (PERMISSIVE, as the
-    // README says) and the macro's kafka source does not declare it: a
-    // declared query without a projection writes a column its row struct
-    // lacks. To fix in `macros/src/lower.rs` (declare the column).
-    (
-        "PageViewsScaled",
-        r#"plan.sources.source0.schema[2]: literal null, builder {"name":"_corrupt_record","type":"string"}"#,
-    ),
-];
 
 /// The last segment of a declared query's path (`joins::ClicksByTier`).
 fn short(name: &str) -> &str {
@@ -297,87 +153,78 @@ fn short(name: &str) -> &str {
 }
 
 #[test]
-fn literal_plans_agree_with_the_builder_calls() {
+fn literal_plans_are_the_running_plans() {
     let session = Session::new();
     let mut failures = vec![];
-    let (mut compared, mut layout, mut known) = (vec![], vec![], vec![]);
     for d in declared(&session) {
         let writer = match d.writer {
             Ok(w) => w,
             Err(e) => {
-                failures.push(format!("{}: the builder calls fail: {e}", d.name));
+                failures.push(format!("{}: the writer fails: {e}", d.name));
                 continue;
             }
         };
         // What `start()` checks: the rules the macro applied at compile time.
         if let Err(e) = writer.validate() {
-            failures.push(format!("{}: the builder's plan breaks a rule: {e}", d.name));
+            failures.push(format!("{}: the running plan breaks a rule: {e}", d.name));
         }
-        let built = writer.plan();
-        let name = short(d.name);
-        compared.push(name);
-        if !plan_differences(&builder_layout(&built), &built).is_empty() {
-            failures.push(format!(
-                "{}: the builder lays out its plan otherwise than `builder_layout` says",
-                d.name
-            ));
-        }
-        let relaid = builder_layout(&d.literal);
-        if !plan_differences(&d.literal, &relaid).is_empty() {
-            layout.push(name);
-        }
-        for diff in plan_differences(&relaid, &built) {
-            if KNOWN.contains(&(name, diff.as_str())) {
-                known.push((name, diff));
-            } else {
-                failures.push(format!("{}: {diff}", d.name));
-            }
+        for diff in plan_differences(&d.literal, &writer.plan()) {
+            failures.push(format!("{}: {diff}", d.name));
         }
     }
     assert!(
         failures.is_empty(),
-        "stream_query!'s literal plan and its builder calls disagree:\n{}",
+        "stream_query!'s literal plan is not the plan its writer runs:\n{}",
         failures.join("\n")
     );
-    // The known disagreements are all still there (a fixed one is removed
-    // from its list, so the lists stay exact).
-    assert_eq!(layout, KNOWN_LAYOUT, "the plans laid out otherwise");
-    let known: Vec<(&str, &str)> = known.iter().map(|(q, d)| (*q, d.as_str())).collect();
-    let expected: Vec<(&str, &str)> = KNOWN
-        .iter()
-        .filter(|(q, _)| compared.contains(q))
-        .copied()
-        .collect();
-    assert_eq!(known, expected, "the known differences");
 }
 
 #[test]
-fn the_builder_layout_moves_joins_into_nodes_of_their_own() {
-    let session = Session::new();
+fn a_join_runs_in_a_node_of_its_own_after_both_inputs() {
     let literal = joins::ClickedImpressions::plan();
-    let built = joins::ClickedImpressions::writer_from(
-        &session,
-        memory(<joins::Shown as weir::Row>::fields()),
-        memory(<joins::Clicked as weir::Row>::fields()),
-    )
-    .unwrap()
-    .plan();
-    // As declared: the clicks' node first, the join among the impressions' ops.
-    let ids = |p: &StreamPlan| -> Vec<usize> { p.nodes.iter().map(|n| n.ops.len()).collect() };
-    assert_eq!(ids(&literal), [1, 2]);
-    assert_eq!(ids(&built), [1, 1, 1]);
-    assert!(plan_differences(&literal, &built)
+    let nodes: Vec<(&str, &str, usize)> = literal
+        .nodes
         .iter()
-        .any(|d| d.starts_with("plan.nodes[2]: literal null")));
-    let relaid = builder_layout(&literal);
-    assert_eq!(ids(&relaid), [1, 1, 1]);
-    assert_eq!(relaid.result, literal.result);
-    assert!(plan_differences(&relaid, &built).is_empty());
+        .map(|n| (n.id.as_str(), n.input.as_str(), n.ops.len()))
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            ("result", "stream", 1),
+            ("result_right", "stream_1", 1),
+            ("joined", "result", 1)
+        ]
+    );
+    assert_eq!(literal.result, "joined");
+    assert!(
+        matches!(&literal.nodes[2].ops[0], Op::Join { right, .. } if right == "result_right"),
+        "{literal:?}"
+    );
+    // The static table keeps its declared name; what follows the join
+    // runs in the join's node.
+    let literal = joins::ClicksByTier::plan();
+    assert_eq!(literal.statics.keys().collect::<Vec<_>>(), ["page"]);
+    let joined = literal.node("joined").unwrap();
+    assert!(matches!(&joined.ops[0], Op::Join { right, .. } if right == "page"));
+    assert_eq!(literal.result, "joined");
+}
+
+#[test]
+fn a_decoded_kafka_source_has_the_corrupt_record_column() {
+    #[cfg(feature = "kafka")]
+    {
+        let literal = crate::pass_page_views_scaled::PageViewsScaled::plan();
+        let names: Vec<&str> = literal.sources["stream"]
+            .schema
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(names, ["page", "event_ts", "_corrupt_record"]);
+    }
 }
 
 #[test]
 fn the_comparison_finds_a_difference_and_names_its_place() {
-    let session = Session::new();
     let literal = top_shops::TopShops::plan();
     let mut changed = literal.clone();
     let Some(Op::Limit { n }) = changed.nodes[0].ops.last_mut() else {
@@ -388,14 +235,13 @@ fn the_comparison_finds_a_difference_and_names_its_place() {
         plan_differences(&literal, &changed),
         ["plan.nodes[0].ops[3].n: literal 3, builder 4"]
     );
-    // Names alone are not a difference; their structure is.
-    let writer = top_shops::TopShops::writer_from(
-        &session,
-        memory(<top_shops::Sale as weir::Row>::fields()),
-    )
-    .unwrap();
-    assert_ne!(writer.plan().sources, literal.sources);
-    assert!(plan_differences(&literal, &writer.plan()).is_empty());
+    // Names are a difference too (a checkpoint records them).
+    let mut renamed = literal.clone();
+    renamed.nodes[0].input = "sale".into();
+    assert_eq!(
+        plan_differences(&literal, &renamed),
+        [r#"plan.nodes[0].input: literal "stream", builder "sale""#]
+    );
 }
 
 /// Every `query Name {` in `ui-tests/pass/*.rs` is compared above (a new
@@ -435,20 +281,38 @@ fn every_passing_declaration_is_compared() {
     assert!(compared.len() >= 20, "{compared:?}");
 }
 
+/// A plan tree's text with its sources' names left out, and the column
+/// the engine adds to a decoded Kafka source.
+fn without_source_names(tree: &str) -> String {
+    tree.lines()
+        .map(|line| match line.split_once("StreamingRelation ") {
+            Some((head, rest)) => {
+                let columns = rest.split_once(" [").map(|(_, c)| c).unwrap_or(rest);
+                format!("{head}StreamingRelation [{columns}")
+            }
+            None => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace(", _corrupt_record: string]", "]")
+}
+
 /// The macro's `EXPLAIN` and the engine's `explain()` print the plan with
-/// the same printer: `EXPLAIN` shows the literal plan's tree, a running
-/// query shows its builder plan's tree, then its run-time facts.
+/// the same printer: `EXPLAIN` shows the checked plan's tree (its sources
+/// named after the declared rows), a running query the running plan's
+/// tree (the literal's), then its run-time facts.
 #[test]
 fn both_explain_with_the_plan_printer() {
     let session = Session::new();
     for d in declared(&session) {
-        let tree = format!("==\n{}\n== Declared ==\n", d.literal);
-        assert!(
-            d.explain.contains(&tree),
-            "{}:\n{}\nlacks\n{tree}",
-            d.name,
-            d.explain
-        );
+        let tree = without_source_names(&d.literal.to_string());
+        let explained = d
+            .explain
+            .split_once("==\n")
+            .and_then(|(_, rest)| rest.split_once("\n== Declared ==\n"))
+            .map(|(tree, _)| without_source_names(tree))
+            .unwrap_or_default();
+        assert_eq!(explained, tree, "{}:\n{}", d.name, d.explain);
     }
     let sales = MemoryStream::new(&<top_shops::Sale as weir::Row>::fields());
     let writer = top_shops::TopShops::writer_from(&session, Box::new(sales.clone())).unwrap();
@@ -467,9 +331,7 @@ fn both_explain_with_the_plan_printer() {
         "{text}"
     );
     assert!(text.contains(" (temporary)\n"), "{text}");
-    // Up to the names the builder gives its source, the two trees are one.
-    let literal = canonical(&top_shops::TopShops::plan()).to_string();
-    assert_eq!(canonical(&plan).to_string(), literal);
+    assert_eq!(plan.to_string(), top_shops::TopShops::plan().to_string());
 }
 
 /// The plan each declared query runs (`writer.plan()`) is the one recorded
@@ -528,4 +390,97 @@ fn checkpoints_keep_the_recorded_plans() {
         started += 1;
     }
     assert_eq!(started, 6);
+}
+
+/// The declared stream-stream join (built from the literal plan) and the
+/// same query written with explicit builder calls have one plan and give
+/// the same rows, batch by batch.
+#[test]
+fn a_declared_join_runs_as_its_builder_calls() {
+    use joins::{Clicked, ClickedImpressions, Shown};
+    use weir::plan::{JoinType, OutputMode};
+    use weir::sink::MemorySink;
+    use weir::Timestamp;
+
+    let t = |m: u32| {
+        Timestamp::parse(&format!("2024-01-01T{:02}:{:02}:00Z", 12 + m / 60, m % 60)).unwrap()
+    };
+    let shown = |id: i64, m| Shown {
+        imp_id: id,
+        imp_ts: t(m),
+    };
+    let clicked = |id: i64, m| Clicked {
+        click_imp_id: id,
+        click_ts: t(m),
+    };
+    let batches = [
+        (vec![shown(1, 0), shown(2, 1)], vec![clicked(1, 5)]),
+        (vec![shown(3, 40)], vec![clicked(2, 30), clicked(1, 6)]),
+        (vec![shown(4, 90)], vec![clicked(3, 41), clicked(4, 95)]),
+        (vec![shown(5, 200)], vec![]),
+    ];
+    let run = |declared: bool| {
+        let session = Session::new();
+        let imps = MemoryStream::new(&<Shown as weir::Row>::fields());
+        let clicks = MemoryStream::new(&<Clicked as weir::Row>::fields());
+        let writer = if declared {
+            ClickedImpressions::writer_from(
+                &session,
+                Box::new(imps.clone()),
+                Box::new(clicks.clone()),
+            )
+            .unwrap()
+        } else {
+            let right = session
+                .read_stream(clicks.clone())
+                .with_watermark("click_ts", "10 minutes");
+            session
+                .read_stream(imps.clone())
+                .with_watermark("imp_ts", "10 minutes")
+                .join(
+                    right,
+                    "click_imp_id = imp_id AND click_ts >= imp_ts AND click_ts <= imp_ts + INTERVAL '15 minutes'",
+                    JoinType::LeftSemi,
+                )
+                .write_stream()
+                .output_mode(OutputMode::Append)
+                .query_name(ClickedImpressions::NAME)
+                .sink(MemorySink::new("clicked_impressions"))
+                .late_rows_to(MemorySink::new("late_impressions_and_clicks"))
+        };
+        let plan = writer.plan();
+        let q = writer.start().unwrap();
+        let mut out = vec![];
+        for (i, c) in &batches {
+            imps.add_rows(i).unwrap();
+            clicks.add_rows(c).unwrap();
+            q.process_all_available().unwrap();
+        }
+        q.stop().unwrap();
+        for (id, b) in session
+            .memory_table("clicked_impressions")
+            .unwrap()
+            .batches()
+        {
+            out.push((id, ClickedImpressions::rows(&b).unwrap()));
+        }
+        (plan, out)
+    };
+    let (declared_plan, declared) = run(true);
+    let (builder_plan, built) = run(false);
+    assert_eq!(
+        plan_differences(&declared_plan, &builder_plan),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        plan_differences(&ClickedImpressions::plan(), &builder_plan),
+        Vec::<String>::new()
+    );
+    assert_eq!(declared, built);
+    let mut ids: Vec<i64> = declared
+        .iter()
+        .flat_map(|(_, r)| r.iter().map(|r| r.imp_id))
+        .collect();
+    ids.sort();
+    assert_eq!(ids, [1, 3, 4], "{declared:?}");
 }

@@ -32,7 +32,7 @@ fn rate_lab_declares_what_it_says() {
     assert!(weir::plan::check(&plan).is_empty());
     assert_eq!(plan.output_mode, weir::plan::OutputMode::Update);
     assert_eq!(
-        plan.sources["rate"].schema,
+        plan.sources["stream"].schema,
         vec![
             weir::plan::Field::new("timestamp", weir::plan::DataType::Timestamp),
             weir::plan::Field::new("value", weir::plan::DataType::Int64),

@@ -256,6 +256,9 @@ mod tests {
             "N + 1",
             "1e3 + n",
             "starts_with(page, 'ho')",
+            "lower(trim(page))",
+            "substring(page, 1, 2)",
+            "ceil(x) + floor(x)",
             "nullif(n, 1)",
         ] {
             let ours = planner.plan(sql, b.schema_ref()).unwrap();

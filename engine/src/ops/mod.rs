@@ -21,7 +21,7 @@ use arrow::compute::{
     concat_batches, lexsort_to_indices, take_record_batch, SortColumn, SortOptions,
 };
 use arrow::datatypes::SchemaRef;
-use weir_plan::{parse_duration_ms, GroupKey, Op, OutputMode, StreamPlan};
+use weir_plan::{GroupKey, Op, OutputMode, StreamPlan};
 
 use crate::error::{Result, WeirError};
 use crate::progress::held::WatermarkOperator;
@@ -208,7 +208,9 @@ impl Pipeline {
                         let p = ProjectOp::select(&planner, &items, schema.clone())?;
                         let mut wm = HashMap::new();
                         for c in columns {
-                            if let Some(d) = c.expr.as_column().and_then(|n| info.watermarked.get(n)) {
+                            if let Some(d) =
+                                c.expr.as_column().and_then(|n| info.watermarked.get(n))
+                            {
                                 wm.insert(c.alias.clone(), *d);
                             }
                         }
@@ -222,7 +224,11 @@ impl Pipeline {
                     }
                     Op::WithColumn { name, expr } => {
                         let p = ProjectOp::with_column(&planner, name, expr, schema.clone())?;
-                        match expr.as_column().and_then(|n| info.watermarked.get(n)).copied() {
+                        match expr
+                            .as_column()
+                            .and_then(|n| info.watermarked.get(n))
+                            .copied()
+                        {
                             Some(d) => {
                                 info.watermarked.insert(name.clone(), d);
                             }
@@ -234,7 +240,7 @@ impl Pipeline {
                         ops.push(OpExec::Project(p));
                     }
                     Op::Watermark { column, delay } => {
-                        let d = parse_duration_ms(delay).map_err(|e| {
+                        let d = delay.ms().map_err(|e| {
                             WeirError::Config(format!("watermark delay \"{delay}\": {e}"))
                         })?;
                         let w = WatermarkOp::new(delays.len(), idx(column)?, d);
@@ -261,8 +267,8 @@ impl Pipeline {
                                         return Err(WeirError::Config("Multiple time window expressions would result in a cartesian product of rows, therefore they are currently not supported.".into()));
                                     }
                                     let tc = window.time_column().ok_or_else(|| WeirError::Config("a session window needs a time column".into()))?;
-                                    let gap = window.gap.as_deref().unwrap_or_default();
-                                    let gap_ms = weir_plan::duration::parse_positive_duration_ms(gap).map_err(|e| WeirError::Config(format!("session gap \"{gap}\": {e}")))?;
+                                    let gap = window.gap.clone().unwrap_or_default();
+                                    let gap_ms = gap.positive_ms().map_err(|e| WeirError::Config(format!("session gap \"{gap}\": {e}")))?;
                                     session = Some((i, idx(&tc)?, gap_ms, alias.clone(), info.watermarked.get(&tc).copied()));
                                 }
                                 GroupKey::Column { column } => others.push((idx(column)?, column.clone())),
@@ -325,24 +331,16 @@ impl Pipeline {
                                     } else {
                                         TimeSource::Column(idx(&tc)?)
                                     };
-                                    let size = weir_plan::duration::parse_positive_duration_ms(
-                                        &window.size,
-                                    )
-                                    .map_err(|e| {
+                                    let size = window.size.positive_ms().map_err(|e| {
                                         WeirError::Config(format!(
                                             "window size \"{}\": {e}",
                                             window.size
                                         ))
                                     })?;
                                     let slide = match &window.slide {
-                                        Some(s) => {
-                                            weir_plan::duration::parse_positive_duration_ms(s)
-                                                .map_err(|e| {
-                                                    WeirError::Config(format!(
-                                                        "window slide \"{s}\": {e}"
-                                                    ))
-                                                })?
-                                        }
+                                        Some(s) => s.positive_ms().map_err(|e| {
+                                            WeirError::Config(format!("window slide \"{s}\": {e}"))
+                                        })?,
                                         None => size,
                                     };
                                     let wm = info.watermarked.get(&tc).copied();

@@ -46,11 +46,7 @@ impl ExprPlanner {
     }
 
     /// Plans an expression tree over `schema`.
-    pub fn plan_tree(
-        &self,
-        tree: &Expr,
-        schema: &SchemaRef,
-    ) -> Result<Arc<dyn PhysicalExpr>> {
+    pub fn plan_tree(&self, tree: &Expr, schema: &SchemaRef) -> Result<Arc<dyn PhysicalExpr>> {
         if let Some(e) = tree.invalid() {
             return Err(WeirError::Expr {
                 expr: e.sql,
