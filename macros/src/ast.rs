@@ -500,6 +500,16 @@ pub enum Sink {
         /// Also write the key columns as hash fields.
         key_fields: Option<bool>,
     },
+    /// A sink of the connector table with no typed form here (`noop`):
+    /// built when the query is built by `weir::sink::from_options`, from
+    /// the options given, by the table's (Spark's) names.
+    ByName {
+        /// Its row of the connector table.
+        spec: &'static weir_plan::connectors::SinkSpec,
+        /// The options given, in the table's order, each value as text
+        /// (or read from the environment).
+        options: Vec<(&'static weir_plan::connectors::OptionSpec, Setting)>,
+    },
 }
 
 impl Sink {
@@ -514,6 +524,7 @@ impl Sink {
             Sink::Kafka { .. } => "kafka",
             Sink::Postgres { .. } => "postgres",
             Sink::Redis { .. } => "redis",
+            Sink::ByName { spec, .. } => spec.name,
         }
     }
 
@@ -528,6 +539,7 @@ impl Sink {
             Sink::Kafka { json: true, .. } => weir_plan::SinkKind::KafkaJson,
             Sink::Kafka { .. } => weir_plan::SinkKind::Kafka,
             Sink::Postgres { .. } | Sink::Redis { .. } => weir_plan::SinkKind::Other,
+            Sink::ByName { spec, .. } => spec.kind,
         }
     }
 }

@@ -523,6 +523,22 @@ fn sink_expr(kind: &Sink, default_name: &str) -> TokenStream {
             }
             quote!(::weir::__redis!(#t))
         }
+        // Built by the connector table's name and options (Spark's
+        // `writeStream.format(..).option(..)`), checked again at run time.
+        Sink::ByName { spec, options } => {
+            let format = spec.name;
+            let pairs = options.iter().map(|(o, v)| {
+                let name = o.name;
+                let what = format!("the {format} sink's {}", o.macro_name.unwrap_or(name));
+                let value = setting(v, &what);
+                quote!((#name, ::std::string::String::from(#value)))
+            });
+            quote!(::weir::sink::from_options(#format, {
+                let options: ::std::vec::Vec<(&str, ::std::string::String)> =
+                    ::std::vec![#(#pairs),*];
+                options
+            })?)
+        }
     }
 }
 

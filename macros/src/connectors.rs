@@ -1,20 +1,26 @@
 //! `source:` and `sink:` values: a connector name with `name = value`
-//! options, each option checked against the connector's table: a source's
-//! options, and the rules that check their values, are weir-plan's
-//! connector table ([`weir_plan::connectors`]), the one the engine's
-//! sources check their builders' options with; the sinks' table is below.
+//! options, each option checked against weir-plan's connector table
+//! ([`weir_plan::connectors`]): its names, which are required and the rules
+//! that check the values, the ones the engine's sources and sinks check
+//! their builders' options with, so a value is refused with one message at
+//! compile time and at start.
+//!
+//! A sink of the table without a typed form here (`noop`) is read into
+//! [`Sink::ByName`] and built by `weir::sink::from_options`: a new sink
+//! with options only needs no change in the macro.
 
 use std::collections::BTreeMap;
 
 use proc_macro2::TokenStream;
 use quote::ToTokens;
+use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, Lit, Token};
 
 use crate::ast::{FileFormat, KafkaSourceDecl, Setting, Sink, SinkDecl, Source, SourceDecl};
 use crate::errors::{suggestion_help, Errors};
-use weir_plan::connectors::{self, OptionError, SourceSpec, ValueKind};
+use weir_plan::connectors::{self, OptionError, OptionSpec, SinkSpec, ValueKind};
 
 /// What an option takes.
 #[derive(Clone, Copy)]
@@ -49,29 +55,11 @@ struct Spec {
     required: bool,
 }
 
-const fn opt(name: &'static str, kind: Kind) -> Spec {
-    Spec {
-        name,
-        kind,
-        required: false,
-    }
-}
-
-const fn req(name: &'static str, kind: Kind) -> Spec {
-    Spec {
-        name,
-        kind,
-        required: true,
-    }
-}
-
-const FORMATS: &[&str] = &["json", "csv", "parquet"];
-
-/// A source's options as `stream_query!` names them, from the connector
-/// table (the options the macro does not offer have no macro name).
-fn source_specs(source: &SourceSpec) -> Vec<Spec> {
-    source
-        .options
+/// A connector's options as `stream_query!` names them, from the connector
+/// table (the options the macro does not offer have no macro name);
+/// `needs`: whether the macro needs the option.
+fn specs(options: &[OptionSpec], needs: impl Fn(&OptionSpec) -> bool) -> Vec<Spec> {
+    options
         .iter()
         .filter_map(|o| {
             let kind = match o.kind {
@@ -83,13 +71,14 @@ fn source_specs(source: &SourceSpec) -> Vec<Spec> {
                 ValueKind::Count { max } => Kind::Count { max },
                 ValueKind::Whole { max } => Kind::Whole { max },
                 ValueKind::Choice(c) => Kind::Choice(c),
+                ValueKind::Columns => Kind::Columns,
                 ValueKind::Checked(rule) => Kind::Checked(rule),
                 ValueKind::Unsupported(_) => return None,
             };
             Some(Spec {
                 name: o.macro_name?,
                 kind,
-                required: o.required,
+                required: needs(o),
             })
         })
         .collect()
@@ -103,61 +92,6 @@ fn report(at: impl ToTokens, e: OptionError, errs: &mut Errors) {
         errs.spanned_help(at, e.message, e.help);
     }
 }
-
-/// The sinks and their options.
-const SINKS: &[(&str, &[Spec])] = &[
-    (
-        "console",
-        &[
-            opt("truncate", Kind::Bool),
-            opt(
-                "num_rows",
-                Kind::Count {
-                    max: u32::MAX as u64,
-                },
-            ),
-        ],
-    ),
-    ("memory", &[opt("name", Kind::Str)]),
-    (
-        "files",
-        &[
-            req("path", Kind::Location),
-            opt("format", Kind::Choice(FORMATS)),
-            opt("partition_by", Kind::Columns),
-        ],
-    ),
-    ("foreach_batch", &[]),
-    ("foreach", &[]),
-    (
-        "kafka",
-        &[
-            req("bootstrap_servers", Kind::Setting),
-            req("topic", Kind::Str),
-            opt("format", Kind::Choice(&["json"])),
-            opt("key", Kind::Columns),
-            opt("delivery", Kind::Choice(&["exactly_once", "at_least_once"])),
-        ],
-    ),
-    (
-        "postgres",
-        &[
-            req("url", Kind::Setting),
-            req("table", Kind::Str),
-            opt("key", Kind::Columns),
-            opt("create_table", Kind::Bool),
-        ],
-    ),
-    (
-        "redis",
-        &[
-            req("url", Kind::Setting),
-            opt("key_prefix", Kind::Str),
-            opt("key", Kind::Columns),
-            opt("key_fields", Kind::Bool),
-        ],
-    ),
-];
 
 /// A checked option value.
 enum Val {
@@ -218,7 +152,7 @@ pub fn parse_source(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Optio
         return Ok(None);
     };
     let before = errs.len();
-    let specs = source_specs(source);
+    let specs = specs(source.options, |o| o.required);
     let mut v = read_options(&ident, "source", args, &specs, errs)?;
     let options_ok = errs.len() == before;
     let kind = match name.as_str() {
@@ -277,8 +211,8 @@ pub fn parse_source(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Optio
 pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<SinkDecl>> {
     let (ident, args) = parse_connector.parse2(tokens)?;
     let name = ident.to_string();
-    let Some((_, specs)) = SINKS.iter().find(|(n, _)| *n == name) else {
-        let names: Vec<&str> = SINKS.iter().map(|(n, _)| *n).collect();
+    let Some(spec) = connectors::SINKS.iter().find(|s| s.name == name) else {
+        let names: Vec<&str> = connectors::SINKS.iter().map(|s| s.name).collect();
         errs.spanned_help(
             &ident,
             format!("unknown sink `{name}`"),
@@ -286,14 +220,9 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
         );
         return Ok(None);
     };
-    if name == "foreach_batch" || name == "foreach" {
+    if let Some(how) = spec.code {
         let Some(args) = args else {
-            let help = if name == "foreach" {
-                "write `foreach(MyWriter { .. })` with a `weir::sink::ForeachWriter` of the result rows, or `foreach(weir::sink::row_fn(|row: QueryRow| { ...; Ok(()) }))`"
-            } else {
-                "write `foreach_batch(|batch_id, batches| { ...; Ok(()) })` or `foreach_batch(path::to::handler)`"
-            };
-            errs.spanned_help(&ident, format!("{name} needs a writer"), help);
+            errs.spanned_help(&ident, format!("{name} needs a writer"), how);
             return Ok(None);
         };
         let f: Expr = syn::parse2(args)?;
@@ -304,7 +233,8 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
         };
         return Ok(Some(SinkDecl { ident, kind }));
     }
-    let mut v = read_options(&ident, "sink", args, specs, errs)?;
+    let specs = specs(spec.options, |o| spec.macro_needs(o));
+    let mut v = read_options(&ident, "sink", args, &specs, errs)?;
     let kind = match name.as_str() {
         "console" => Sink::Console {
             truncate: take_bool(&mut v, "truncate"),
@@ -313,12 +243,14 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
         "memory" => Sink::Memory {
             name: take_str(&mut v, "name"),
         },
+        "files" => Sink::Files {
+            path: take_str(&mut v, "path").unwrap_or_default(),
+            format: take_format(&mut v).unwrap_or(FileFormat::Parquet),
+            partition_by: take_columns(&mut v, "partition_by"),
+        },
         "kafka" => {
-            let json = take_str(&mut v, "format").is_some();
-            let key = match v.remove("key") {
-                Some(Val::Columns(c)) => c,
-                _ => vec![],
-            };
+            let json = take_str(&mut v, "format").as_deref() == Some("json");
+            let key = take_columns(&mut v, "key");
             if !json && !key.is_empty() {
                 errs.spanned_help(
                     &ident,
@@ -326,12 +258,14 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
                     "add `format = json`, or give the result a `key` column (string or binary), as Spark's Kafka sink takes",
                 );
             }
+            let delivery = take_str(&mut v, "delivery");
             Sink::Kafka {
                 bootstrap_servers: take_setting(&mut v, "bootstrap_servers"),
                 topic: take_str(&mut v, "topic").unwrap_or_default(),
                 json,
                 key,
-                at_least_once: take_str(&mut v, "delivery").as_deref() == Some("at_least_once"),
+                at_least_once: delivery
+                    .is_some_and(|d| connectors::at_least_once("delivery", &d).unwrap_or(false)),
             }
         }
         "postgres" => Sink::Postgres {
@@ -346,16 +280,33 @@ pub fn parse_sink(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Option<
             key: take_columns(&mut v, "key"),
             key_fields: take_bool(&mut v, "key_fields"),
         },
-        _ => Sink::Files {
-            path: take_str(&mut v, "path").unwrap_or_default(),
-            format: take_format(&mut v).unwrap_or(FileFormat::Parquet),
-            partition_by: match v.remove("partition_by") {
-                Some(Val::Columns(c)) => c,
-                _ => vec![],
-            },
-        },
+        _ => by_name(spec, v),
     };
     Ok(Some(SinkDecl { ident, kind }))
+}
+
+/// A sink built at run time from the table's options (Spark's names, the
+/// values as text), in the table's order.
+fn by_name(spec: &'static SinkSpec, mut v: BTreeMap<&'static str, Val>) -> Sink {
+    let options = spec
+        .options
+        .iter()
+        .filter_map(|o| {
+            let text = match v.remove(o.macro_name?)? {
+                Val::Setting(s) => return Some((o, s)),
+                Val::Str(s) => s,
+                Val::Int(i) => i.to_string(),
+                Val::Bool(b) => b.to_string(),
+                Val::Columns(c) => c
+                    .iter()
+                    .map(|i| i.unraw().to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            };
+            Some((o, Setting::Lit(text)))
+        })
+        .collect();
+    Sink::ByName { spec, options }
 }
 
 /// Checks a storage location literal by the engine's own rule, reporting a
@@ -473,10 +424,10 @@ fn read_options(
             Kind::Choice(c) => format!("{} = {}", s.name, c.join("|")),
             _ => format!("{} = 9999", s.name),
         };
-        // The table's message for a source (the sinks' reads the same).
+        // The table's message.
         let message = match what {
             "source" => connectors::missing(&connector.to_string(), s.name).message,
-            _ => format!("the {connector} {what} needs the option `{}`", s.name),
+            _ => connectors::missing_in_sink(&connector.to_string(), s.name).message,
         };
         errs.spanned_help(connector, message, format!("add `{example}`"));
     }
@@ -874,7 +825,7 @@ mod tests {
         assert!(matches!(s.kind, Sink::ForeachBatch(_)));
         assert!(parse_sink(quote!(console(truncate = false) extra), &mut errs).is_err());
         parse_sink(quote!(consol), &mut errs).unwrap();
-        assert_eq!(errs.diagnostics()[0].message, "unknown sink `consol`\nhelp: did you mean `console`? (sinks: console, memory, files, foreach_batch, foreach, kafka, postgres, redis)");
+        assert_eq!(errs.diagnostics()[0].message, "unknown sink `consol`\nhelp: did you mean `console`? (sinks: console, memory, files, foreach_batch, foreach, kafka, postgres, redis, noop)");
         let mut errs = Errors::new();
         let s = parse_sink(
             quote!(kafka(bootstrap_servers = "localhost:9092", topic = "out")),
@@ -903,5 +854,94 @@ mod tests {
         assert!(errs.diagnostics()[0]
             .message
             .starts_with("foreach needs a writer\nhelp: write `foreach(MyWriter { .. })`"));
+    }
+
+    fn sink(t: TokenStream) -> (Option<Sink>, Vec<String>) {
+        let mut errs = Errors::new();
+        let s = parse_sink(t, &mut errs).unwrap().map(|s| s.kind);
+        let e = errs
+            .diagnostics()
+            .iter()
+            .map(|d| format!("{}: {}", d.at, d.message))
+            .collect();
+        (s, e)
+    }
+
+    /// A sink of the table without a typed form is read by name: the
+    /// table's options under the macro's names, kept by Spark's names.
+    #[test]
+    fn a_table_sink_without_a_form_of_its_own_is_read_by_name() {
+        let (s, e) = sink(quote!(noop));
+        assert!(e.is_empty(), "{e:?}");
+        let Some(Sink::ByName { spec, options }) = s else {
+            panic!("noop is read by name");
+        };
+        assert_eq!((spec.name, options.len()), ("noop", 0));
+        let (_, e) = sink(quote!(noop(num_rows = 5)));
+        assert_eq!(
+            e,
+            ["num_rows: unknown option `num_rows` for the noop sink\nhelp: the noop sink takes no options"]
+        );
+        let (_, e) = sink(quote!(nop));
+        assert!(
+            e[0].starts_with("nop: unknown sink `nop`\nhelp: did you mean `noop`?"),
+            "{e:?}"
+        );
+        // Every sink of the table is a sink here.
+        for s in connectors::SINKS {
+            let name = syn::Ident::new(s.name, proc_macro2::Span::call_site());
+            let mut errs = Errors::new();
+            let _ = parse_sink(quote!(#name), &mut errs);
+            assert!(
+                errs.diagnostics()
+                    .iter()
+                    .all(|d| !d.message.starts_with("unknown sink")),
+                "{}",
+                s.name
+            );
+        }
+    }
+
+    /// The macro refuses a sink's option values with the connector table's
+    /// messages (the engine's sinks check theirs with the same rules).
+    #[test]
+    fn sink_options_are_checked_by_the_connector_table() {
+        let (_, e) = sink(quote!(console(num_rows = 0)));
+        let rule = connectors::parse_count("num_rows", "0", i32::MAX as u64).unwrap_err();
+        assert_eq!(e, [format!("0: {}", rule.message)]);
+        let (_, e) = sink(quote!(kafka(
+            bootstrap_servers = "b:9092",
+            topic = "",
+            delivery = at_most_once
+        )));
+        assert_eq!(
+            e,
+            [
+                "\"\": `topic` must not be empty",
+                "at_most_once: `delivery`: unknown delivery guarantee `at_most_once`\nhelp: use exactly_once (transactions, the default) or at_least_once",
+            ]
+        );
+        let (s, e) = sink(quote!(kafka(
+            bootstrap_servers = "b:9092",
+            topic = "t",
+            delivery = at_least_once,
+            format = JSON
+        )));
+        assert!(e.is_empty(), "{e:?}");
+        assert!(matches!(
+            s,
+            Some(Sink::Kafka {
+                at_least_once: true,
+                json: true,
+                ..
+            })
+        ));
+        let (_, e) = sink(quote!(redis(url = "redis://h", key_prefix = "")));
+        assert_eq!(e, ["\"\": `key_prefix` must not be empty"]);
+        let (_, e) = sink(quote!(postgres(url = "postgresql://h/db")));
+        assert_eq!(
+            e,
+            ["postgres: the postgres sink needs the option `table`\nhelp: add `table = \"...\"`"]
+        );
     }
 }

@@ -7,6 +7,7 @@
 use crate::ast::{join_type_name, QueryDecl, Setting, Sink, Source, TriggerDecl};
 use crate::lower::Lowered;
 use crate::types::{rust_type_name, Col};
+use weir_plan::connectors::ValueKind;
 
 /// The description of the query.
 pub fn explain(q: &QueryDecl, l: &Lowered, output: &[Col]) -> String {
@@ -265,8 +266,30 @@ fn sink_text(s: &Sink, query_name: &str) -> String {
                 }
             ));
         }
+        Sink::ByName { options, .. } => {
+            for (spec, value) in options {
+                let name = spec.macro_name.unwrap_or(spec.name);
+                o.push(format!("{name} = {}", option_text(spec.kind, value)));
+            }
+        }
     }
     call(s.name(), o)
+}
+
+/// An option's value as `stream_query!` writes it: strings quoted (a
+/// connection setting's password hidden), columns as a list, the rest bare.
+fn option_text(kind: ValueKind, value: &Setting) -> String {
+    let Setting::Lit(v) = value else {
+        return value.to_string();
+    };
+    match kind {
+        ValueKind::Setting => redacted(value),
+        ValueKind::Text | ValueKind::Location | ValueKind::Duration | ValueKind::Checked(_) => {
+            format!("\"{v}\"")
+        }
+        ValueKind::Columns => format!("[{}]", v.replace(',', ", ")),
+        _ => v.clone(),
+    }
 }
 
 /// A connection setting with any password in it hidden (`EXPLAIN` is
@@ -290,4 +313,38 @@ fn redacted(s: &Setting) -> String {
         })
         .collect();
     format!("\"{}\"", words.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sink_read_by_name_prints_its_options_as_written() {
+        let noop = weir_plan::connectors::sink("noop").unwrap();
+        let s = Sink::ByName {
+            spec: noop,
+            options: vec![],
+        };
+        assert_eq!(sink_text(&s, "q"), "noop");
+        let redis = weir_plan::connectors::sink("redis").unwrap();
+        let opt = |n: &str| redis.option(n).unwrap();
+        let s = Sink::ByName {
+            spec: redis,
+            options: vec![
+                (opt("url"), Setting::Lit("redis://:pw@h:6379".into())),
+                (opt("keyPrefix"), Setting::Lit("views".into())),
+                (opt("keyColumns"), Setting::Lit("page,day".into())),
+                (opt("keyFields"), Setting::Lit("true".into())),
+            ],
+        };
+        assert_eq!(
+            sink_text(&s, "q"),
+            "redis(url = \"redis://:***@h:6379\", key_prefix = \"views\", key = [page, day], key_fields = true)"
+        );
+        assert_eq!(
+            option_text(ValueKind::Setting, &Setting::Env("URL".into())),
+            "env(\"URL\")"
+        );
+    }
 }

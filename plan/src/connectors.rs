@@ -1,7 +1,7 @@
-//! The connector table: each source's options under Spark's names (and the
-//! name `stream_query!` gives them, when it offers them), which are
-//! required, their defaults, how their values are checked, which options
-//! exclude each other, and the sources' fixed schemas.
+//! The connector table: each source's and sink's options under Spark's
+//! names (and the name `stream_query!` gives them, when it offers them),
+//! which are required, their defaults, how their values are checked, which
+//! options exclude each other, and the sources' fixed schemas.
 //!
 //! One rule lives in one place: the macro checks a declared source's
 //! options with these functions at compile time, and the engine's sources
@@ -13,6 +13,9 @@
 //!
 //! Adding a source: one [`SourceSpec`] in [`SOURCES`] (its options, rules
 //! and fixed schema), the engine's source file, and its registration.
+//! Adding a sink: one [`SinkSpec`] in [`SINKS`], the engine's sink file and
+//! its line in the engine's `sink/by_name.rs`; `stream_query!` then takes
+//! `sink: name(option = value, ...)` with no change of its own.
 //!
 //! ```
 //! use weir_plan::connectors::{self, source};
@@ -24,6 +27,7 @@
 
 mod json;
 
+use crate::plan::SinkKind;
 use crate::types::{DataType, Field};
 
 /// A refused option value: the message (naming the option as the user
@@ -89,6 +93,9 @@ pub enum ValueKind {
     },
     /// One of these names ([`choice`]).
     Choice(&'static [&'static str]),
+    /// Column names, comma-separated ([`columns`]); the macro writes
+    /// `[a, b]`.
+    Columns,
     /// A string this rule accepts.
     Checked(Rule),
     /// An option Spark has and weir refuses: the reason and what to do.
@@ -214,9 +221,7 @@ pub struct SourceSpec {
 impl SourceSpec {
     /// The option named `name` by Spark (case-insensitive).
     pub fn option(&self, name: &str) -> Option<&'static OptionSpec> {
-        self.options
-            .iter()
-            .find(|o| o.name.eq_ignore_ascii_case(name))
+        find_option(self.options, name)
     }
 
     /// The option `stream_query!` names `name`.
@@ -231,28 +236,13 @@ impl SourceSpec {
         name: &str,
         value: &str,
     ) -> Result<Option<&'static OptionSpec>, OptionError> {
-        if let Some(prefix) = self.passthrough {
-            let lower = name.to_ascii_lowercase();
-            if lower.starts_with(prefix) && self.option(name).is_none() {
-                return Ok(None);
-            }
-        }
-        let Some(spec) = self.option(name) else {
-            let known: Vec<&str> = self
-                .options
-                .iter()
-                .filter(|o| !matches!(o.kind, ValueKind::Unsupported(_)))
-                .map(|o| o.name)
-                .chain(self.passthrough.map(|_| "kafka.*"))
-                .collect();
-            return Err(OptionError::new(
-                name,
-                format!("unknown option `{name}` for the {} source", self.name),
-                format!("options of {}: {}", self.name, known.join(", ")),
-            ));
-        };
-        check_value(spec.kind, name, value)?;
-        Ok(Some(spec))
+        check_option(
+            ("source", self.name),
+            self.options,
+            self.passthrough,
+            name,
+            value,
+        )
     }
 
     /// Spark's rule for [`SourceSpec::exactly_one`]: `set` holds, for each
@@ -261,6 +251,48 @@ impl SourceSpec {
     pub fn check_exactly_one(&self, names: &[&str], set: &[bool]) -> Result<(), OptionError> {
         exactly_one(self.name, names, set)
     }
+}
+
+fn find_option(options: &'static [OptionSpec], name: &str) -> Option<&'static OptionSpec> {
+    options.iter().find(|o| o.name.eq_ignore_ascii_case(name))
+}
+
+/// One option of a connector (`what`: `source` or `sink`, and its name)
+/// set by Spark's name: unknown, or refused by its rule, is an error.
+/// `Ok(None)`: an option of the passthrough prefix.
+fn check_option(
+    (what, connector): (&str, &str),
+    options: &'static [OptionSpec],
+    passthrough: Option<&'static str>,
+    name: &str,
+    value: &str,
+) -> Result<Option<&'static OptionSpec>, OptionError> {
+    if let Some(prefix) = passthrough {
+        let lower = name.to_ascii_lowercase();
+        if lower.starts_with(prefix) && find_option(options, name).is_none() {
+            return Ok(None);
+        }
+    }
+    let Some(spec) = find_option(options, name) else {
+        let known: Vec<String> = options
+            .iter()
+            .filter(|o| !matches!(o.kind, ValueKind::Unsupported(_)))
+            .map(|o| o.name.to_string())
+            .chain(passthrough.map(|p| format!("{p}*")))
+            .collect();
+        let help = if known.is_empty() {
+            format!("the {connector} {what} takes no options")
+        } else {
+            format!("options of {connector}: {}", known.join(", "))
+        };
+        return Err(OptionError::new(
+            name,
+            format!("unknown option `{name}` for the {connector} {what}"),
+            help,
+        ));
+    };
+    check_value(spec.kind, name, value)?;
+    Ok(Some(spec))
 }
 
 /// Checks a text value by its option's kind (the builder's path: every
@@ -274,6 +306,7 @@ pub fn check_value(kind: ValueKind, name: &str, value: &str) -> Result<(), Optio
         ValueKind::Count { max } => parse_count(name, value, max).map(|_| ()),
         ValueKind::Whole { max } => parse_whole(name, value, max).map(|_| ()),
         ValueKind::Choice(choices) => choice(name, value, choices),
+        ValueKind::Columns => columns(name, value).map(|_| ()),
         ValueKind::Checked(rule) => rule(name, value),
         ValueKind::Unsupported(why) => Err(unsupported(name, why)),
     }
@@ -404,19 +437,218 @@ const KAFKA: &[OptionSpec] = &[
     opt("format", Some("format"), ValueKind::Choice(&["json", "csv"]), None, "weir: decode `value` into the declared schema"),
 ];
 
+// ---- The sinks -----------------------------------------------------------
+
+/// One sink kind.
+#[derive(Debug)]
+pub struct SinkSpec {
+    /// weir's name (`stream_query!`'s `sink:`).
+    pub name: &'static str,
+    /// Spark's `writeStream.format(...)` names it stands for.
+    pub spark_formats: &'static [&'static str],
+    /// The kind the plan's rules see (the Kafka sink's is
+    /// [`SinkKind::KafkaJson`] with `valueFormat` json).
+    pub kind: SinkKind,
+    /// Its options.
+    pub options: &'static [OptionSpec],
+    /// A prefix whose options go to the client as they are (`kafka.`).
+    pub passthrough: Option<&'static str>,
+    /// `Some(how)`: the sink is code the user hands in (`foreach`,
+    /// `foreachBatch`), not options; `how` says how to write it.
+    pub code: Option<&'static str>,
+    /// Options (Spark's names) `stream_query!` needs beyond the required
+    /// ones: the macro's Kafka sink writes every row to one `topic`.
+    pub macro_required: &'static [&'static str],
+}
+
+impl SinkSpec {
+    /// The option named `name` by Spark (case-insensitive).
+    pub fn option(&self, name: &str) -> Option<&'static OptionSpec> {
+        find_option(self.options, name)
+    }
+
+    /// The option `stream_query!` names `name`.
+    pub fn macro_option(&self, name: &str) -> Option<&'static OptionSpec> {
+        self.options.iter().find(|o| o.macro_name == Some(name))
+    }
+
+    /// Checks one option set by Spark's name, as [`SourceSpec::check`]
+    /// does.
+    pub fn check(
+        &self,
+        name: &str,
+        value: &str,
+    ) -> Result<Option<&'static OptionSpec>, OptionError> {
+        check_option(
+            ("sink", self.name),
+            self.options,
+            self.passthrough,
+            name,
+            value,
+        )
+    }
+
+    /// Whether `stream_query!` needs the option (required, or one of
+    /// [`SinkSpec::macro_required`]).
+    pub fn macro_needs(&self, option: &OptionSpec) -> bool {
+        option.required || self.macro_required.contains(&option.name)
+    }
+}
+
+/// The sinks, in the order `stream_query!` lists them.
+pub const SINKS: &[SinkSpec] = &[
+    spec("console", &["console"], SinkKind::Console, CONSOLE),
+    spec("memory", &["memory"], SinkKind::Memory, MEMORY),
+    spec("files", &["parquet", "json", "csv"], SinkKind::File, FILE_SINK),
+    SinkSpec {
+        code: Some("write `foreach_batch(|batch_id, batches| { ...; Ok(()) })` or `foreach_batch(path::to::handler)`"),
+        ..spec("foreach_batch", &["foreachBatch"], SinkKind::ForeachBatch, &[])
+    },
+    SinkSpec {
+        code: Some("write `foreach(MyWriter { .. })` with a `weir::sink::ForeachWriter` of the result rows, or `foreach(weir::sink::row_fn(|row: QueryRow| { ...; Ok(()) }))`"),
+        ..spec("foreach", &["foreach"], SinkKind::Other, &[])
+    },
+    SinkSpec {
+        passthrough: Some("kafka."),
+        macro_required: &["topic"],
+        ..spec("kafka", &["kafka"], SinkKind::Kafka, KAFKA_SINK)
+    },
+    spec("postgres", &["postgres"], SinkKind::Other, POSTGRES),
+    spec("redis", &["redis"], SinkKind::Other, REDIS),
+    spec("noop", &["noop"], SinkKind::Other, &[]),
+];
+
+const fn spec(
+    name: &'static str,
+    spark_formats: &'static [&'static str],
+    kind: SinkKind,
+    options: &'static [OptionSpec],
+) -> SinkSpec {
+    SinkSpec {
+        name,
+        spark_formats,
+        kind,
+        options,
+        passthrough: None,
+        code: None,
+        macro_required: &[],
+    }
+}
+
+/// The sink named `name`: weir's name or one of Spark's formats.
+pub fn sink(name: &str) -> Option<&'static SinkSpec> {
+    SINKS
+        .iter()
+        .find(|s| s.name == name || s.spark_formats.contains(&name))
+}
+
+const I32_MAX: u64 = i32::MAX as u64;
+
+#[rustfmt::skip]
+const CONSOLE: &[OptionSpec] = &[
+    opt("numRows", Some("num_rows"), ValueKind::Count { max: I32_MAX }, Some("20"), "rows shown per batch"),
+    opt("truncate", Some("truncate"), ValueKind::Bool, Some("true"), "cut cells at 20 characters"),
+];
+
+#[rustfmt::skip]
+const MEMORY: &[OptionSpec] = &[
+    opt("queryName", Some("name"), ValueKind::Text, None, "the table's name (default: the query's name)"),
+];
+
+#[rustfmt::skip]
+const FILE_SINK: &[OptionSpec] = &[
+    req("path", Some("path"), ValueKind::Location, "the directory: a local path, file:///... or s3://bucket/prefix"),
+    opt("format", Some("format"), ValueKind::Choice(FILE_FORMATS), Some("parquet"), "the files' format (Spark's format(...))"),
+    opt("partitionBy", Some("partition_by"), ValueKind::Columns, None, "partition directories by these columns"),
+];
+
+#[rustfmt::skip]
+const KAFKA_SINK: &[OptionSpec] = &[
+    req("kafka.bootstrap.servers", Some("bootstrap_servers"), ValueKind::Setting, "host:port,..."),
+    opt("topic", Some("topic"), ValueKind::Text, None, "every row goes to this topic (else each row's `topic` column)"),
+    opt("valueFormat", Some("format"), ValueKind::Choice(&["column", "json"]), Some("column"), "weir: json writes each row as a JSON value"),
+    opt("keyColumns", Some("key"), ValueKind::Columns, None, "weir: the record key from these columns (with json values)"),
+    opt("deliveryGuarantee", Some("delivery"), ValueKind::Checked(check_delivery), Some("exactly_once"), "weir: exactly_once (transactions) or at_least_once"),
+    opt("transactionalId", None, ValueKind::Text, None, "weir: the producer's transactional.id (default weir-<query id>)"),
+    opt("markerTopic", None, ValueKind::Text, None, "weir: the topic carrying the batch marker"),
+    opt("deliveryTimeoutMs", None, ValueKind::Count { max: i64::MAX as u64 }, Some("120000"), "weir: the bound on a batch's delivery, ms"),
+];
+
+#[rustfmt::skip]
+const POSTGRES: &[OptionSpec] = &[
+    req("url", Some("url"), ValueKind::Setting, "postgresql://user@host:port/db or host=... dbname=..."),
+    req("table", Some("table"), ValueKind::Text, "the table: name or schema.name"),
+    opt("keyColumns", Some("key"), ValueKind::Columns, None, "the columns that identify a row (upsert keys)"),
+    opt("createTable", Some("create_table"), ValueKind::Bool, Some("false"), "create a missing table"),
+    opt("connectTimeout", None, ValueKind::Duration, Some("10 seconds"), "how long connecting may take"),
+    opt("statementTimeout", None, ValueKind::Duration, Some("60 seconds"), "how long one statement may run"),
+    opt("lockTimeout", None, ValueKind::Duration, Some("10 seconds"), "how long a statement may wait for a lock"),
+];
+
+#[rustfmt::skip]
+const REDIS: &[OptionSpec] = &[
+    req("url", Some("url"), ValueKind::Setting, "redis://[:password@]host:port[/db]"),
+    opt("keyPrefix", Some("key_prefix"), ValueKind::Text, None, "the prefix of every key (default: the query's name)"),
+    opt("keyColumns", Some("key"), ValueKind::Columns, None, "the columns that make each row's key"),
+    opt("keyFields", Some("key_fields"), ValueKind::Bool, Some("false"), "also write the key columns as hash fields"),
+    opt("timeout", None, ValueKind::Duration, Some("30 seconds"), "how long connecting and each request may take"),
+    opt("chunkRows", None, ValueKind::Count { max: U32_MAX }, Some("1000"), "rows per staging request"),
+];
+
 // ---- The rules -----------------------------------------------------------
 
 fn unsupported(name: &str, why: &str) -> OptionError {
     OptionError::new(name, format!("weir does not support `{name}`"), why)
 }
 
-/// A required option that is not set.
+/// A required option of a source that is not set.
 pub fn missing(source: &str, name: &str) -> OptionError {
+    needs("source", source, name)
+}
+
+/// A required option of a sink that is not set.
+pub fn missing_in_sink(sink: &str, name: &str) -> OptionError {
+    needs("sink", sink, name)
+}
+
+fn needs(what: &str, connector: &str, name: &str) -> OptionError {
     OptionError::new(
         name,
-        format!("the {source} source needs the option `{name}`"),
+        format!("the {connector} {what} needs the option `{name}`"),
         "",
     )
+}
+
+/// Column names, comma-separated (Spark's `partitionBy` list, a sink's
+/// key columns): at least one, none empty.
+pub fn columns(name: &str, value: &str) -> Result<Vec<String>, OptionError> {
+    let list: Vec<String> = value.split(',').map(|c| c.trim().to_string()).collect();
+    if list.iter().any(String::is_empty) {
+        return Err(OptionError::new(
+            name,
+            format!("`{name}` = \"{value}\" has an empty column name"),
+            "name the columns, comma-separated, e.g. page,day",
+        ));
+    }
+    Ok(list)
+}
+
+/// A sink's delivery guarantee: `exactly_once` or `at_least_once` (also
+/// with `-`, in any case); true for at least once.
+pub fn at_least_once(name: &str, value: &str) -> Result<bool, OptionError> {
+    match value.trim().replace('-', "_").to_ascii_lowercase().as_str() {
+        "exactly_once" => Ok(false),
+        "at_least_once" => Ok(true),
+        _ => Err(OptionError::new(
+            name,
+            format!("`{name}`: unknown delivery guarantee `{value}`"),
+            "use exactly_once (transactions, the default) or at_least_once",
+        )),
+    }
+}
+
+fn check_delivery(name: &str, value: &str) -> Result<(), OptionError> {
+    at_least_once(name, value).map(|_| ())
 }
 
 /// A non-empty string.
@@ -862,6 +1094,90 @@ mod tests {
             "`endingOffsets` is for batch queries; a stream has no end (use the available-now trigger to stop at the data present at start)"
         );
         assert!(source("memory").unwrap().check("name", "x").is_err());
+    }
+
+    #[test]
+    fn every_sink_and_option_is_found_by_its_names() {
+        for s in SINKS {
+            assert_eq!(sink(s.name).map(|f| f.name), Some(s.name));
+            for f in s.spark_formats {
+                assert_eq!(sink(f).map(|f| f.name), Some(s.name));
+            }
+            for o in s.options {
+                assert_eq!(
+                    s.option(&o.name.to_ascii_lowercase()).map(|f| f.name),
+                    Some(o.name)
+                );
+                if let Some(m) = o.macro_name {
+                    assert_eq!(s.macro_option(m).map(|f| f.name), Some(o.name));
+                }
+                if let Some(d) = o.default {
+                    assert!(check_value(o.kind, o.name, d).is_ok(), "{}: {d}", o.name);
+                }
+            }
+            for r in s.macro_required {
+                assert!(s.option(r).is_some(), "{}: {r}", s.name);
+            }
+        }
+        assert_eq!(sink("csv").unwrap().name, "files");
+        assert_eq!(sink("foreachBatch").unwrap().name, "foreach_batch");
+        assert_eq!(sink("noop").unwrap().kind, SinkKind::Other);
+        assert!(sink("noop").unwrap().options.is_empty());
+        assert!(sink("nop").is_none());
+    }
+
+    #[test]
+    fn sink_options_are_checked_by_their_rules() {
+        let console = sink("console").unwrap();
+        assert_eq!(
+            msg(console.check("numRows", "0")),
+            "`numRows` takes a whole number from 1 to 2147483647"
+        );
+        assert_eq!(
+            console.check("NUMROWS", "5").unwrap().unwrap().name,
+            "numRows"
+        );
+        assert_eq!(
+            msg(console.check("truncate", "no")),
+            "`truncate` takes true or false"
+        );
+        let e = console.check("numRow", "5").unwrap_err();
+        assert_eq!(e.message, "unknown option `numRow` for the console sink");
+        assert_eq!(e.help, "options of console: numRows, truncate");
+        let e = sink("noop").unwrap().check("numRows", "5").unwrap_err();
+        assert_eq!(e.message, "unknown option `numRows` for the noop sink");
+        assert_eq!(e.help, "the noop sink takes no options");
+        let kafka = sink("kafka").unwrap();
+        assert!(kafka.check("kafka.acks", "all").unwrap().is_none());
+        assert_eq!(msg(kafka.check("topic", "")), "`topic` must not be empty");
+        assert_eq!(
+            msg(kafka.check("valueFormat", "avro")),
+            "unknown valueFormat `avro` (valueFormats: column, json)"
+        );
+        assert!(kafka.macro_needs(kafka.option("topic").unwrap()));
+        assert!(!sink("postgres")
+            .unwrap()
+            .macro_needs(sink("postgres").unwrap().option("keyColumns").unwrap()));
+        assert_eq!(
+            msg(sink("files").unwrap().check("partitionBy", "day,,page")),
+            "`partitionBy` = \"day,,page\" has an empty column name (name the columns, comma-separated, e.g. page,day)"
+        );
+        assert_eq!(
+            missing_in_sink("kafka", "topic").to_string(),
+            "the kafka sink needs the option `topic`"
+        );
+    }
+
+    #[test]
+    fn columns_and_delivery() {
+        assert_eq!(columns("c", " page, day ").unwrap(), ["page", "day"]);
+        assert!(columns("c", "").is_err());
+        assert!(!at_least_once("d", "EXACTLY-ONCE").unwrap());
+        assert!(at_least_once("d", "at_least_once").unwrap());
+        assert_eq!(
+            msg(at_least_once("delivery", "at_most_once")),
+            "`delivery`: unknown delivery guarantee `at_most_once` (use exactly_once (transactions, the default) or at_least_once)"
+        );
     }
 
     #[test]

@@ -306,3 +306,185 @@ fn late_rows_go_to_a_side_output_instead_of_vanishing() {
         vec![json!({"ts": "2024-01-01T12:05:00Z", "key": "late", "value": 2})]
     );
 }
+
+weir::stream_query! {
+    /// Spark's `noop` sink: each batch computed and dropped (a benchmark's
+    /// query without the output's cost), built by the connector table's
+    /// name (`weir::sink::from_options("noop", ..)`).
+    query NoopBench {
+        source: rate_micro_batch(rows_per_batch = 100),
+        select: { value, odd: value % 2 == 1 },
+        sink: noop,
+        checkpoint: "target/weir-it/noop_bench",
+    }
+}
+
+/// Spark's `noop` sink, declared (`sink: noop`) and by format name: every
+/// batch is computed and consumed (progress counts its rows), nothing is
+/// written, in every output mode.
+#[test]
+fn the_noop_sink_consumes_every_batch_and_writes_nothing() {
+    let session = weir::Session::new();
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    // Two runs of one batch each on one checkpoint: batches 0 and 1.
+    for batch in 0..2 {
+        let q = NoopBench::writer(&session)
+            .unwrap()
+            .trigger(weir::Trigger::AvailableNow)
+            .checkpoint_location(chk.to_str().unwrap())
+            .start()
+            .unwrap();
+        assert!(q
+            .await_termination(Some(std::time::Duration::from_secs(30)))
+            .unwrap());
+        let p = q.last_progress().unwrap();
+        assert_eq!((p.batch_id, p.num_input_rows), (batch, 100));
+        assert_eq!(
+            p.sink.description,
+            "org.apache.spark.sql.execution.datasources.noop.NoopTable$"
+        );
+    }
+    // Nothing but the checkpoint's own files; no table, no sink files.
+    assert!(session.memory_table("noop_bench").is_none());
+    let mut top: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    top.sort();
+    assert_eq!(top, ["chk"]);
+    assert!(!chk.join("sinks").exists());
+
+    // By Spark's format name, in complete mode (Spark's noop takes any).
+    let stream = MemoryStream::new(&fields());
+    let q = session
+        .read_stream(stream.clone())
+        .group_by(vec![col("key")])
+        .agg(vec![count_star("count")])
+        .write_stream()
+        .output_mode(OutputMode::Complete)
+        .sink(weir::sink::from_options("noop", Vec::<(&str, &str)>::new()).unwrap())
+        .checkpoint_location(dir.path().join("chk2").to_str().unwrap())
+        .start()
+        .unwrap();
+    push_inputs(&stream, &q);
+    let rows: i64 = q.recent_progress().iter().map(|p| p.num_input_rows).sum();
+    q.stop().unwrap();
+    assert_eq!(rows, 4);
+}
+
+/// One rule, one message: each sink option value of the trybuild case
+/// `ui-tests/compile-fail/connector_sink_options.rs` is refused by
+/// `stream_query!` (its .stderr), by `weir::sink::from_options` and by the
+/// sink's typed builder at start, with the connector table rule's message.
+#[test]
+fn the_macro_and_the_engine_refuse_the_same_sink_options_with_the_same_message() {
+    use weir::plan::connectors;
+    let stderr = include_str!("../../ui-tests/compile-fail/connector_sink_options.stderr");
+    // (the sink, the macro's name, Spark's name, the value, other options
+    // from_options needs): the cases of the trybuild file.
+    type Case<'a> = (&'a str, &'a str, &'a str, &'a str, &'a [(&'a str, &'a str)]);
+    let cases: &[Case] = &[
+        ("console", "num_rows", "numRows", "0", &[]),
+        (
+            "kafka",
+            "topic",
+            "topic",
+            "",
+            &[("kafka.bootstrap.servers", "127.0.0.1:1")],
+        ),
+        (
+            "kafka",
+            "delivery",
+            "deliveryGuarantee",
+            "at_most_once",
+            &[("kafka.bootstrap.servers", "127.0.0.1:1")],
+        ),
+        (
+            "redis",
+            "key_prefix",
+            "keyPrefix",
+            "",
+            &[("url", "redis://127.0.0.1:1")],
+        ),
+    ];
+    for (sink, macro_name, spark_name, value, others) in cases {
+        let spec = connectors::sink(sink).unwrap();
+        let kind = spec.option(spark_name).unwrap().kind;
+        let at_compile_time = connectors::check_value(kind, macro_name, value).unwrap_err();
+        assert!(
+            stderr.contains(&format!("error: {}\n", at_compile_time.message)),
+            "the macro's message for {macro_name} = {value:?} is not the table's: {}",
+            at_compile_time.message
+        );
+        let at_start = connectors::check_value(kind, spark_name, value)
+            .unwrap_err()
+            .to_string();
+        let built = cfg!(feature = "kafka") || *sink != "kafka";
+        let built = built && (cfg!(feature = "redis") || *sink != "redis");
+        if built {
+            let mut options = others.to_vec();
+            options.push((spark_name, value));
+            let e = weir::sink::from_options(sink, options).err().unwrap();
+            assert!(
+                e.to_string().contains(&at_start),
+                "{sink} {spark_name}={value:?}: from_options says {e}, the table {at_start}"
+            );
+        }
+    }
+    assert!(stderr.contains("error: unknown option `num_rows` for the noop sink\n       help: the noop sink takes no options"));
+    // The typed builders go through the same rules when the query starts.
+    let start = |sink: weir::sink::BoxSink| -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let stream = MemoryStream::new(&fields());
+        let r = session()
+            .read_stream(stream)
+            .write_stream()
+            .sink(sink)
+            .checkpoint_location(dir.path().to_str().unwrap())
+            .start();
+        match r {
+            Err(e) => e.to_string(),
+            Ok(q) => {
+                let _ = q.await_termination(Some(std::time::Duration::from_millis(500)));
+                let e = q.exception().map(|e| e.to_string()).unwrap_or_default();
+                let _ = q.stop();
+                e
+            }
+        }
+    };
+    let rule = |sink: &str, option: &str, value: &str| {
+        connectors::sink(sink)
+            .unwrap()
+            .check(option, value)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = start(Box::new(ConsoleSink::new().num_rows(0)));
+    assert!(e.contains(&rule("console", "numRows", "0")), "{e}");
+    #[cfg(feature = "kafka")]
+    {
+        let e = start(Box::new(
+            weir::sink::KafkaSink::new("127.0.0.1:1")
+                .json_values()
+                .topic(""),
+        ));
+        assert!(e.contains(&rule("kafka", "topic", "")), "{e}");
+        let e = start(Box::new(
+            weir::sink::KafkaSink::new("127.0.0.1:1")
+                .json_values()
+                .option("deliveryGuarantee", "at_most_once"),
+        ));
+        assert!(
+            e.contains(&rule("kafka", "deliveryGuarantee", "at_most_once")),
+            "{e}"
+        );
+    }
+    #[cfg(feature = "redis")]
+    {
+        let e = start(Box::new(
+            weir::sink::RedisSink::new("redis://127.0.0.1:1").key_prefix(""),
+        ));
+        assert!(e.contains(&rule("redis", "keyPrefix", "")), "{e}");
+    }
+}

@@ -221,6 +221,7 @@ impl Sink for ConsoleSink {
     }
 
     fn open(&mut self, ctx: &super::SinkContext) -> Result<()> {
+        super::by_name::check("console", "numRows", &self.num_rows.to_string())?;
         self.schema = Some(ctx.schema.clone());
         Ok(())
     }
@@ -264,6 +265,20 @@ impl ConsoleSink {
     }
 }
 
+/// `format("console")`: `numRows`, `truncate`.
+pub(super) fn from_options(
+    o: &super::SinkOptions,
+) -> std::result::Result<super::BoxSink, weir_plan::connectors::OptionError> {
+    let mut s = ConsoleSink::new();
+    if let Some(n) = o.number("numRows")? {
+        s = s.num_rows(usize::try_from(n).unwrap_or(usize::MAX));
+    }
+    if let Some(yes) = o.flag("truncate")? {
+        s = s.truncate(yes);
+    }
+    Ok(Box::new(s))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +289,18 @@ mod tests {
         assert_eq!(java_double(1.0833333333333333), "1.0833333333333333");
         assert_eq!(java_double(-2.25), "-2.25");
         assert_eq!(java_double(1e7), "1.0E7");
+    }
+
+    #[test]
+    fn num_rows_is_checked_by_the_connector_table_at_start() {
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::empty());
+        let ctx = super::super::SinkContext::for_tests(None, weir_plan::OutputMode::Append, schema);
+        let e = ConsoleSink::new().num_rows(0).open(&ctx).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`numRows` takes a whole number from 1 to 2147483647"),
+            "{e}"
+        );
+        assert!(ConsoleSink::new().num_rows(1).open(&ctx).is_ok());
     }
 }

@@ -449,6 +449,21 @@ fn remove_in_progress(dir: &Path) -> Result<usize> {
     )
 }
 
+/// `format("parquet" | "json" | "csv")` (or `files` with `format`):
+/// `path`, `partitionBy`.
+pub(super) fn from_options(
+    o: &super::SinkOptions,
+) -> std::result::Result<super::BoxSink, weir_plan::connectors::OptionError> {
+    let format = match o.get("format").map(str::to_ascii_lowercase).as_deref() {
+        Some("json") => FileFormat::Json,
+        Some("csv") => FileFormat::Csv,
+        _ => FileFormat::Parquet,
+    };
+    let s = FileSink::new(o.get("path").unwrap_or_default(), format)
+        .partition_by(o.columns("partitionBy")?);
+    Ok(Box::new(s))
+}
+
 impl Sink for FileSink {
     fn kind(&self) -> weir_plan::SinkKind {
         weir_plan::SinkKind::File

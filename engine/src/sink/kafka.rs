@@ -300,8 +300,15 @@ impl KafkaSink {
         self
     }
 
-    /// Sets an option by name (case-insensitive); `kafka.` options go to librdkafka.
+    /// Sets an option by name (case-insensitive); `kafka.` options go to
+    /// librdkafka. A name or value the connector table refuses
+    /// ([`weir_plan::connectors::SINKS`]) fails the query's start with the
+    /// table's message, the one `stream_query!` gives.
     pub fn option(mut self, key: &str, value: &str) -> Self {
+        if let Err(e) = super::by_name::check("kafka", key, value) {
+            self.fail(e.to_string());
+            return self;
+        }
         let lower = key.to_ascii_lowercase();
         match lower.as_str() {
             "kafka.bootstrap.servers" => self.bootstrap = Some(value.to_string()),
@@ -861,6 +868,13 @@ fn headers(list: &dyn Array) -> OwnedHeaders {
     out
 }
 
+/// `format("kafka")`: every option as [`KafkaSink::option`] reads it.
+pub(super) fn from_options(
+    o: &super::SinkOptions,
+) -> std::result::Result<super::BoxSink, weir_plan::connectors::OptionError> {
+    Ok(Box::new(KafkaSink::from_options(o.given())))
+}
+
 impl Sink for KafkaSink {
     fn for_task(&self, task: &str, _mode: weir_plan::OutputMode) -> Result<BoxSink> {
         // One transactional producer per task (Kafka Streams' exactly-once
@@ -907,6 +921,9 @@ impl Sink for KafkaSink {
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
         if let Some(e) = &self.option_error {
             return Err(self.err(e.clone()));
+        }
+        if let Some(t) = &self.topic {
+            super::by_name::check("kafka", "topic", t)?;
         }
         let bootstrap = match &self.bootstrap {
             Some(b) if !b.trim().is_empty() => b.clone(),
@@ -1087,11 +1104,19 @@ mod tests {
         assert_eq!(KafkaSink::new("h:1").timeout, DEFAULT_DELIVERY_TIMEOUT);
         let s = KafkaSink::new("h:1").option("deliveryTimeoutMs", "0");
         assert!(s.option_error.unwrap().contains("deliveryTimeoutMs"));
+        // Names and values are checked by the connector table first.
         let s = KafkaSink::new("h:1").option("topics", "x");
         assert!(s
             .option_error
             .unwrap()
-            .contains("unknown Kafka sink option"));
+            .starts_with("unknown option `topics` for the kafka sink (options of kafka: kafka.bootstrap.servers, topic,"));
+        let s = KafkaSink::new("h:1").option("valueFormat", "avro");
+        assert_eq!(
+            s.option_error.unwrap(),
+            "unknown valueFormat `avro` (valueFormats: column, json)"
+        );
+        let s = KafkaSink::new("h:1").option("kafka.transactional.id", "t");
+        assert_eq!(s.transactional_id.as_deref(), Some("t"));
     }
 
     #[test]

@@ -115,6 +115,13 @@ impl MemorySink {
     }
 }
 
+/// `format("memory")`: `queryName` (default: the query's name).
+pub(super) fn from_options(
+    o: &super::SinkOptions,
+) -> std::result::Result<super::BoxSink, weir_plan::connectors::OptionError> {
+    Ok(Box::new(MemorySink::new(o.get("queryName").unwrap_or(""))))
+}
+
 impl Sink for MemorySink {
     fn kind(&self) -> weir_plan::SinkKind {
         weir_plan::SinkKind::Memory

@@ -2,7 +2,11 @@
 //! batch id it has seen before (a re-run after a crash) without duplicating
 //! output where it can (memory, file, foreach and foreach_batch get the
 //! batch id).
+//!
+//! A sink is one file here; [`from_options`] builds the sinks of the
+//! connector table by Spark's format name (`by_name.rs`, one line each).
 
+mod by_name;
 pub mod console;
 #[cfg(any(feature = "kafka", feature = "postgres", feature = "redis"))]
 mod exactly_once;
@@ -12,6 +16,7 @@ pub mod foreach_batch;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod memory;
+pub mod noop;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -26,6 +31,7 @@ use weir_plan::OutputMode;
 use crate::error::Result;
 
 pub use crate::source::FileFormat;
+pub use by_name::{from_options, SinkOptions};
 pub use console::ConsoleSink;
 pub use file::FileSink;
 pub use foreach::{row_fn, ForeachSink, ForeachWriter, RowFn};
@@ -33,6 +39,7 @@ pub use foreach_batch::ForeachBatchSink;
 #[cfg(feature = "kafka")]
 pub use kafka::{DeliveryGuarantee, KafkaSink};
 pub use memory::{MemorySink, MemoryTable, MemoryTables};
+pub use noop::NoopSink;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresSink;
 #[cfg(feature = "redis")]

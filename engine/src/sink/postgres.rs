@@ -986,6 +986,31 @@ impl PostgresSink {
     }
 }
 
+/// `format("postgres")`: `url`, `table`, `keyColumns`, `createTable` and
+/// the timeouts.
+pub(super) fn from_options(
+    o: &super::SinkOptions,
+) -> std::result::Result<super::BoxSink, weir_plan::connectors::OptionError> {
+    let mut s = PostgresSink::new(
+        o.get("url").unwrap_or_default(),
+        o.get("table").unwrap_or_default(),
+    )
+    .key_columns(o.columns("keyColumns")?);
+    if let Some(yes) = o.flag("createTable")? {
+        s = s.create_table(yes);
+    }
+    if let Some(t) = o.duration("connectTimeout")? {
+        s = s.connect_timeout(t);
+    }
+    if let Some(t) = o.duration("statementTimeout")? {
+        s = s.statement_timeout(t);
+    }
+    if let Some(t) = o.duration("lockTimeout")? {
+        s = s.lock_timeout(t);
+    }
+    Ok(Box::new(s))
+}
+
 impl Sink for PostgresSink {
     fn description(&self) -> String {
         let at = match Config::from_str(&self.conn_str) {
@@ -1022,6 +1047,8 @@ impl Sink for PostgresSink {
     }
 
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        super::by_name::check("postgres", "url", &self.conn_str)?;
+        super::by_name::check("postgres", "table", &self.table)?;
         let mut config = Config::from_str(&self.conn_str).map_err(|e| {
             self.err(format!(
                 "invalid connection string ({e}); use `host=127.0.0.1 port=5432 user=me dbname=app` \

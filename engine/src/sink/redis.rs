@@ -914,6 +914,28 @@ impl RedisSink {
     }
 }
 
+/// `format("redis")`: `url`, `keyPrefix`, `keyColumns`, `keyFields`,
+/// `timeout`, `chunkRows`.
+pub(super) fn from_options(
+    o: &super::SinkOptions,
+) -> std::result::Result<super::BoxSink, weir_plan::connectors::OptionError> {
+    let mut s =
+        RedisSink::new(o.get("url").unwrap_or_default()).key_columns(o.columns("keyColumns")?);
+    if let Some(p) = o.get("keyPrefix") {
+        s = s.key_prefix(p);
+    }
+    if let Some(yes) = o.flag("keyFields")? {
+        s = s.key_fields(yes);
+    }
+    if let Some(t) = o.duration("timeout")? {
+        s = s.timeout(t);
+    }
+    if let Some(n) = o.number("chunkRows")? {
+        s = s.chunk_rows(usize::try_from(n).unwrap_or(usize::MAX));
+    }
+    Ok(Box::new(s))
+}
+
 impl Sink for RedisSink {
     fn description(&self) -> String {
         let at = Client::open(self.url.as_str())
@@ -947,6 +969,10 @@ impl Sink for RedisSink {
     }
 
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        super::by_name::check("redis", "url", &self.url)?;
+        if let Some(p) = &self.key_prefix {
+            super::by_name::check("redis", "keyPrefix", p)?;
+        }
         let client = Client::open(self.url.as_str()).map_err(|e| {
             self.err(format!(
                 "invalid Redis URL ({e}); use `redis://host:port/db`, e.g. `redis://127.0.0.1:6379/0`"
