@@ -956,3 +956,49 @@ fn merged_session_windows_concatenate_collected_values() {
         })]
     );
 }
+
+/// `spark.sql.streaming.weir.collectMaxValues` bounds what one group may
+/// collect, in a windowed aggregation and in session windows alike.
+#[test]
+fn the_session_setting_bounds_what_a_group_collects() {
+    for session_windows in [false, true] {
+        let chk = tempfile::tempdir().unwrap();
+        let s = session_with("memory", Some(2));
+        let mut conf = s.conf().clone();
+        conf.set("spark.sql.streaming.weir.collectMaxValues", "3")
+            .unwrap();
+        let s = Session::with_config(conf);
+        let stream = MemoryStream::new(&fields());
+        let key = if session_windows {
+            weir::functions::session_window("ts", "5 minutes")
+        } else {
+            window("ts", "1 hour")
+        };
+        let q = s
+            .read_stream(stream.clone())
+            .with_watermark("ts", "1 hour")
+            .group_by(vec![key, col("key")])
+            .agg(vec![collect_list("value", "values")])
+            .write_stream()
+            .output_mode(OutputMode::Append)
+            .sink(MemorySink::new(""))
+            .checkpoint_location(chk.path().to_str().unwrap())
+            .start()
+            .unwrap();
+        let three: Vec<Value> = (0..3).map(|i| event(i, "k", Some(i))).collect();
+        stream.add_json(&three).unwrap();
+        q.process_all_available()
+            .unwrap_or_else(|e| panic!("three values fit a bound of 3: {e}"));
+        stream.add_json(&[event(3, "k", Some(3))]).unwrap();
+        let err = q.process_all_available().unwrap_err().to_string();
+        for part in [
+            "collect_list keeps at most 3 values",
+            "spark.sql.streaming.weir.collectMaxValues",
+        ] {
+            assert!(
+                err.contains(part),
+                "{part:?} not in {err} (session windows: {session_windows})"
+            );
+        }
+    }
+}

@@ -502,6 +502,14 @@ impl Pipeline {
         &self.watermark_ops
     }
 
+    /// Bounds what one group may collect in every stateful operator
+    /// (`spark.sql.streaming.weir.collectMaxValues`).
+    pub fn set_collect_max_values(&mut self, n: usize) {
+        for op in self.stateful_mut() {
+            op.set_collect_max_values(n);
+        }
+    }
+
     fn stateful_mut(&mut self) -> impl Iterator<Item = &mut Box<dyn StatefulOperator>> {
         self.nodes
             .iter_mut()

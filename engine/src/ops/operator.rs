@@ -47,6 +47,11 @@ pub trait StatefulOperator: Send {
     /// Makes this batch's state changes durable as `version`.
     fn commit(&mut self, version: u64) -> Result<()>;
 
+    /// Bounds what one group may collect (`collect_list`/`collect_set`),
+    /// from `spark.sql.streaming.weir.collectMaxValues`; operators that
+    /// collect nothing ignore it.
+    fn set_collect_max_values(&mut self, _n: usize) {}
+
     /// Undoes this batch's uncommitted state changes.
     fn abort(&mut self) -> Result<()>;
 

@@ -63,6 +63,8 @@ pub struct SessionAggregateOp {
     /// The state, split over the state partitions by the hash of the key.
     store: OperatorState,
     metrics: StateOperatorProgress,
+    /// The most values one session may collect (`collect_list`/`collect_set`).
+    collect_max_values: usize,
 }
 
 /// One state partition's sessions by key, each key's in start order.
@@ -132,6 +134,7 @@ impl SessionAggregateOp {
             schema: Arc::new(Schema::new(fields)),
             watermarked,
             index: Vec::new(),
+            collect_max_values: crate::config::COLLECT_MAX_VALUES_DEFAULT,
             store: OperatorState::default(),
             metrics: StateOperatorProgress::new("sessionWindowStateStoreSaveExec"),
         })
@@ -160,7 +163,7 @@ impl SessionAggregateOp {
         self.aggs
             .iter()
             .zip(&self.kinds)
-            .map(|(a, k)| Acc::new(a.func, *k))
+            .map(|(a, k)| Acc::bounded(a.func, *k, self.collect_max_values))
             .collect()
     }
 
@@ -501,6 +504,10 @@ impl StatefulOperator for SessionAggregateOp {
     ) -> Result<Vec<RecordBatch>> {
         SessionAggregateOp::process(self, input, ctx.watermarks, mode)
     }
+    fn set_collect_max_values(&mut self, n: usize) {
+        self.collect_max_values = n.max(1);
+    }
+
     fn commit(&mut self, version: u64) -> Result<()> {
         SessionAggregateOp::commit(self, version)
     }

@@ -115,6 +115,7 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
     let mut sources: Vec<(String, BoxSource)> = sources.into_iter().collect();
     let schemas: Vec<_> = sources.iter().map(|(_, s)| s.schema()).collect();
     let mut pipeline = Pipeline::compile(&plan, &schemas, &statics)?;
+    pipeline.set_collect_max_values(conf.collect_max_values);
     // What a checkpoint on object storage cannot keep yet is refused before
     // anything is written to it.
     chk.check_supported(

@@ -1079,6 +1079,10 @@ impl StatefulOperator for AggregateOp {
         }
         Ok(out)
     }
+    fn set_collect_max_values(&mut self, n: usize) {
+        AggregateOp::set_collect_max_values(self, n);
+    }
+
     fn commit(&mut self, version: u64) -> Result<()> {
         AggregateOp::commit(self, version)
     }
