@@ -105,7 +105,9 @@ pub fn parse_positive_duration_ms(s: &str) -> Result<i64, DurationError> {
 #[derive(Clone, PartialEq, Eq)]
 pub struct Duration {
     text: String,
-    ms: Result<i64, DurationError>,
+    /// The length, when the text parses (an error is read again on demand:
+    /// it is rare, and keeping it would double the plan's size).
+    ms: Option<i64>,
 }
 
 impl Duration {
@@ -114,7 +116,7 @@ impl Duration {
     pub fn read(text: &str) -> Duration {
         Duration {
             text: text.to_string(),
-            ms: parse_duration_ms(text),
+            ms: parse_duration_ms(text).ok(),
         }
     }
 
@@ -130,7 +132,10 @@ impl Duration {
 
     /// Its length in milliseconds; zero allowed.
     pub fn ms(&self) -> Result<i64, DurationError> {
-        self.ms.clone()
+        match self.ms {
+            Some(ms) => Ok(ms),
+            None => parse_duration_ms(&self.text),
+        }
     }
 
     /// Its length in milliseconds, which must be greater than zero.

@@ -140,7 +140,9 @@ accumulators! {
 impl Acc {
     /// A new (empty) accumulator of `func` over input values of `kind`
     /// (`collect_*` bounded by the default of
-    /// `spark.sql.streaming.weir.collectMaxValues`).
+    /// `spark.sql.streaming.weir.collectMaxValues`); the operators use
+    /// [`Acc::bounded`] with the session's setting.
+    #[cfg(test)]
     pub(crate) fn new(func: AggFn, kind: Kind) -> Acc {
         Acc::bounded(func, kind, crate::config::COLLECT_MAX_VALUES_DEFAULT)
     }
