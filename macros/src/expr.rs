@@ -773,7 +773,10 @@ mod tests {
             row_number().over(partition_by(page), order_by(ts))
         ));
         assert!(errs.is_empty(), "{errs:?}");
-        assert_eq!(t.expr.to_string(), "row_number() OVER (PARTITION BY page ORDER BY ts)");
+        assert_eq!(
+            t.expr.to_string(),
+            "row_number() OVER (PARTITION BY page ORDER BY ts)"
+        );
         assert!(matches!(t.ty, Inferred::Known(c) if c == ColType::new(DataType::Int32)));
         let names: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["page", "ts"]);

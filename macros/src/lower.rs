@@ -19,8 +19,8 @@ use weir_plan::{
 use crate::ast::{JoinDecl, KeyDecl, QueryDecl, SelectItemDecl, Source, TriggerDecl};
 use crate::errors::Errors;
 use crate::expr::{translate, ColumnRef, Inferred};
-use weir_plan::expr::Expr as PlanExpr;
 use crate::types::{lookup, rust_type_name, Col, ColType};
+use weir_plan::expr::Expr as PlanExpr;
 
 /// A declaration lowered to a plan.
 pub struct Lowered {

@@ -1,8 +1,8 @@
 //! weir's integration tests: one binary (each test binary links the whole
 //! engine, so they share one).
 
-mod common;
 mod aggregate_functions;
+mod common;
 mod conformance;
 mod crash_matrix;
 #[cfg(any(feature = "postgres", feature = "redis"))]

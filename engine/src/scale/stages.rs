@@ -43,7 +43,9 @@ fn is_stateful(op: &Op) -> bool {
 fn keyed_by_message_key(before: &[Op], op: &Op) -> bool {
     let redefined = before.iter().any(|o| match o {
         Op::WithColumn { name, .. } => name == "key",
-        Op::Select { columns } => columns.iter().any(|c| c.alias == "key" && c.expr.as_column() != Some("key")),
+        Op::Select { columns } => columns
+            .iter()
+            .any(|c| c.alias == "key" && c.expr.as_column() != Some("key")),
         _ => false,
     });
     let keyed = match op {
