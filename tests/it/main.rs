@@ -59,6 +59,9 @@ mod pass_late_rows;
 #[path = "../../ui-tests/pass/micro_batches.rs"]
 mod pass_micro_batches;
 #[allow(dead_code)]
+#[path = "../../ui-tests/pass/noop_sink.rs"]
+mod pass_noop_sink;
+#[allow(dead_code)]
 #[path = "../../ui-tests/pass/page_views.rs"]
 mod pass_page_views;
 #[cfg(feature = "kafka")]

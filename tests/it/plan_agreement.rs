@@ -17,8 +17,9 @@ use crate::{
     pass_clicks_enriched as clicks_enriched, pass_dedup_events as dedup_events,
     pass_files_append as files_append, pass_foreach_batch as foreach_batch,
     pass_foreach_rows as foreach_rows, pass_joins as joins, pass_late_rows as late_rows,
-    pass_micro_batches as micro_batches, pass_page_views as page_views, pass_rate_lab as rate_lab,
-    pass_s3_paths as s3_paths, pass_shop_totals as shop_totals, pass_top_shops as top_shops,
+    pass_micro_batches as micro_batches, pass_noop_sink as noop_sink,
+    pass_page_views as page_views, pass_rate_lab as rate_lab, pass_s3_paths as s3_paths,
+    pass_shop_totals as shop_totals, pass_top_shops as top_shops,
     pass_user_sessions as user_sessions,
 };
 
@@ -82,6 +83,7 @@ fn declared(session: &Session) -> Vec<Declared> {
         declared!(micro_batches::Evens, q::writer(s)),
         declared!(micro_batches::Recent, q::writer(s)),
         declared!(micro_batches::Unique, q::writer(s)),
+        declared!(noop_sink::NoopBench, q::writer(s)),
         declared!(page_views::PageViews, q::writer(s)),
         declared!(rate_lab::RateLab, q::writer(s)),
         declared!(s3_paths::S3Clicks, q::writer(s)),

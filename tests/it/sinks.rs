@@ -307,17 +307,7 @@ fn late_rows_go_to_a_side_output_instead_of_vanishing() {
     );
 }
 
-weir::stream_query! {
-    /// Spark's `noop` sink: each batch computed and dropped (a benchmark's
-    /// query without the output's cost), built by the connector table's
-    /// name (`weir::sink::from_options("noop", ..)`).
-    query NoopBench {
-        source: rate_micro_batch(rows_per_batch = 100),
-        select: { value, odd: value % 2 == 1 },
-        sink: noop,
-        checkpoint: "target/weir-it/noop_bench",
-    }
-}
+use crate::pass_noop_sink::NoopBench;
 
 /// Spark's `noop` sink, declared (`sink: noop`) and by format name: every
 /// batch is computed and consumed (progress counts its rows), nothing is
