@@ -207,6 +207,7 @@ fn sink_kind(k: SinkKind) -> TokenStream {
         SinkKind::ForeachBatch => quote!(ForeachBatch),
         SinkKind::Kafka => quote!(Kafka),
         SinkKind::KafkaJson => quote!(KafkaJson),
+        SinkKind::Noop => quote!(Noop),
         SinkKind::Other => quote!(Other),
     }
 }

@@ -515,7 +515,7 @@ pub const SINKS: &[SinkSpec] = &[
     },
     spec("postgres", &["postgres"], SinkKind::Other, POSTGRES),
     spec("redis", &["redis"], SinkKind::Other, REDIS),
-    spec("noop", &["noop"], SinkKind::Other, &[]),
+    spec("noop", &["noop"], SinkKind::Noop, &[]),
 ];
 
 const fn spec(
@@ -1121,7 +1121,7 @@ mod tests {
         }
         assert_eq!(sink("csv").unwrap().name, "files");
         assert_eq!(sink("foreachBatch").unwrap().name, "foreach_batch");
-        assert_eq!(sink("noop").unwrap().kind, SinkKind::Other);
+        assert_eq!(sink("noop").unwrap().kind, SinkKind::Noop);
         assert!(sink("noop").unwrap().options.is_empty());
         assert!(sink("nop").is_none());
     }

@@ -275,20 +275,9 @@ impl BinaryOp {
             Or => 1,
             And => 2,
             Eq | NotEq | Lt | LtEq | Gt | GtEq => 4,
-            Plus | Minus | Concat => 6,
-            Multiply | Divide | Modulo => 7,
-        }
-    }
-
-    /// The same comparison with its operands swapped (`a < b` is `b > a`).
-    pub fn flipped(self) -> BinaryOp {
-        use BinaryOp::*;
-        match self {
-            Lt => Gt,
-            LtEq => GtEq,
-            Gt => Lt,
-            GtEq => LtEq,
-            other => other,
+            Plus | Minus => 6,
+            // sqlparser (DataFusion's parser) binds `||` as tightly as `*`.
+            Multiply | Divide | Modulo | Concat => 7,
         }
     }
 }
@@ -727,6 +716,10 @@ impl fmt::Display for Expr {
                 // Comparisons do not chain: `(a = b) = c` keeps its parentheses.
                 write_at(f, left, if op.is_comparison() { p + 1 } else { p })?;
                 write!(f, " {} ", op.sql())?;
+                // `a - -b` would start a SQL comment: `a - (-b)`.
+                if *op == BinaryOp::Minus && right.to_string().starts_with('-') {
+                    return write!(f, "({right})");
+                }
                 // Left-associative: a right operand of equal precedence
                 // needs parentheses (`a - (b - c)`).
                 write_at(f, right, p + 1)
@@ -853,8 +846,12 @@ impl fmt::Display for Over {
 }
 
 /// Debug-printed as its SQL text in quotes, as the plan's `String`
-/// expressions were: a plan's fingerprint (`StreamPlan::fingerprint`, kept
-/// in checkpoints) hashes the ops' Debug text and must not change.
+/// expressions were, so a plan's fingerprint (`StreamPlan::fingerprint`,
+/// which hashes the ops' Debug text) is unchanged for text already in the
+/// tree's spelling (everything `stream_query!` writes). Builder text spelled
+/// otherwise (`value>10`) hashes as its canonical form; only checkpoints
+/// without a stored plan compare fingerprints, and every weir checkpoint
+/// stores its plan.
 impl fmt::Debug for Expr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&self.to_string(), f)
@@ -920,7 +917,8 @@ fn other(e: &sql::Expr) -> Expr {
 /// quoted ones are kept as written.
 fn ident_name(i: &sql::Ident) -> String {
     match i.quote_style {
-        None => i.value.to_lowercase(),
+        // DataFusion folds ASCII letters only (`normalize_ident`).
+        None => i.value.to_ascii_lowercase(),
         Some(_) => i.value.clone(),
     }
 }
@@ -1164,8 +1162,13 @@ fn call(e: &sql::Expr, func: &sql::Function) -> Expr {
                 .iter()
                 .map(|o| (from_sql(&o.expr), o.options.asc != Some(false)))
                 .collect(),
-            verbatim: (spec.window_name.is_some() || spec.window_frame.is_some())
-                .then(|| spec.to_string()),
+            verbatim: (spec.window_name.is_some()
+                || spec.window_frame.is_some()
+                || spec
+                    .order_by
+                    .iter()
+                    .any(|o| o.options.nulls_first.is_some()))
+            .then(|| spec.to_string()),
         }),
         Some(sql::WindowType::NamedWindow(n)) => Some(Over {
             partition_by: vec![],
@@ -1296,6 +1299,11 @@ mod tests {
             "-(-v)",
             "(a = b) = c",
             "lower(trim(value))",
+            "a - (-b)",
+            "a + -1",
+            "(a + b) || c",
+            "a || (b * c)",
+            "a || b || c",
             "substring(page, 1, 3)",
             "ceil(x) + floor(y)",
         ] {

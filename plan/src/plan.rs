@@ -66,18 +66,20 @@ pub enum SinkKind {
     /// Kafka, writing each whole row as a JSON value (weir's
     /// `KafkaSink::json_values`, beyond Spark): no `value` column needed.
     KafkaJson,
+    /// Spark's `noop`: each batch computed and dropped.
+    Noop,
     /// Any other sink (user-defined).
     Other,
 }
 
 impl SinkKind {
     /// Whether a query writing to this sink must be given a checkpoint
-    /// location. Console and memory sinks run on a temporary one when none
-    /// is given (Spark's `useTempCheckpointLocation`); every other sink needs
-    /// one. Unlike Spark, which also gives `foreachBatch` a temporary
+    /// location. Console, memory and noop sinks run on a temporary one when
+    /// none is given (Spark's `useTempCheckpointLocation`); every other sink
+    /// needs one. Unlike Spark, which also gives `foreachBatch` a temporary
     /// checkpoint, weir requires a real one for `foreach_batch` too.
     pub fn needs_checkpoint(self) -> bool {
-        !matches!(self, SinkKind::Console | SinkKind::Memory)
+        !matches!(self, SinkKind::Console | SinkKind::Memory | SinkKind::Noop)
     }
 
     /// Spark's name for the sink format.
@@ -88,6 +90,7 @@ impl SinkKind {
             SinkKind::File => "file",
             SinkKind::ForeachBatch => "foreachBatch",
             SinkKind::Kafka | SinkKind::KafkaJson => "kafka",
+            SinkKind::Noop => "noop",
             SinkKind::Other => "custom",
         }
     }

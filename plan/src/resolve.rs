@@ -161,6 +161,21 @@ fn unknown_column(name: &str, cur: &NodeSchema, at: Location) -> Violation {
 
 /// "unknown column `name`", with a "did you mean" over `available`.
 fn unknown_among(name: &str, available: &[&str], at: Location) -> Violation {
+    // Unquoted SQL names are read in lower case: `userId` is `userid`.
+    if let Some(c) = available
+        .iter()
+        .find(|c| c.eq_ignore_ascii_case(name) && **c != name)
+    {
+        return Violation::new(
+            Rule::UnknownColumn,
+            at,
+            format!("unknown column `{name}`"),
+            Some(format!(
+                "SQL reads unquoted names in lower case: write the column `{c}` in double quotes, \"{c}\""
+            )),
+        )
+        .about(name);
+    }
     let help = match did_you_mean(name, available).map(|c| format!("did you mean `{c}`?")) {
         Some(s) => format!("{s} (available: {})", available.join(", ")),
         None => format!("available columns: {}", available.join(", ")),
@@ -546,6 +561,32 @@ mod tests {
             Field::new("key", DataType::String),
             Field::new("value", DataType::Int64),
         ]
+    }
+
+    #[test]
+    fn an_unquoted_mixed_case_column_is_told_to_quote_it() {
+        let p = StreamPlan::single(
+            "events",
+            vec![Field::new("userId", DataType::Int64)],
+            vec![Op::Filter {
+                predicate: "userId > 1".into(),
+            }],
+            OutputMode::Append,
+        );
+        let (_, errs) = resolve(&p);
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].message, "unknown column `userid`");
+        assert!(errs[0].help.as_deref().unwrap().contains("\"userId\""));
+        // Quoted, it is the column.
+        let p = StreamPlan::single(
+            "events",
+            vec![Field::new("userId", DataType::Int64)],
+            vec![Op::Filter {
+                predicate: "\"userId\" > 1".into(),
+            }],
+            OutputMode::Append,
+        );
+        assert!(resolve(&p).1.is_empty());
     }
 
     #[test]

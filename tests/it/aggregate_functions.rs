@@ -1002,3 +1002,50 @@ fn the_session_setting_bounds_what_a_group_collects() {
         }
     }
 }
+
+/// A later batch's event at the same instant as a stored session's start
+/// arrived later: first/last and collect_list keep arrival order.
+#[test]
+fn a_later_event_at_a_stored_sessions_start_time_comes_after_it() {
+    let chk = tempfile::tempdir().unwrap();
+    let s = session_with("memory", Some(1));
+    let stream = MemoryStream::new(&fields());
+    let sink = MemorySink::new("");
+    let table = sink.table();
+    let q = s
+        .read_stream(stream.clone())
+        .with_watermark("ts", "10 minutes")
+        .group_by(vec![
+            weir::functions::session_window("ts", "5 minutes"),
+            col("key"),
+        ])
+        .agg(vec![
+            first("value", "first"),
+            last("value", "last"),
+            collect_list("value", "values"),
+        ])
+        .write_stream()
+        .output_mode(OutputMode::Append)
+        .sink(sink)
+        .checkpoint_location(chk.path().to_str().unwrap())
+        .start()
+        .unwrap();
+    for input in [
+        vec![event(1, "a", Some(1))],
+        vec![event(1, "a", Some(2))],
+        vec![event(40, "b", Some(9))],
+    ] {
+        stream.add_json(&input).unwrap();
+        q.process_all_available().unwrap();
+    }
+    q.stop().unwrap();
+    let rows: Vec<Value> = table
+        .batches()
+        .into_iter()
+        .flat_map(|(_, b)| list_rows_json(&b))
+        .collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["first"], json!(1), "{rows:?}");
+    assert_eq!(rows[0]["last"], json!(2), "{rows:?}");
+    assert_eq!(rows[0]["values"], json!([1, 2]), "{rows:?}");
+}

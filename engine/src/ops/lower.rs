@@ -96,7 +96,7 @@ pub fn lower(
             let udf = ctx
                 .state()
                 .scalar_functions()
-                .get(&call.name.to_lowercase())
+                .get(&call.name.to_ascii_lowercase())
                 .cloned();
             match udf {
                 Some(udf) if call.args.iter().all(|a| !matches!(a, Expr::Wildcard)) => udf.call(

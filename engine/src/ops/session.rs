@@ -402,7 +402,11 @@ impl SessionAggregateOp {
             for s in &old {
                 store.remove(&store_key(&key, s.start));
             }
-            sessions.extend(old);
+            // Stored sessions first: on an equal start the stored one is the
+            // earlier arrival (first/last, collect_list keep arrival order).
+            let mut all = old;
+            all.extend(sessions);
+            let mut sessions = all;
             sessions.sort_by_key(|s| s.start);
             let mut merged: Vec<Session> = Vec::new();
             for s in sessions {

@@ -93,10 +93,7 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
     let conf = host.conf().clone();
     let is_task = watermark_share.is_some();
     let mode = plan.output_mode;
-    let needs_checkpoint = !matches!(
-        sink.kind(),
-        weir_plan::SinkKind::Console | weir_plan::SinkKind::Memory
-    );
+    let needs_checkpoint = sink.kind().needs_checkpoint();
     // A local path, file:///... or s3://bucket/prefix. S3 settings: the
     // session's `spark.hadoop.fs.s3a.*` over the environment's AWS_*.
     let checkpoint_given = checkpoint.is_some();

@@ -22,6 +22,10 @@ impl NoopSink {
 }
 
 impl Sink for NoopSink {
+    fn kind(&self) -> weir_plan::SinkKind {
+        weir_plan::SinkKind::Noop
+    }
+
     fn description(&self) -> String {
         "org.apache.spark.sql.execution.datasources.noop.NoopTable$".into()
     }
@@ -65,6 +69,6 @@ mod tests {
             s.add_batch(0, std::slice::from_ref(&batch)).unwrap();
             assert!(s.for_task("t0", mode).is_ok());
         }
-        assert_eq!(NoopSink.kind(), weir_plan::SinkKind::Other);
+        assert_eq!(NoopSink.kind(), weir_plan::SinkKind::Noop);
     }
 }
