@@ -397,7 +397,7 @@ impl SessionAggregateOp {
         for (k, s) in new {
             by_key.entry(k).or_default().push(s);
         }
-        for (key, mut sessions) in by_key {
+        for (key, sessions) in by_key {
             let old = index.remove(&key).unwrap_or_default();
             for s in &old {
                 store.remove(&store_key(&key, s.start));
