@@ -10,7 +10,8 @@ use weir_plan::{
 
 use crate::types::data_type_tokens;
 
-fn s(v: &str) -> TokenStream {
+/// A `String` literal.
+fn string(v: &str) -> TokenStream {
     quote!(::std::string::String::from(#v))
 }
 
@@ -36,10 +37,11 @@ fn opt_duration_tokens(d: &Option<weir_plan::Duration>) -> TokenStream {
     }
 }
 
-fn opt_s(v: &Option<String>) -> TokenStream {
+/// An `Option<String>` literal.
+fn opt_string(v: &Option<String>) -> TokenStream {
     match v {
         Some(v) => {
-            let v = s(v);
+            let v = string(v);
             quote!(::std::option::Option::Some(#v))
         }
         None => quote!(::std::option::Option::None),
@@ -103,20 +105,20 @@ fn key(k: &GroupKey) -> TokenStream {
     match k {
         GroupKey::Window { window, alias } => {
             let (column, expr, size, slide) = (
-                opt_s(&window.column),
-                opt_s(&window.expr),
+                opt_string(&window.column),
+                opt_string(&window.expr),
                 duration_tokens(&window.size),
                 opt_duration_tokens(&window.slide),
             );
             let gap = opt_duration_tokens(&window.gap);
-            let alias = s(alias);
+            let alias = string(alias);
             quote!(::weir::plan::GroupKey::Window {
                 window: ::weir::plan::WindowSpec { column: #column, expr: #expr, size: #size, slide: #slide, gap: #gap },
                 alias: #alias,
             })
         }
         GroupKey::Column { column } => {
-            let c = s(column);
+            let c = string(column);
             quote!(::weir::plan::GroupKey::Column { column: #c })
         }
     }
@@ -130,7 +132,7 @@ fn op(o: &Op) -> TokenStream {
         }
         Op::Select { columns } => {
             let items = columns.iter().map(|c| {
-                let (e, a) = (expr_tokens(&c.expr), s(&c.alias));
+                let (e, a) = (expr_tokens(&c.expr), string(&c.alias));
                 quote!(::weir::plan::SelectItem { expr: #e, alias: #a })
             });
             quote!(::weir::plan::Op::Select {
@@ -138,17 +140,17 @@ fn op(o: &Op) -> TokenStream {
             })
         }
         Op::WithColumn { name, expr } => {
-            let (n, e) = (s(name), expr_tokens(expr));
+            let (n, e) = (string(name), expr_tokens(expr));
             quote!(::weir::plan::Op::WithColumn { name: #n, expr: #e })
         }
         Op::Watermark { column, delay } => {
-            let (c, d) = (s(column), duration_tokens(delay));
+            let (c, d) = (string(column), duration_tokens(delay));
             quote!(::weir::plan::Op::Watermark { column: #c, delay: #d })
         }
         Op::Aggregate { keys, aggs } => {
             let keys = keys.iter().map(key);
             let aggs = aggs.iter().map(|a| {
-                let (f, c, al) = (agg_fn(a.func), s(&a.column), s(&a.alias));
+                let (f, c, al) = (agg_fn(a.func), string(&a.column), string(&a.alias));
                 quote!(::weir::plan::AggSpec { func: #f, column: #c, alias: #al })
             });
             quote!(::weir::plan::Op::Aggregate {
@@ -160,7 +162,7 @@ fn op(o: &Op) -> TokenStream {
             columns,
             within_watermark,
         } => {
-            let cols = columns.iter().map(|c| s(c));
+            let cols = columns.iter().map(|c| string(c));
             quote!(::weir::plan::Op::Dedup { columns: ::std::vec![#(#cols),*], within_watermark: #within_watermark })
         }
         Op::Join {
@@ -176,10 +178,10 @@ fn op(o: &Op) -> TokenStream {
                 }
                 None => quote!(::std::option::Option::None),
             };
-            let (r, h) = (s(right), join_type(*how));
+            let (r, h) = (string(right), join_type(*how));
             let using = match using {
                 Some(u) => {
-                    let u = u.iter().map(|c| s(c));
+                    let u = u.iter().map(|c| string(c));
                     quote!(::std::option::Option::Some(::std::vec![#(#u),*]))
                 }
                 None => quote!(::std::option::Option::None),
@@ -188,7 +190,7 @@ fn op(o: &Op) -> TokenStream {
         }
         Op::Sort { by } => {
             let by = by.iter().map(|k| {
-                let (c, d) = (s(&k.column), k.desc);
+                let (c, d) = (string(&k.column), k.desc);
                 quote!(::weir::plan::SortKey { column: #c, desc: #d })
             });
             quote!(::weir::plan::Op::Sort {
@@ -227,25 +229,25 @@ fn trigger(t: TriggerDecl) -> TokenStream {
 pub fn plan(plan: &StreamPlan) -> TokenStream {
     let fields = |schema: &[weir_plan::Field]| {
         let fields = schema.iter().map(|f| {
-            let (n, t) = (s(&f.name), data_type_tokens(f.dtype));
+            let (n, t) = (string(&f.name), data_type_tokens(f.dtype));
             quote!(::weir::plan::Field { name: #n, dtype: #t })
         });
         quote!(::std::vec![#(#fields),*])
     };
     let sources = plan.sources.iter().map(|(name, decl)| {
-        let (name, schema) = (s(name), fields(&decl.schema));
+        let (name, schema) = (string(name), fields(&decl.schema));
         quote!(sources.insert(#name, ::weir::plan::SourceDecl { schema: #schema });)
     });
     let statics = plan.statics.iter().map(|(name, decl)| {
-        let (name, schema) = (s(name), fields(&decl.schema));
+        let (name, schema) = (string(name), fields(&decl.schema));
         quote!(statics.insert(#name, ::weir::plan::StaticDecl { schema: #schema, rows: ::std::vec::Vec::new() });)
     });
     let nodes = plan.nodes.iter().map(|n| {
-        let (id, input) = (s(&n.id), s(&n.input));
+        let (id, input) = (string(&n.id), string(&n.input));
         let ops = n.ops.iter().map(op);
         quote!(::weir::plan::Node { id: #id, input: #input, ops: ::std::vec![#(#ops),*] })
     });
-    let result = s(&plan.result);
+    let result = string(&plan.result);
     let mode = output_mode(plan.output_mode);
     let no_data = plan.conf.no_data_batches;
     let policy = match plan.conf.watermark_policy {

@@ -52,12 +52,12 @@ enum SetKey {
 impl SetKey {
     fn of(v: &Scalar) -> SetKey {
         match v {
-            Scalar::I(i) => SetKey::I(*i),
+            Scalar::Int(i) => SetKey::I(*i),
             // Spark's grouping normalisation: one zero, one NaN.
-            Scalar::F(f) if f.is_nan() => SetKey::F(f64::NAN.to_bits()),
-            Scalar::F(f) if *f == 0.0 => SetKey::F(0f64.to_bits()),
-            Scalar::F(f) => SetKey::F(f.to_bits()),
-            Scalar::B(b) => SetKey::B(b.clone()),
+            Scalar::Float(f) if f.is_nan() => SetKey::F(f64::NAN.to_bits()),
+            Scalar::Float(f) if *f == 0.0 => SetKey::F(0f64.to_bits()),
+            Scalar::Float(f) => SetKey::F(f.to_bits()),
+            Scalar::Bytes(b) => SetKey::B(b.clone()),
         }
     }
 }

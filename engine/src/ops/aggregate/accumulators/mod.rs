@@ -229,18 +229,21 @@ pub(crate) fn kind_of(t: &ArrowType) -> Kind {
 /// One input value.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Scalar {
-    I(i64),
-    F(f64),
-    B(Vec<u8>),
+    /// An integer (and booleans, timestamps).
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// Bytes (strings, binary).
+    Bytes(Vec<u8>),
 }
 
 impl Scalar {
     /// Spark's order (floats by total order: NaN above everything).
     pub(crate) fn less(&self, o: &Scalar) -> bool {
         match (self, o) {
-            (Scalar::I(a), Scalar::I(b)) => a < b,
-            (Scalar::F(a), Scalar::F(b)) => a.total_cmp(b).is_lt(),
-            (Scalar::B(a), Scalar::B(b)) => a < b,
+            (Scalar::Int(a), Scalar::Int(b)) => a < b,
+            (Scalar::Float(a), Scalar::Float(b)) => a.total_cmp(b).is_lt(),
+            (Scalar::Bytes(a), Scalar::Bytes(b)) => a < b,
             _ => false,
         }
     }
@@ -289,12 +292,12 @@ impl Reader {
     pub(crate) fn get(&self, i: usize) -> Option<Scalar> {
         match self {
             Reader::None => None,
-            Reader::I(a) => a.is_valid(i).then(|| Scalar::I(a.value(i))),
-            Reader::F(a) => a.is_valid(i).then(|| Scalar::F(a.value(i))),
+            Reader::I(a) => a.is_valid(i).then(|| Scalar::Int(a.value(i))),
+            Reader::F(a) => a.is_valid(i).then(|| Scalar::Float(a.value(i))),
             Reader::S(a) => a
                 .is_valid(i)
-                .then(|| Scalar::B(a.value(i).as_bytes().to_vec())),
-            Reader::B(a) => a.is_valid(i).then(|| Scalar::B(a.value(i).to_vec())),
+                .then(|| Scalar::Bytes(a.value(i).as_bytes().to_vec())),
+            Reader::B(a) => a.is_valid(i).then(|| Scalar::Bytes(a.value(i).to_vec())),
         }
     }
 
@@ -342,15 +345,15 @@ pub(crate) fn get_u8(buf: &[u8], pos: &mut usize) -> Option<u8> {
 pub(crate) fn put_opt_scalar(out: &mut Vec<u8>, v: &Option<Scalar>) {
     match v {
         None => out.push(0),
-        Some(Scalar::I(i)) => {
+        Some(Scalar::Int(i)) => {
             out.push(1);
             out.extend_from_slice(&i.to_le_bytes())
         }
-        Some(Scalar::F(f)) => {
+        Some(Scalar::Float(f)) => {
             out.push(2);
             out.extend_from_slice(&f.to_le_bytes())
         }
-        Some(Scalar::B(b)) => {
+        Some(Scalar::Bytes(b)) => {
             out.push(3);
             out.extend_from_slice(&(b.len() as u32).to_le_bytes());
             out.extend_from_slice(b)
@@ -362,14 +365,14 @@ pub(crate) fn put_opt_scalar(out: &mut Vec<u8>, v: &Option<Scalar>) {
 pub(crate) fn get_opt_scalar(buf: &[u8], pos: &mut usize) -> Option<Option<Scalar>> {
     Some(match get_u8(buf, pos)? {
         0 => None,
-        1 => Some(Scalar::I(get_i64(buf, pos)?)),
-        2 => Some(Scalar::F(get_f64(buf, pos)?)),
+        1 => Some(Scalar::Int(get_i64(buf, pos)?)),
+        2 => Some(Scalar::Float(get_f64(buf, pos)?)),
         3 => {
             let n = u32::from_le_bytes(buf.get(*pos..*pos + 4)?.try_into().ok()?) as usize;
             *pos += 4;
             let b = buf.get(*pos..*pos + n)?.to_vec();
             *pos += n;
-            Some(Scalar::B(b))
+            Some(Scalar::Bytes(b))
         }
         _ => return None,
     })
@@ -383,13 +386,13 @@ pub(crate) fn scalars_array<'a>(
 ) -> Result<ArrayRef> {
     let raw: ArrayRef = match kind_of(t) {
         Kind::Float => Arc::new(Float64Array::from_iter(values.map(|s| match s {
-            Some(Scalar::F(f)) => Some(*f),
+            Some(Scalar::Float(f)) => Some(*f),
             _ => None,
         }))),
         Kind::Bytes => {
             let b: BinaryArray = values
                 .map(|s| match s {
-                    Some(Scalar::B(b)) => Some(b.as_slice()),
+                    Some(Scalar::Bytes(b)) => Some(b.as_slice()),
                     _ => None,
                 })
                 .collect();
@@ -407,7 +410,7 @@ pub(crate) fn scalars_array<'a>(
         }
         Kind::Int => {
             let i = Int64Array::from_iter(values.map(|s| match s {
-                Some(Scalar::I(v)) => Some(*v),
+                Some(Scalar::Int(v)) => Some(*v),
                 _ => None,
             }));
             match t {

@@ -36,12 +36,12 @@ impl Accumulator for SumInt {
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
-        put_opt_scalar(out, &self.0.map(Scalar::I))
+        put_opt_scalar(out, &self.0.map(Scalar::Int))
     }
 
     fn decode(&mut self, buf: &[u8], pos: &mut usize) -> Option<()> {
         self.0 = match get_opt_scalar(buf, pos)? {
-            Some(Scalar::I(i)) => Some(i),
+            Some(Scalar::Int(i)) => Some(i),
             _ => None,
         };
         Some(())
@@ -71,12 +71,12 @@ impl Accumulator for SumFloat {
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
-        put_opt_scalar(out, &self.0.map(Scalar::F))
+        put_opt_scalar(out, &self.0.map(Scalar::Float))
     }
 
     fn decode(&mut self, buf: &[u8], pos: &mut usize) -> Option<()> {
         self.0 = match get_opt_scalar(buf, pos)? {
-            Some(Scalar::F(f)) => Some(f),
+            Some(Scalar::Float(f)) => Some(f),
             _ => None,
         };
         Some(())
