@@ -29,6 +29,7 @@
 pub mod checkpoint;
 pub mod clock;
 mod config;
+mod connector;
 mod cores;
 pub mod dataset;
 pub mod error;

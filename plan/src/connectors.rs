@@ -201,24 +201,40 @@ pub const RATE_SCHEMA: &[FixedField] = &[
 /// The socket source's schema.
 pub const SOCKET_SCHEMA: &[FixedField] = &[col("value", DataType::String, false)];
 
-/// One source kind.
-#[derive(Debug)]
-pub struct SourceSpec {
-    /// weir's name (`stream_query!`'s `source:`).
+/// The options part every connector has, source or sink: its name, its
+/// options and their passthrough prefix. The lookups and checks of an
+/// option by name live here once; a [`SourceSpec`] and a [`SinkSpec`]
+/// dereference to it (`spec.name`, `spec.option(..)`).
+#[derive(Debug, Clone, Copy)]
+pub struct Connector {
+    /// `source` or `sink`, as the messages name it.
+    pub what: &'static str,
+    /// weir's name (`stream_query!`'s `source:` or `sink:`).
     pub name: &'static str,
-    /// Spark's `format(...)` names it stands for.
-    pub spark_formats: &'static [&'static str],
     /// Its options.
     pub options: &'static [OptionSpec],
     /// A prefix whose options go to the client as they are (`kafka.`).
     pub passthrough: Option<&'static str>,
-    /// Options of which exactly one must be set (Spark's names).
-    pub exactly_one: &'static [&'static str],
-    /// Its fixed schema; `None`: the user declares it.
-    pub schema: Option<&'static [FixedField]>,
 }
 
-impl SourceSpec {
+impl Connector {
+    const fn new(what: &'static str, name: &'static str, options: &'static [OptionSpec]) -> Self {
+        Connector {
+            what,
+            name,
+            options,
+            passthrough: None,
+        }
+    }
+
+    /// The same connector, with `prefix`'s options going to the client.
+    const fn with_passthrough(self, prefix: &'static str) -> Self {
+        Connector {
+            passthrough: Some(prefix),
+            ..self
+        }
+    }
+
     /// The option named `name` by Spark (case-insensitive).
     pub fn option(&self, name: &str) -> Option<&'static OptionSpec> {
         find_option(self.options, name)
@@ -236,15 +252,68 @@ impl SourceSpec {
         name: &str,
         value: &str,
     ) -> Result<Option<&'static OptionSpec>, OptionError> {
-        check_option(
-            ("source", self.name),
-            self.options,
-            self.passthrough,
-            name,
-            value,
-        )
+        let Connector {
+            what,
+            name: connector,
+            options,
+            passthrough,
+        } = *self;
+        if let Some(prefix) = passthrough {
+            let lower = name.to_ascii_lowercase();
+            if lower.starts_with(prefix) && find_option(options, name).is_none() {
+                return Ok(None);
+            }
+        }
+        let Some(spec) = find_option(options, name) else {
+            let known: Vec<String> = options
+                .iter()
+                .filter(|o| !matches!(o.kind, ValueKind::Unsupported(_)))
+                .map(|o| o.name.to_string())
+                .chain(passthrough.map(|p| format!("{p}*")))
+                .collect();
+            let help = if known.is_empty() {
+                format!("the {connector} {what} takes no options")
+            } else {
+                format!("options of {connector}: {}", known.join(", "))
+            };
+            return Err(OptionError::new(
+                name,
+                format!("unknown option `{name}` for the {connector} {what}"),
+                help,
+            ));
+        };
+        check_value(spec.kind, name, value)?;
+        Ok(Some(spec))
     }
 
+    /// The error for its required option `name` left unset.
+    pub fn missing(&self, name: &str) -> OptionError {
+        needs(self.what, self.name, name)
+    }
+}
+
+/// One source kind.
+#[derive(Debug)]
+pub struct SourceSpec {
+    /// Its name, options and passthrough prefix.
+    pub connector: Connector,
+    /// Spark's `format(...)` names it stands for.
+    pub spark_formats: &'static [&'static str],
+    /// Options of which exactly one must be set (Spark's names).
+    pub exactly_one: &'static [&'static str],
+    /// Its fixed schema; `None`: the user declares it.
+    pub schema: Option<&'static [FixedField]>,
+}
+
+impl std::ops::Deref for SourceSpec {
+    type Target = Connector;
+
+    fn deref(&self) -> &Connector {
+        &self.connector
+    }
+}
+
+impl SourceSpec {
     /// Spark's rule for [`SourceSpec::exactly_one`]: `set` holds, for each
     /// of those options in order, whether it is set; `names` how the user
     /// spells them.
@@ -253,46 +322,22 @@ impl SourceSpec {
     }
 }
 
-fn find_option(options: &'static [OptionSpec], name: &str) -> Option<&'static OptionSpec> {
-    options.iter().find(|o| o.name.eq_ignore_ascii_case(name))
+const fn source_spec(
+    name: &'static str,
+    spark_formats: &'static [&'static str],
+    options: &'static [OptionSpec],
+    schema: Option<&'static [FixedField]>,
+) -> SourceSpec {
+    SourceSpec {
+        connector: Connector::new("source", name, options),
+        spark_formats,
+        exactly_one: &[],
+        schema,
+    }
 }
 
-/// One option of a connector (`what`: `source` or `sink`, and its name)
-/// set by Spark's name: unknown, or refused by its rule, is an error.
-/// `Ok(None)`: an option of the passthrough prefix.
-fn check_option(
-    (what, connector): (&str, &str),
-    options: &'static [OptionSpec],
-    passthrough: Option<&'static str>,
-    name: &str,
-    value: &str,
-) -> Result<Option<&'static OptionSpec>, OptionError> {
-    if let Some(prefix) = passthrough {
-        let lower = name.to_ascii_lowercase();
-        if lower.starts_with(prefix) && find_option(options, name).is_none() {
-            return Ok(None);
-        }
-    }
-    let Some(spec) = find_option(options, name) else {
-        let known: Vec<String> = options
-            .iter()
-            .filter(|o| !matches!(o.kind, ValueKind::Unsupported(_)))
-            .map(|o| o.name.to_string())
-            .chain(passthrough.map(|p| format!("{p}*")))
-            .collect();
-        let help = if known.is_empty() {
-            format!("the {connector} {what} takes no options")
-        } else {
-            format!("options of {connector}: {}", known.join(", "))
-        };
-        return Err(OptionError::new(
-            name,
-            format!("unknown option `{name}` for the {connector} {what}"),
-            help,
-        ));
-    };
-    check_value(spec.kind, name, value)?;
-    Ok(Some(spec))
+fn find_option(options: &'static [OptionSpec], name: &str) -> Option<&'static OptionSpec> {
+    options.iter().find(|o| o.name.eq_ignore_ascii_case(name))
 }
 
 /// Checks a text value by its option's kind (the builder's path: every
@@ -314,51 +359,19 @@ pub fn check_value(kind: ValueKind, name: &str, value: &str) -> Result<(), Optio
 
 /// The sources, in the order `stream_query!` lists them.
 pub const SOURCES: &[SourceSpec] = &[
+    source_spec("rate", &["rate"], RATE, Some(RATE_SCHEMA)),
+    source_spec("files", &["json", "csv", "parquet"], FILES, None),
+    source_spec("socket", &["socket"], SOCKET, Some(SOCKET_SCHEMA)),
+    source_spec("memory", &["memory"], &[], None),
+    source_spec(
+        "rate_micro_batch",
+        &["rate-micro-batch"],
+        RATE_MICRO_BATCH,
+        Some(RATE_SCHEMA),
+    ),
     SourceSpec {
-        name: "rate",
-        spark_formats: &["rate"],
-        options: RATE,
-        passthrough: None,
-        exactly_one: &[],
-        schema: Some(RATE_SCHEMA),
-    },
-    SourceSpec {
-        name: "files",
-        spark_formats: &["json", "csv", "parquet"],
-        options: FILES,
-        passthrough: None,
-        exactly_one: &[],
-        schema: None,
-    },
-    SourceSpec {
-        name: "socket",
-        spark_formats: &["socket"],
-        options: SOCKET,
-        passthrough: None,
-        exactly_one: &[],
-        schema: Some(SOCKET_SCHEMA),
-    },
-    SourceSpec {
-        name: "memory",
-        spark_formats: &["memory"],
-        options: &[],
-        passthrough: None,
-        exactly_one: &[],
-        schema: None,
-    },
-    SourceSpec {
-        name: "rate_micro_batch",
-        spark_formats: &["rate-micro-batch"],
-        options: RATE_MICRO_BATCH,
-        passthrough: None,
-        exactly_one: &[],
-        schema: Some(RATE_SCHEMA),
-    },
-    SourceSpec {
-        name: "kafka",
+        connector: Connector::new("source", "kafka", KAFKA).with_passthrough("kafka."),
         spark_formats: &["kafka"],
-        options: KAFKA,
-        passthrough: Some("kafka."),
         exactly_one: &["subscribe", "subscribePattern", "assign"],
         schema: Some(KAFKA_SCHEMA),
     },
@@ -442,17 +455,13 @@ const KAFKA: &[OptionSpec] = &[
 /// One sink kind.
 #[derive(Debug)]
 pub struct SinkSpec {
-    /// weir's name (`stream_query!`'s `sink:`).
-    pub name: &'static str,
+    /// Its name, options and passthrough prefix.
+    pub connector: Connector,
     /// Spark's `writeStream.format(...)` names it stands for.
     pub spark_formats: &'static [&'static str],
     /// The kind the plan's rules see (the Kafka sink's is
     /// [`SinkKind::KafkaJson`] with `valueFormat` json).
     pub kind: SinkKind,
-    /// Its options.
-    pub options: &'static [OptionSpec],
-    /// A prefix whose options go to the client as they are (`kafka.`).
-    pub passthrough: Option<&'static str>,
     /// `Some(how)`: the sink is code the user hands in (`foreach`,
     /// `foreachBatch`), not options; `how` says how to write it.
     pub code: Option<&'static str>,
@@ -461,33 +470,15 @@ pub struct SinkSpec {
     pub macro_required: &'static [&'static str],
 }
 
+impl std::ops::Deref for SinkSpec {
+    type Target = Connector;
+
+    fn deref(&self) -> &Connector {
+        &self.connector
+    }
+}
+
 impl SinkSpec {
-    /// The option named `name` by Spark (case-insensitive).
-    pub fn option(&self, name: &str) -> Option<&'static OptionSpec> {
-        find_option(self.options, name)
-    }
-
-    /// The option `stream_query!` names `name`.
-    pub fn macro_option(&self, name: &str) -> Option<&'static OptionSpec> {
-        self.options.iter().find(|o| o.macro_name == Some(name))
-    }
-
-    /// Checks one option set by Spark's name, as [`SourceSpec::check`]
-    /// does.
-    pub fn check(
-        &self,
-        name: &str,
-        value: &str,
-    ) -> Result<Option<&'static OptionSpec>, OptionError> {
-        check_option(
-            ("sink", self.name),
-            self.options,
-            self.passthrough,
-            name,
-            value,
-        )
-    }
-
     /// Whether `stream_query!` needs the option (required, or one of
     /// [`SinkSpec::macro_required`]).
     pub fn macro_needs(&self, option: &OptionSpec) -> bool {
@@ -509,9 +500,11 @@ pub const SINKS: &[SinkSpec] = &[
         ..spec("foreach", &["foreach"], SinkKind::Other, &[])
     },
     SinkSpec {
-        passthrough: Some("kafka."),
+        connector: Connector::new("sink", "kafka", KAFKA_SINK).with_passthrough("kafka."),
+        spark_formats: &["kafka"],
+        kind: SinkKind::Kafka,
+        code: None,
         macro_required: &["topic"],
-        ..spec("kafka", &["kafka"], SinkKind::Kafka, KAFKA_SINK)
     },
     spec("postgres", &["postgres"], SinkKind::Other, POSTGRES),
     spec("redis", &["redis"], SinkKind::Other, REDIS),
@@ -525,11 +518,9 @@ const fn spec(
     options: &'static [OptionSpec],
 ) -> SinkSpec {
     SinkSpec {
-        name,
+        connector: Connector::new("sink", name, options),
         spark_formats,
         kind,
-        options,
-        passthrough: None,
         code: None,
         macro_required: &[],
     }
@@ -601,7 +592,8 @@ fn unsupported(name: &str, why: &str) -> OptionError {
     OptionError::new(name, format!("weir does not support `{name}`"), why)
 }
 
-/// A required option of a source that is not set.
+/// A required option of a source that is not set ([`Connector::missing`]
+/// of a source named by text).
 pub fn missing(source: &str, name: &str) -> OptionError {
     needs("source", source, name)
 }

@@ -10,13 +10,15 @@
 //! A new sink registers here with one line in `BUILDERS` (and its row in
 //! the connector table); `stream_query!` then takes `sink: name(...)`.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
-use weir_plan::connectors::{self, OptionError, SinkSpec};
+use weir_plan::connectors::{self, OptionError};
 
 use super::BoxSink;
+use crate::connector;
 use crate::error::{Result, WeirError};
+
+/// A sink's options, checked by the connector table: what a sink's
+/// `from_options` reads.
+pub use crate::connector::ConnectorOptions as SinkOptions;
 
 /// Builds one kind of sink from its checked options.
 pub type Builder = fn(&SinkOptions) -> std::result::Result<BoxSink, OptionError>;
@@ -34,66 +36,6 @@ const BUILDERS: &[(&str, Builder)] = &[
     ("redis", super::redis::from_options),
     ("noop", super::noop::from_options),
 ];
-
-/// A sink's options, checked by the connector table: what a sink's
-/// `from_options` reads.
-pub struct SinkOptions {
-    spec: &'static SinkSpec,
-    format: String,
-    /// By the table's (Spark's) name: the value as given.
-    values: BTreeMap<&'static str, String>,
-    /// Every option as given, passthrough ones (`kafka.*`) too.
-    given: Vec<(String, String)>,
-}
-
-impl SinkOptions {
-    /// The Spark format name the sink was asked for (`parquet`, `noop`, ...).
-    pub fn format(&self) -> &str {
-        &self.format
-    }
-
-    /// The option's value as given (by Spark's name), or its table default.
-    pub fn get(&self, name: &str) -> Option<&str> {
-        let spec = self.spec.option(name)?;
-        self.values
-            .get(spec.name)
-            .map(String::as_str)
-            .or(spec.default)
-    }
-
-    /// A whole-number option (its value or default).
-    pub fn number(&self, name: &str) -> std::result::Result<Option<u64>, OptionError> {
-        self.get(name)
-            .map(|v| connectors::parse_whole(name, v, u64::MAX))
-            .transpose()
-    }
-
-    /// A `true`/`false` option (its value or default).
-    pub fn flag(&self, name: &str) -> std::result::Result<Option<bool>, OptionError> {
-        self.get(name)
-            .map(|v| connectors::boolean(name, v))
-            .transpose()
-    }
-
-    /// A duration option (its value or default).
-    pub fn duration(&self, name: &str) -> std::result::Result<Option<Duration>, OptionError> {
-        self.get(name)
-            .map(|v| connectors::duration(name, v).map(|ms| Duration::from_millis(ms as u64)))
-            .transpose()
-    }
-
-    /// A comma-separated column list (empty when unset).
-    pub fn columns(&self, name: &str) -> std::result::Result<Vec<String>, OptionError> {
-        self.get(name)
-            .map_or(Ok(vec![]), |v| connectors::columns(name, v))
-    }
-
-    /// Every option as given, in order (for a sink that reads them all, as
-    /// the Kafka sink does).
-    pub fn given(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.given.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-}
 
 /// The sink of Spark's `format` (or weir's name, e.g. `files`) with these
 /// Spark-named options. Unknown, missing and invalid options are refused
@@ -117,7 +59,6 @@ where
     K: AsRef<str>,
     V: AsRef<str>,
 {
-    let refuse = |e: OptionError| WeirError::Config(e.to_string());
     let spec = connectors::sink(format).ok_or_else(|| {
         let names: Vec<&str> = connectors::SINKS
             .iter()
@@ -133,43 +74,7 @@ where
             "the {format} sink is code, not options: hand it to the writer with `.foreach_batch(f)` or `.sink(ForeachSink::new(writer))`"
         )));
     }
-    let mut o = SinkOptions {
-        spec,
-        format: format.to_string(),
-        values: BTreeMap::new(),
-        given: Vec::new(),
-    };
-    // Spark's format names a file sink's format.
-    if spec.name == "files" && format != spec.name {
-        o.values.insert("format", format.to_string());
-    }
-    for (k, v) in options {
-        let (k, v) = (k.as_ref(), v.as_ref());
-        if let Some(option) = spec.check(k, v).map_err(refuse)? {
-            if o.values.insert(option.name, v.to_string()).is_some() && option.name != "format" {
-                return Err(WeirError::Config(format!("option `{k}` is given twice")));
-            }
-        }
-        o.given.push((k.to_string(), v.to_string()));
-    }
-    if let Some(missing) = spec
-        .options
-        .iter()
-        .find(|s| s.required && !o.values.contains_key(s.name))
-    {
-        return Err(refuse(connectors::missing_in_sink(spec.name, missing.name)));
-    }
-    let build = BUILDERS
-        .iter()
-        .find(|(name, _)| *name == spec.name)
-        .map(|(_, b)| *b)
-        .ok_or_else(|| {
-            WeirError::Config(format!(
-                "the {} sink is not built into this weir (enable its feature)",
-                spec.name
-            ))
-        })?;
-    build(&o).map_err(refuse)
+    connector::build(&spec.connector, format, options, vec![], BUILDERS)
 }
 
 /// Checks a value a sink's typed builder was given with the connector
@@ -227,6 +132,9 @@ mod tests {
         assert_eq!(s.kind(), weir_plan::SinkKind::File);
         let s = from_options("files", [("path", "out"), ("format", "JSON")]).unwrap();
         assert_eq!(s.kind(), weir_plan::SinkKind::File);
+        // The format option may repeat Spark's format name.
+        let s = from_options("csv", [("path", "out"), ("FORMAT", "CSV")]).unwrap();
+        assert_eq!(s.kind(), weir_plan::SinkKind::File);
         let s = from_options("noop", Vec::<(String, String)>::new()).unwrap();
         assert_eq!(
             s.description(),
@@ -270,6 +178,15 @@ mod tests {
         assert!(refused("foreachBatch", []).contains("is code, not options"));
         assert!(refused("xml", []).contains("unknown sink format `xml`"));
         assert!(refused("console", [("numRows", "1"), ("NUMROWS", "2")]).contains("given twice"));
+        assert_eq!(
+            refused("csv", [("path", "out"), ("format", "json")]),
+            "option `format` is `json` but the format is `csv` (drop the option, or make the two agree)"
+        );
+        assert!(refused(
+            "files",
+            [("path", "out"), ("format", "csv"), ("format", "json")]
+        )
+        .contains("option `format` is given twice"));
         if cfg!(feature = "kafka") {
             assert!(refused("kafka", [("topic", "t")])
                 .contains("the kafka sink needs the option `kafka.bootstrap.servers`"));

@@ -8,17 +8,19 @@
 //! A new source registers here with one line in `BUILDERS` (and its row
 //! in the connector table).
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
-use weir_plan::connectors::{self, OptionError, SourceSpec};
+use weir_plan::connectors;
 use weir_plan::Field;
 
 use super::BoxSource;
+use crate::connector;
 use crate::error::{Result, WeirError};
 
+/// A source's options, checked by the connector table: what a source's
+/// `from_options` reads.
+pub use crate::connector::ConnectorOptions as SourceOptions;
+
 /// Builds one kind of source from its checked options.
-pub type Builder = fn(&SourceOptions) -> std::result::Result<BoxSource, OptionError>;
+pub type Builder = fn(&SourceOptions) -> std::result::Result<BoxSource, connectors::OptionError>;
 
 /// The sources [`from_options`] builds, by their connector-table name.
 const BUILDERS: &[(&str, Builder)] = &[
@@ -30,74 +32,6 @@ const BUILDERS: &[(&str, Builder)] = &[
     #[cfg(feature = "kafka")]
     ("kafka", super::kafka::from_options),
 ];
-
-/// A source's options, checked by the connector table: what a source's
-/// `from_options` reads.
-pub struct SourceOptions {
-    spec: &'static SourceSpec,
-    format: String,
-    /// By the table's (Spark's) name: the value as given.
-    values: BTreeMap<&'static str, String>,
-    /// Every option as given, passthrough ones (`kafka.*`) too.
-    given: Vec<(String, String)>,
-    fields: Vec<Field>,
-}
-
-impl SourceOptions {
-    /// The Spark format name the source was asked for (`json`, `rate`, ...).
-    pub fn format(&self) -> &str {
-        &self.format
-    }
-
-    /// The option's value as given (by Spark's name), or its table default.
-    pub fn get(&self, name: &str) -> Option<&str> {
-        let spec = self.spec.option(name)?;
-        self.values
-            .get(spec.name)
-            .map(String::as_str)
-            .or(spec.default)
-    }
-
-    /// Whether the user set the option.
-    pub fn is_set(&self, name: &str) -> bool {
-        self.spec
-            .option(name)
-            .is_some_and(|s| self.values.contains_key(s.name))
-    }
-
-    /// A whole-number option (its value or default), checked by the table.
-    pub fn number(&self, name: &str) -> std::result::Result<Option<u64>, OptionError> {
-        match self.get(name) {
-            Some(v) => connectors::parse_whole(name, v, u64::MAX).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// A `true`/`false` option (its value or default).
-    pub fn flag(&self, name: &str) -> std::result::Result<Option<bool>, OptionError> {
-        self.get(name)
-            .map(|v| connectors::boolean(name, v))
-            .transpose()
-    }
-
-    /// A duration option (its value or default).
-    pub fn duration(&self, name: &str) -> std::result::Result<Option<Duration>, OptionError> {
-        self.get(name)
-            .map(|v| connectors::duration(name, v).map(|ms| Duration::from_millis(ms as u64)))
-            .transpose()
-    }
-
-    /// Every option as given, in order (for a source that reads them all,
-    /// as the Kafka source does).
-    pub fn given(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.given.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-
-    /// The declared schema (for sources without a fixed one).
-    pub fn fields(&self) -> &[Field] {
-        &self.fields
-    }
-}
 
 /// The source of Spark's `format` (or weir's name, e.g. `files`, or
 /// `rate_micro_batch`) with these Spark-named options; `fields` is the
@@ -117,7 +51,6 @@ pub fn from_options<'a>(
     options: impl IntoIterator<Item = (&'a str, &'a str)>,
     fields: Vec<Field>,
 ) -> Result<BoxSource> {
-    let refuse = |e: OptionError| WeirError::Config(e.to_string());
     let spec = connectors::source(format).ok_or_else(|| {
         let names: Vec<&str> = connectors::SOURCES
             .iter()
@@ -128,43 +61,7 @@ pub fn from_options<'a>(
             names.join(", ")
         ))
     })?;
-    let mut o = SourceOptions {
-        spec,
-        format: format.to_string(),
-        values: BTreeMap::new(),
-        given: Vec::new(),
-        fields,
-    };
-    // Spark's format names a file source's format.
-    if spec.name == "files" && format != spec.name {
-        o.values.insert("format", format.to_string());
-    }
-    for (k, v) in options {
-        if let Some(option) = spec.check(k, v).map_err(refuse)? {
-            if o.values.insert(option.name, v.to_string()).is_some() && option.name != "format" {
-                return Err(WeirError::Config(format!("option `{k}` is given twice")));
-            }
-        }
-        o.given.push((k.to_string(), v.to_string()));
-    }
-    if let Some(missing) = spec
-        .options
-        .iter()
-        .find(|s| s.required && !o.values.contains_key(s.name))
-    {
-        return Err(refuse(connectors::missing(spec.name, missing.name)));
-    }
-    let build = BUILDERS
-        .iter()
-        .find(|(name, _)| *name == spec.name)
-        .map(|(_, b)| *b)
-        .ok_or_else(|| {
-            WeirError::Config(format!(
-                "the {} source is not built into this weir (enable its feature)",
-                spec.name
-            ))
-        })?;
-    build(&o).map_err(refuse)
+    connector::build(&spec.connector, format, options, fields, BUILDERS)
 }
 
 #[cfg(test)]
@@ -272,5 +169,12 @@ mod tests {
             refused("rate", [("rowsPerSecond", "1"), ("ROWSPERSECOND", "2")])
                 .contains("given twice")
         );
+        assert!(refused("csv", [("path", "in"), ("format", "json")])
+            .ends_with("option `format` is `json` but the format is `csv` (drop the option, or make the two agree)"));
+        assert!(refused(
+            "csv",
+            [("path", "in"), ("format", "csv"), ("format", "csv")]
+        )
+        .contains("option `format` is given twice"));
     }
 }
