@@ -23,6 +23,7 @@
 )]
 
 use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
 use weir_plan::OutputMode;
 
 use crate::error::{Result, WeirError};
@@ -61,6 +62,36 @@ pub(crate) enum AttemptError<E> {
     Other(WeirError),
 }
 
+/// One batch of sink `S`, with the sink's runtime `R` (its connection slot
+/// and settings): what a sink implements [`MarkedWrite`] for.
+pub(crate) struct Attempt<'a, S, R> {
+    /// The sink.
+    pub(crate) sink: &'a S,
+    /// The sink's state while it runs.
+    pub(crate) rt: &'a mut R,
+    /// The batch's id.
+    pub(crate) batch_id: i64,
+    /// The batch's rows.
+    pub(crate) batches: &'a [RecordBatch],
+}
+
+impl<'a, S, R> Attempt<'a, S, R> {
+    /// Batch `batch_id` of `sink`, with its runtime `rt`.
+    pub(crate) fn new(
+        sink: &'a S,
+        rt: &'a mut R,
+        batch_id: i64,
+        batches: &'a [RecordBatch],
+    ) -> Self {
+        Attempt {
+            sink,
+            rt,
+            batch_id,
+            batches,
+        }
+    }
+}
+
 /// One batch's write through a client connection, as [`write_batch`] runs it.
 pub(crate) trait MarkedWrite {
     /// A connection to the sink's server.
@@ -69,6 +100,9 @@ pub(crate) trait MarkedWrite {
     type Error: std::fmt::Display;
     /// The sink, for the log (its description).
     fn sink(&self) -> String;
+    /// The slot the sink keeps its connection in between batches: taken
+    /// for the attempt, and given back what connection is still good.
+    fn conn(&mut self) -> &mut Option<Self::Conn>;
     /// A new connection; an error here fails the batch at once.
     fn connect(&mut self) -> Result<Self::Conn>;
     /// Whether a connection kept from the last batch may be used again
@@ -95,17 +129,14 @@ pub(crate) trait MarkedWrite {
     fn failed(&self, e: Self::Error) -> WeirError;
 }
 
-/// Writes batch `batch_id` with `attempt`, on the connection in `conn` (or a
-/// new one), retrying once on a new connection when the connection was lost;
-/// what connection is still good is left in `conn` for the next batch.
-pub(crate) fn write_batch<W: MarkedWrite>(
-    attempt: &mut W,
-    conn: &mut Option<W::Conn>,
-    batch_id: i64,
-) -> Result<()> {
+/// Writes batch `batch_id` with `attempt`, on the connection in its slot
+/// ([`MarkedWrite::conn`]) or a new one, retrying once on a new connection
+/// when the connection was lost; what connection is still good is left in
+/// the slot for the next batch.
+pub(crate) fn write_batch<W: MarkedWrite>(attempt: &mut W, batch_id: i64) -> Result<()> {
     let mut retried = false;
     loop {
-        let mut c = match conn.take() {
+        let mut c = match attempt.conn().take() {
             Some(c) if attempt.reusable(&c) => c,
             _ => attempt.connect()?,
         };
@@ -114,7 +145,7 @@ pub(crate) fn write_batch<W: MarkedWrite>(
                 if written == Written::Before {
                     log_skipped(&attempt.sink(), batch_id);
                 }
-                *conn = Some(c);
+                *attempt.conn() = Some(c);
                 return Ok(());
             }
             Err(AttemptError::Client(e)) if !retried && attempt.is_connection_error(&e) => {
@@ -127,12 +158,12 @@ pub(crate) fn write_batch<W: MarkedWrite>(
             }
             Err(AttemptError::Client(e)) => {
                 if attempt.keeps_connection(&c, &e) {
-                    *conn = Some(c);
+                    *attempt.conn() = Some(c);
                 }
                 return Err(attempt.failed(e));
             }
             Err(AttemptError::Other(e)) => {
-                *conn = Some(c);
+                *attempt.conn() = Some(c);
                 return Err(e);
             }
         }
@@ -213,6 +244,8 @@ mod tests {
         writes: usize,
         /// Connections numbered as made; the one each write used.
         used: Vec<usize>,
+        /// The connection kept between batches.
+        conn: Option<usize>,
     }
 
     impl Scripted {
@@ -222,6 +255,7 @@ mod tests {
                 connects: 0,
                 writes: 0,
                 used: vec![],
+                conn: None,
             }
         }
     }
@@ -231,6 +265,9 @@ mod tests {
         type Error = &'static str;
         fn sink(&self) -> String {
             "ScriptedSink".into()
+        }
+        fn conn(&mut self) -> &mut Option<usize> {
+            &mut self.conn
         }
         fn connect(&mut self) -> Result<usize> {
             self.connects += 1;
@@ -263,11 +300,10 @@ mod tests {
     #[test]
     fn a_lost_connection_is_retried_once_on_a_new_one() {
         let mut w = Scripted::new(vec![Err("lost"), Ok(Written::Now)]);
-        let mut conn = None;
-        write_batch(&mut w, &mut conn, 7).unwrap();
+        write_batch(&mut w, 7).unwrap();
         assert_eq!(w.used, [1, 2]);
         assert_eq!(
-            conn,
+            w.conn,
             Some(2),
             "the new connection is kept for the next batch"
         );
@@ -276,44 +312,41 @@ mod tests {
     #[test]
     fn a_connection_lost_twice_fails_the_batch_with_the_sinks_error() {
         let mut w = Scripted::new(vec![Err("lost"), Err("lost")]);
-        let mut conn = None;
-        let e = write_batch(&mut w, &mut conn, 7).unwrap_err();
+        let e = write_batch(&mut w, 7).unwrap_err();
         assert_eq!(
             e.to_string(),
             WeirError::Config("writing failed: lost".into()).to_string()
         );
         assert_eq!(w.writes, 2);
-        assert_eq!(conn, None, "a lost connection is not kept");
+        assert_eq!(w.conn, None, "a lost connection is not kept");
     }
 
     #[test]
     fn an_error_about_the_request_is_not_retried_and_keeps_the_connection() {
         let mut w = Scripted::new(vec![Err("syntax error")]);
-        let mut conn = None;
-        let e = write_batch(&mut w, &mut conn, 7).unwrap_err();
+        let e = write_batch(&mut w, 7).unwrap_err();
         assert!(e.to_string().contains("syntax error"), "{e}");
         assert_eq!(w.writes, 1);
-        assert_eq!(conn, Some(1));
+        assert_eq!(w.conn, Some(1));
     }
 
     #[test]
     fn an_error_of_the_sinks_own_is_returned_as_it_is() {
         let mut w = Scripted::new(vec![Err("bad value")]);
-        let mut conn = Some(5);
-        let e = write_batch(&mut w, &mut conn, 7).unwrap_err();
+        w.conn = Some(5);
+        let e = write_batch(&mut w, 7).unwrap_err();
         assert_eq!(
             e.to_string(),
             WeirError::Config("bad value".into()).to_string()
         );
-        assert_eq!(conn, Some(5));
+        assert_eq!(w.conn, Some(5));
     }
 
     #[test]
     fn the_connection_is_reused_across_batches_and_a_skipped_batch_succeeds() {
         let mut w = Scripted::new(vec![Ok(Written::Now), Ok(Written::Before)]);
-        let mut conn = None;
-        write_batch(&mut w, &mut conn, 1).unwrap();
-        write_batch(&mut w, &mut conn, 1).unwrap();
+        write_batch(&mut w, 1).unwrap();
+        write_batch(&mut w, 1).unwrap();
         assert_eq!(w.connects, 1);
         assert_eq!(w.used, [1, 1]);
     }

@@ -124,7 +124,7 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use weir_plan::OutputMode;
 
-use super::exactly_once::{self, AttemptError, MarkedWrite, Written};
+use super::exactly_once::{self, Attempt, AttemptError, MarkedWrite, Written};
 use super::{BoxSink, Sink, SinkContext};
 use crate::error::{Result, WeirError};
 
@@ -1102,7 +1102,10 @@ impl Sink for PostgresSink {
             .rt
             .take()
             .ok_or_else(|| self.err("add_batch before open"))?;
-        let result = self.add_batch_with(&mut rt, batch_id, batches);
+        let result = exactly_once::write_batch(
+            &mut Attempt::new(self, &mut rt, batch_id, batches),
+            batch_id,
+        );
         self.rt = Some(rt);
         result
     }
@@ -1129,40 +1132,15 @@ impl PostgresSink {
             _ => String::new(),
         }
     }
-
-    fn add_batch_with(
-        &self,
-        rt: &mut Runtime,
-        batch_id: i64,
-        batches: &[RecordBatch],
-    ) -> Result<()> {
-        let mut conn = rt.conn.take();
-        let result = exactly_once::write_batch(
-            &mut Attempt {
-                sink: self,
-                rt,
-                batch_id,
-                batches,
-            },
-            &mut conn,
-            batch_id,
-        );
-        rt.conn = conn;
-        result
-    }
 }
 
 /// One batch written to PostgreSQL, as [`exactly_once::write_batch`] runs it.
-struct Attempt<'a> {
-    sink: &'a PostgresSink,
-    rt: &'a Runtime,
-    batch_id: i64,
-    batches: &'a [RecordBatch],
-}
-
-impl MarkedWrite for Attempt<'_> {
+impl MarkedWrite for Attempt<'_, PostgresSink, Runtime> {
     type Conn = Conn;
     type Error = ::postgres::Error;
+    fn conn(&mut self) -> &mut Option<Self::Conn> {
+        &mut self.rt.conn
+    }
 
     fn sink(&self) -> String {
         self.sink.description()

@@ -143,7 +143,7 @@ use arrow::record_batch::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use weir_plan::OutputMode;
 
-use super::exactly_once::{self, AttemptError, MarkedWrite, Written};
+use super::exactly_once::{self, Attempt, AttemptError, MarkedWrite, Written};
 use super::{BoxSink, Sink, SinkContext};
 use crate::error::{Result, WeirError};
 
@@ -1037,46 +1037,22 @@ impl Sink for RedisSink {
             .rt
             .take()
             .ok_or_else(|| self.err("add_batch before open"))?;
-        let result = self.add_batch_with(&mut rt, batch_id, batches);
+        let result = exactly_once::write_batch(
+            &mut Attempt::new(self, &mut rt, batch_id, batches),
+            batch_id,
+        );
         self.rt = Some(rt);
         result
     }
 }
 
-impl RedisSink {
-    fn add_batch_with(
-        &self,
-        rt: &mut Runtime,
-        batch_id: i64,
-        batches: &[RecordBatch],
-    ) -> Result<()> {
-        let mut conn = rt.conn.take();
-        let result = exactly_once::write_batch(
-            &mut Attempt {
-                sink: self,
-                rt,
-                batch_id,
-                batches,
-            },
-            &mut conn,
-            batch_id,
-        );
-        rt.conn = conn;
-        result
-    }
-}
-
 /// One batch written to Redis, as [`exactly_once::write_batch`] runs it.
-struct Attempt<'a> {
-    sink: &'a RedisSink,
-    rt: &'a mut Runtime,
-    batch_id: i64,
-    batches: &'a [RecordBatch],
-}
-
-impl MarkedWrite for Attempt<'_> {
+impl MarkedWrite for Attempt<'_, RedisSink, Runtime> {
     type Conn = Connection;
     type Error = RedisError;
+    fn conn(&mut self) -> &mut Option<Self::Conn> {
+        &mut self.rt.conn
+    }
 
     fn sink(&self) -> String {
         self.sink.description()
