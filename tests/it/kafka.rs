@@ -279,19 +279,12 @@ fn reads_every_partition_with_sparks_row_schema() {
         .iter()
         .map(|f| f.name().clone())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "key",
-            "value",
-            "topic",
-            "partition",
-            "offset",
-            "timestamp",
-            "timestampType",
-            "headers"
-        ]
-    );
+    let table: Vec<&str> = weir::plan::connectors::KAFKA_SCHEMA
+        .iter()
+        .map(|f| f.name)
+        .chain([weir::plan::connectors::KAFKA_HEADERS])
+        .collect();
+    assert_eq!(names, table);
     let ts = b
         .column(5)
         .as_primitive::<weir::arrow::datatypes::TimestampMicrosecondType>();

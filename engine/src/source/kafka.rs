@@ -769,21 +769,25 @@ mod tests {
     }
 
     #[test]
-    fn schema_is_sparks() {
-        let s = kafka_schema(false);
-        let names: Vec<&str> = s.fields().iter().map(|f| f.name().as_str()).collect();
+    fn the_sources_schema_is_the_connector_tables() {
+        // The table (weir-plan) holds Spark's columns; the source declares
+        // them with their Arrow types, `headers` last with includeHeaders.
+        let columns = |s: SchemaRef| -> Vec<(String, arrow::datatypes::DataType)> {
+            s.fields()
+                .iter()
+                .map(|f| (f.name().clone(), f.data_type().clone()))
+                .collect()
+        };
+        let table: Vec<_> = connectors::KAFKA_SCHEMA
+            .iter()
+            .map(|f| (f.name.to_string(), crate::row::arrow_type(f.dtype)))
+            .collect();
+        assert_eq!(columns(KafkaSource::new("x:1").schema()), table);
+        let with_headers = columns(KafkaSource::new("x:1").include_headers(true).schema());
+        assert_eq!(with_headers[..table.len()], table[..]);
         assert_eq!(
-            names,
-            [
-                "key",
-                "value",
-                "topic",
-                "partition",
-                "offset",
-                "timestamp",
-                "timestampType"
-            ]
+            with_headers[table.len()..],
+            [(connectors::KAFKA_HEADERS.to_string(), headers_type())]
         );
-        assert_eq!(kafka_schema(true).field(7).data_type(), &headers_type());
     }
 }
