@@ -201,6 +201,24 @@ pub static SUM: AggregateDef = AggregateDef {
 /// `min`.
 pub static MIN: AggregateDef = AggregateDef {
     name: "min",
+    stores: "the minimum of {of}",
+    state: "min",
+    make: |_| AggFn::Min,
+    ..ORDER_BODY
+};
+
+/// `max`.
+pub static MAX: AggregateDef = AggregateDef {
+    name: "max",
+    stores: "the maximum of {of}",
+    state: "max",
+    make: |_| AggFn::Max,
+    ..ORDER_BODY
+};
+
+/// What `min` and `max` share.
+const ORDER_BODY: AggregateDef = AggregateDef {
+    name: "min",
     aliases: &[],
     takes_star: false,
     streaming: true,
@@ -211,21 +229,6 @@ pub static MIN: AggregateDef = AggregateDef {
     stores: "the minimum of {of}",
     state: "min",
     make: |_| AggFn::Min,
-};
-
-/// `max`.
-pub static MAX: AggregateDef = AggregateDef {
-    name: "max",
-    aliases: &[],
-    takes_star: false,
-    streaming: true,
-    input: InputRule::Orderable,
-    input_help: ORDER_HELP,
-    result: ResultRule::Input,
-    param: Param::None,
-    stores: "the maximum of {of}",
-    state: "max",
-    make: |_| AggFn::Max,
 };
 
 /// `avg` (`mean`).
@@ -282,6 +285,30 @@ pub static APPROX_COUNT_DISTINCT: AggregateDef = AggregateDef {
 pub static FIRST: AggregateDef = AggregateDef {
     name: "first",
     aliases: &["first_value"],
+    stores: "the first value of {of} seen",
+    state: "first",
+    make: |a| AggFn::First {
+        ignore_nulls: matches!(a, Arg::IgnoreNulls(true)),
+    },
+    ..FIRST_LAST_BODY
+};
+
+/// `last` (`last_value`).
+pub static LAST: AggregateDef = AggregateDef {
+    name: "last",
+    aliases: &["last_value"],
+    stores: "the last value of {of} seen",
+    state: "last",
+    make: |a| AggFn::Last {
+        ignore_nulls: matches!(a, Arg::IgnoreNulls(true)),
+    },
+    ..FIRST_LAST_BODY
+};
+
+/// What `first` and `last` share.
+const FIRST_LAST_BODY: AggregateDef = AggregateDef {
+    name: "first",
+    aliases: &["first_value"],
     takes_star: false,
     streaming: true,
     input: InputRule::Value,
@@ -291,23 +318,6 @@ pub static FIRST: AggregateDef = AggregateDef {
     stores: "the first value of {of} seen",
     state: "first",
     make: |a| AggFn::First {
-        ignore_nulls: matches!(a, Arg::IgnoreNulls(true)),
-    },
-};
-
-/// `last` (`last_value`).
-pub static LAST: AggregateDef = AggregateDef {
-    name: "last",
-    aliases: &["last_value"],
-    takes_star: false,
-    streaming: true,
-    input: InputRule::Value,
-    input_help: "first and last take a value column (not a window)",
-    result: ResultRule::Input,
-    param: Param::IgnoreNulls,
-    stores: "the last value of {of} seen",
-    state: "last",
-    make: |a| AggFn::Last {
         ignore_nulls: matches!(a, Arg::IgnoreNulls(true)),
     },
 };
