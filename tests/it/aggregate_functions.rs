@@ -358,10 +358,20 @@ fn merged_session_windows_merge_every_aggregate() {
     );
 }
 
-/// Runs a global `approx_count_distinct` (default rsd and 0.01) over
-/// batches of `users`, each batch's users `k * 5000 .. (k + 1) * 5000`
-/// plus repeats of earlier ones; returns each batch's two estimates.
-fn distinct_users(partitions: usize) -> Vec<(i64, i64)> {
+/// The keys of [`distinct_users`]: enough to fall in every one of 3 state
+/// partitions.
+const USER_KEYS: i64 = 6;
+
+/// New users per key in each batch of [`distinct_users`].
+const NEW_USERS: i64 = 12_000;
+
+/// Runs `approx_count_distinct` (default rsd and 0.01) per key over three
+/// batches: in batch `k` key `g` of the [`USER_KEYS`] gets the users
+/// `k * NEW_USERS .. (k + 1) * NEW_USERS` (as ids `user * 6 + g`) plus
+/// repeats of its first 1000, keys interleaved row by row, so each batch's
+/// 78,000 rows make three tasks whose sketches of every key are merged.
+/// Returns each batch's (key, estimate, fine estimate), by key.
+fn distinct_users(partitions: usize) -> Vec<Vec<(String, i64, i64)>> {
     let chk = tempfile::tempdir().unwrap();
     let s = session_with("memory", Some(partitions));
     let stream = MemoryStream::new(&fields());
@@ -369,7 +379,7 @@ fn distinct_users(partitions: usize) -> Vec<(i64, i64)> {
     let table = sink.table();
     let q = s
         .read_stream(stream.clone())
-        .group_by(vec![])
+        .group_by(vec![col("key")])
         .agg(vec![
             approx_count_distinct("value", "users"),
             approx_count_distinct_rsd("value", 0.01, "users_fine").unwrap(),
@@ -381,20 +391,31 @@ fn distinct_users(partitions: usize) -> Vec<(i64, i64)> {
         .start()
         .unwrap();
     let mut out = Vec::new();
-    for k in 0..4i64 {
-        let rows: Vec<Value> = (k * 5000..(k + 1) * 5000)
+    for k in 0..3i64 {
+        let rows: Vec<Value> = (k * NEW_USERS..(k + 1) * NEW_USERS)
             .chain(0..1000)
-            .map(|u| event(u % 60, "x", Some(u)))
+            .flat_map(|u| {
+                (0..USER_KEYS)
+                    .map(move |g| event(u % 60, &format!("k{g}"), Some(u * USER_KEYS + g)))
+            })
             .collect();
+        assert!(rows.len() > 2 * 32 * 1024, "the batch makes 3 tasks");
         stream.add_json(&rows).unwrap();
         q.process_all_available().unwrap();
         let last = q.last_progress().unwrap().batch_id;
         let batch = table.batches().into_iter().find(|(id, _)| *id == last);
-        let rows = rows_json(&batch.expect("the batch's output").1);
-        out.push((
-            rows[0]["users"].as_i64().unwrap(),
-            rows[0]["users_fine"].as_i64().unwrap(),
-        ));
+        let mut rows: Vec<(String, i64, i64)> = rows_json(&batch.expect("the batch's output").1)
+            .iter()
+            .map(|r| {
+                (
+                    r["key"].as_str().unwrap().to_string(),
+                    r["users"].as_i64().unwrap(),
+                    r["users_fine"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        rows.sort();
+        out.push(rows);
     }
     q.stop().unwrap();
     out
@@ -403,11 +424,17 @@ fn distinct_users(partitions: usize) -> Vec<(i64, i64)> {
 #[test]
 fn approx_count_distinct_stays_within_its_error_and_merges_across_batches_and_partitions() {
     let one = distinct_users(1);
-    for (k, (users, fine)) in one.iter().enumerate() {
-        let n = 5000.0 * (k + 1) as f64;
+    for (k, rows) in one.iter().enumerate() {
+        assert_eq!(rows.len(), USER_KEYS as usize, "batch {k}: {rows:?}");
+        let n = (NEW_USERS * (k as i64 + 1)) as f64;
         let err = |e: i64| (e as f64 - n).abs() / n;
-        assert!(err(*users) <= 3.0 * 0.05, "batch {k}: {users} for {n}");
-        assert!(err(*fine) <= 3.0 * 0.01, "batch {k}: {fine} for {n}");
+        for (key, users, fine) in rows {
+            assert!(
+                err(*users) <= 3.0 * 0.05,
+                "batch {k}, {key}: {users} for {n}"
+            );
+            assert!(err(*fine) <= 3.0 * 0.01, "batch {k}, {key}: {fine} for {n}");
+        }
     }
     // Merging sketches is their union: any split gives the same sketch.
     assert_eq!(distinct_users(3), one);
