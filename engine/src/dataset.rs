@@ -216,6 +216,22 @@ impl DataStream {
         self.push_join(name, on.into(), how)
     }
 
+    /// Gives a stream built [`DataStream::from_plan`] the static table its
+    /// plan joins as `name` (a table that reads files, refreshes and takes
+    /// the session's S3 settings unless it has its own, as
+    /// [`DataStream::join_static`] does).
+    pub fn static_table(mut self, name: &str, table: StaticTable) -> Result<DataStream> {
+        let Some(decl) = self.plan.statics.get_mut(name) else {
+            return Err(WeirError::Config(format!(
+                "the plan joins no static table `{name}`"
+            )));
+        };
+        let table = table.or_s3_settings(&self.session.conf().s3);
+        decl.schema = crate::row::plan_fields(&table.schema());
+        self.statics.insert(name.to_string(), table);
+        Ok(self)
+    }
+
     fn taken(&self, name: &str) -> bool {
         self.plan.sources.contains_key(name)
             || self.plan.statics.contains_key(name)

@@ -4,7 +4,6 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 use syn::ext::IdentExt;
-use weir_plan::{GroupKey, Op};
 
 use crate::ast::{FileFormat, QueryDecl, Setting, Sink, Source, TriggerDecl};
 use crate::explain::explain;
@@ -383,11 +382,11 @@ fn from_plan_steps(l: &Lowered) -> Vec<TokenStream> {
     }]
 }
 
-/// The stream joined with a static table, by builder calls: the engine's
-/// `DataStream::from_plan` takes a table's rows, not a `StaticTable` (read
-/// from files, re-read every `refresh_every`).
+/// A stream-static join: the stream built from the literal plan, then the
+/// declared table (checked against its row struct, refreshed as declared)
+/// given the name the plan joins.
 fn static_join_steps(j: &crate::ast::JoinDecl, l: &Lowered) -> Vec<TokenStream> {
-    let mut steps = vec![];
+    let mut steps = from_plan_steps(l);
     if let Some(schema) = j.side.schema.as_ref().map(|s| &s.ident) {
         steps.push(quote!(table.expect_fields(&<#schema as ::weir::Row>::fields())?;));
     }
@@ -395,35 +394,15 @@ fn static_join_steps(j: &crate::ast::JoinDecl, l: &Lowered) -> Vec<TokenStream> 
     if let Some((_, ms)) = &j.refresh_every {
         t.extend(quote!(.refresh_every(::std::time::Duration::from_millis(#ms))));
     }
-    steps.push(quote!(let table = #t;));
-    steps.push(quote!(let stream = session.read_stream(source);));
-    for op in l.result_ops() {
-        let step = match op {
-            Op::Join {
-                right,
-                how,
-                on,
-                using,
-            } => {
-                let how = plan_tokens::join_type(*how);
-                let on = match (on, using) {
-                    (Some(sql), _) => {
-                        let sql = sql.to_string();
-                        quote!(::weir::dataset::JoinOn::Expr(::std::string::String::from(#sql)))
-                    }
-                    (None, keys) => {
-                        let keys = keys.iter().flatten();
-                        quote!(::weir::dataset::JoinOn::Using(
-                            ::std::vec![#(::std::string::String::from(#keys)),*]
-                        ))
-                    }
-                };
-                quote!(stream.join_static(#right, table, #on, #how))
-            }
-            op => op_step(op),
-        };
-        steps.push(quote!(let stream = #step;));
-    }
+    let name = l
+        .running
+        .plan
+        .statics
+        .keys()
+        .next()
+        .cloned()
+        .unwrap_or_default();
+    steps.push(quote!(let stream = stream.static_table(#name, #t)?;));
     steps
 }
 
@@ -551,78 +530,6 @@ fn setting(s: &Setting, what: &str) -> TokenStream {
     }
 }
 
-/// One row op as a builder call on `stream` (a join is built with its
-/// table by [`static_join_steps`]).
-fn op_step(op: &Op) -> TokenStream {
-    match op {
-        Op::Filter { predicate } => {
-            let predicate = predicate.to_string();
-            quote!(stream.filter(#predicate))
-        }
-        Op::Select { columns } => {
-            let items = columns.iter().map(|c| {
-                let (e, a) = (c.expr.to_string(), &c.alias);
-                quote!((#e, #a))
-            });
-            quote!(stream.select(::std::vec![#(#items),*]))
-        }
-        Op::WithColumn { name, expr } => {
-            let expr = expr.to_string();
-            quote!(stream.with_column(#name, #expr))
-        }
-        Op::Watermark { column, delay } => {
-            let delay = delay.text();
-            quote!(stream.with_watermark(#column, #delay))
-        }
-        Op::Dedup {
-            columns,
-            within_watermark,
-        } => {
-            if *within_watermark {
-                quote!(stream.drop_duplicates_within_watermark(&[#(#columns),*]))
-            } else {
-                quote!(stream.drop_duplicates(&[#(#columns),*]))
-            }
-        }
-        Op::Sort { by } => {
-            let by = by.iter().map(|k| {
-                let (c, d) = (&k.column, k.desc);
-                quote!((#c, #d))
-            });
-            quote!(stream.order_by(::std::vec![#(#by),*]))
-        }
-        Op::Limit { n } => quote!(stream.limit(#n)),
-        Op::Aggregate { keys, aggs } => {
-            let keys = keys.iter().map(|k| match k {
-                GroupKey::Window { window, .. } => {
-                    let col = window.time_column().unwrap_or_default();
-                    let size = window.size.text();
-                    if let Some(gap) = window.gap.as_ref().map(|g| g.text()) {
-                        return quote!(::weir::functions::session_window(#col, #gap));
-                    }
-                    match &window.slide {
-                        Some(slide) => {
-                            let slide = slide.text();
-                            quote!(::weir::functions::sliding_window(#col, #size, #slide))
-                        }
-                        None => quote!(::weir::functions::window(#col, #size)),
-                    }
-                }
-                GroupKey::Column { column } => quote!(::weir::functions::col(#column)),
-            });
-            let aggs = aggs.iter().map(|a| {
-                let (c, al) = (&a.column, &a.alias);
-                let f = plan_tokens::agg_fn(a.func);
-                quote!(::weir::functions::aggregate(#f, #c, #al))
-            });
-            quote!(stream
-                .group_by(::std::vec![#(#keys),*])
-                .agg(::std::vec![#(#aggs),*]))
-        }
-        Op::Join { .. } => TokenStream::new(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -699,8 +606,8 @@ mod tests {
                 );
                 let text = body.to_string();
                 if l.join.as_ref().is_some_and(|j| j.table) {
-                    assert!(text.contains("join_static"), "{text}");
-                    continue;
+                    // The table is handed to the plan's static join by name.
+                    assert!(text.contains(". static_table ("), "{text}");
                 }
                 assert!(text.contains("DataStream :: from_plan"), "{text}");
                 assert!(text.contains("Self :: plan ()"), "{text}");
