@@ -67,7 +67,7 @@ pub struct SessionConfig {
     /// checkpoints on `s3://`.
     pub s3: crate::storage::S3Settings,
     /// `spark.sql.streaming.weir.collectMaxValues` (default
-    /// [`COLLECT_MAX_VALUES_DEFAULT`], 10,000): the most values a group's
+    /// 10,000): the most values a group's
     /// `collect_list` (distinct values for `collect_set`) keeps in the
     /// state store. Spark has no bound (a group's array grows until memory
     /// runs out); a group that would pass this one fails the query with an

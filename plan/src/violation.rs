@@ -1,7 +1,7 @@
 //! What a broken rule is, as data: the [`Rule`], where it is
 //! ([`Location`], down to the [`Part`] of an op), the name it is about
 //! ([`Violation::subject`]) and the words for the user. Schema resolution
-//! ([`crate::resolve`]) and the streaming rules ([`crate::check`]) produce
+//! ([`mod@crate::resolve`]) and the streaming rules ([`mod@crate::check`]) produce
 //! violations; the macro places each at its tokens by these fields, the
 //! engine prints them.
 
