@@ -2,7 +2,7 @@
 //! directory or an object store prefix, `state/<op>/<partition>/` of the
 //! checkpoint): `<version>.delta` for each committed version and a full
 //! `<version>.snapshot` every [`SNAPSHOT_INTERVAL`] versions, in the format
-//! of `memory::encode`. Both state stores keep their durable state here.
+//! of [`encode`]. Both state stores keep their durable state here.
 //!
 //! Each file is one whole-object write. A version that was already there
 //! when the store opened replaces what is there, as Spark's state stores
@@ -21,7 +21,67 @@
 use crate::error::{Result, WeirError};
 use crate::storage::{Created, Storage};
 
-use super::memory::{decode, Entry, SNAPSHOT_INTERVAL};
+use std::path::Path;
+
+/// A full snapshot is written every this many versions.
+pub const SNAPSHOT_INTERVAL: u64 = 10;
+
+const MAGIC: &[u8; 8] = b"WEIRST01";
+
+/// Encodes entries (value None: a deletion) with a header and checksum.
+pub(crate) fn encode<'a>(entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>) -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    for (k, v) in entries {
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(k);
+        match v {
+            Some(v) => {
+                out.extend_from_slice(&(v.len() as i32).to_le_bytes());
+                out.extend_from_slice(v);
+            }
+            None => out.extend_from_slice(&(-1i32).to_le_bytes()),
+        }
+    }
+    let sum = super::fnv64(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
+}
+
+/// A key and its value (`None`: removed), as a state file holds it.
+pub(crate) type Entry = (Vec<u8>, Option<Vec<u8>>);
+
+/// Decodes what [`encode`] wrote; a damaged file is an error naming it.
+pub(crate) fn decode(path: &Path, data: &[u8]) -> Result<Vec<Entry>> {
+    let bad = |why: &str| {
+        WeirError::checkpoint(path, format!("damaged state file ({why}); restore it from a backup or start with a new checkpoint location"))
+    };
+    if data.len() < 16 || &data[..8] != MAGIC {
+        return Err(bad("bad header"));
+    }
+    let (body, sum) = data.split_at(data.len() - 8);
+    if super::fnv64(body).to_le_bytes() != sum {
+        return Err(bad("checksum mismatch"));
+    }
+    let mut out = Vec::new();
+    let mut i = 8;
+    let take = |i: &mut usize, n: usize| -> Result<&[u8]> {
+        let s = body.get(*i..*i + n).ok_or_else(|| bad("truncated"))?;
+        *i += n;
+        Ok(s)
+    };
+    while i < body.len() {
+        let kl = u32::from_le_bytes(take(&mut i, 4)?.try_into().unwrap()) as usize;
+        let k = take(&mut i, kl)?.to_vec();
+        let vl = i32::from_le_bytes(take(&mut i, 4)?.try_into().unwrap());
+        let v = if vl < 0 {
+            None
+        } else {
+            Some(take(&mut i, vl as usize)?.to_vec())
+        };
+        out.push((k, v));
+    }
+    Ok(out)
+}
 
 /// One partition's `<version>.delta` and `<version>.snapshot` files.
 #[derive(Debug, Clone)]
@@ -200,7 +260,6 @@ impl VersionFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::memory::encode;
 
     fn delta(k: &[u8], v: &[u8]) -> Vec<u8> {
         encode(std::iter::once((k, Some(v))))

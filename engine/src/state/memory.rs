@@ -1,6 +1,6 @@
 //! The in-memory state store: a hash map, with each committed version's
 //! changes written as `<version>.delta` and a full `<version>.snapshot`
-//! every [`SNAPSHOT_INTERVAL`] versions, on the storage layer (a local
+//! every `SNAPSHOT_INTERVAL` versions (`files`), on the storage layer (a local
 //! directory or an object store prefix: see `files`). Files carry a
 //! checksum; a damaged file is an error naming it, never silently empty
 //! state.
@@ -9,16 +9,11 @@ use crate::hash::FastMap;
 use std::borrow::Cow;
 use std::path::Path;
 
-use crate::error::{Result, WeirError};
+use crate::error::Result;
 use crate::storage::Storage;
 
-use super::files::VersionFiles;
+use super::files::{encode, VersionFiles, SNAPSHOT_INTERVAL};
 use super::{StateIter, StateStore};
-
-/// A full snapshot is written every this many versions.
-pub const SNAPSHOT_INTERVAL: u64 = 10;
-
-const MAGIC: &[u8; 8] = b"WEIRST01";
 
 /// In-memory state for one operator partition.
 pub struct MemoryStateStore {
@@ -27,61 +22,6 @@ pub struct MemoryStateStore {
     /// Keys touched this batch with their previous values (for abort and the delta).
     undo: FastMap<Vec<u8>, Option<Vec<u8>>>,
     bytes: usize,
-}
-
-/// Encodes entries (value None: a deletion) with a header and checksum.
-pub(crate) fn encode<'a>(entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>) -> Vec<u8> {
-    let mut out = MAGIC.to_vec();
-    for (k, v) in entries {
-        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-        out.extend_from_slice(k);
-        match v {
-            Some(v) => {
-                out.extend_from_slice(&(v.len() as i32).to_le_bytes());
-                out.extend_from_slice(v);
-            }
-            None => out.extend_from_slice(&(-1i32).to_le_bytes()),
-        }
-    }
-    let sum = super::fnv64(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    out
-}
-
-/// A key and its value (`None`: removed), as a state file holds it.
-pub(crate) type Entry = (Vec<u8>, Option<Vec<u8>>);
-
-/// Decodes what [`encode`] wrote; a damaged file is an error naming it.
-pub(crate) fn decode(path: &Path, data: &[u8]) -> Result<Vec<Entry>> {
-    let bad = |why: &str| {
-        WeirError::checkpoint(path, format!("damaged state file ({why}); restore it from a backup or start with a new checkpoint location"))
-    };
-    if data.len() < 16 || &data[..8] != MAGIC {
-        return Err(bad("bad header"));
-    }
-    let (body, sum) = data.split_at(data.len() - 8);
-    if super::fnv64(body).to_le_bytes() != sum {
-        return Err(bad("checksum mismatch"));
-    }
-    let mut out = Vec::new();
-    let mut i = 8;
-    let take = |i: &mut usize, n: usize| -> Result<&[u8]> {
-        let s = body.get(*i..*i + n).ok_or_else(|| bad("truncated"))?;
-        *i += n;
-        Ok(s)
-    };
-    while i < body.len() {
-        let kl = u32::from_le_bytes(take(&mut i, 4)?.try_into().unwrap()) as usize;
-        let k = take(&mut i, kl)?.to_vec();
-        let vl = i32::from_le_bytes(take(&mut i, 4)?.try_into().unwrap());
-        let v = if vl < 0 {
-            None
-        } else {
-            Some(take(&mut i, vl as usize)?.to_vec())
-        };
-        out.push((k, v));
-    }
-    Ok(out)
 }
 
 impl MemoryStateStore {

@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use rocksdb::{IteratorMode, Options, WriteBatch, DB};
 
 use super::files::VersionFiles;
-use super::memory::{encode, SNAPSHOT_INTERVAL};
+use super::files::{encode, SNAPSHOT_INTERVAL};
 use super::{StateIter, StateStore, StateStoreProvider};
 use crate::error::{Result, WeirError};
 use crate::storage::durable::write_atomic;
@@ -86,7 +86,7 @@ pub fn local_dir_for(storage: &Storage) -> PathBuf {
     base.join("weir-rocksdb").join(format!("{h:016x}"))
 }
 
-/// The checksum a delta file ends with (see `memory::encode`), in hex: what
+/// The checksum a delta file ends with (see `files::encode`), in hex: what
 /// a working copy's marker names on object storage.
 fn delta_sum(delta: &[u8]) -> String {
     delta[delta.len().saturating_sub(8)..]
