@@ -155,3 +155,16 @@ where
         })?;
     build(&o).map_err(refuse)
 }
+/// Checks a value a sink's typed builder was given with the connector
+/// table's rule for `option` (Spark's name) of `sink`: what the sinks call
+/// when the query starts, so a builder's value is refused as
+/// `weir::sink::from_options` and `stream_query!` refuse it.
+pub(crate) fn check_sink_option(sink: &str, option: &str, value: &str) -> Result<()> {
+    match connectors::sink(sink) {
+        Some(spec) => spec
+            .check(option, value)
+            .map(|_| ())
+            .map_err(|e| WeirError::Config(e.to_string())),
+        None => Ok(()),
+    }
+}

@@ -77,20 +77,6 @@ where
     connector::build(&spec.connector, format, options, vec![], BUILDERS)
 }
 
-/// Checks a value a sink's typed builder was given with the connector
-/// table's rule for `option` (Spark's name) of `sink`: what the sinks call
-/// when the query starts, so a builder's value is refused as
-/// [`from_options`] and `stream_query!` refuse it.
-pub(crate) fn check(sink: &str, option: &str, value: &str) -> Result<()> {
-    match connectors::sink(sink) {
-        Some(spec) => spec
-            .check(option, value)
-            .map(|_| ())
-            .map_err(|e| WeirError::Config(e.to_string())),
-        None => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,10 +197,12 @@ mod tests {
 
     #[test]
     fn typed_builders_are_checked_by_the_same_rules() {
-        assert!(check("console", "numRows", "0")
-            .unwrap_err()
-            .to_string()
-            .contains("`numRows` takes a whole number from 1 to 2147483647"));
-        assert!(check("console", "numRows", "20").is_ok());
+        assert!(
+            crate::connector::check_sink_option("console", "numRows", "0")
+                .unwrap_err()
+                .to_string()
+                .contains("`numRows` takes a whole number from 1 to 2147483647")
+        );
+        assert!(crate::connector::check_sink_option("console", "numRows", "20").is_ok());
     }
 }

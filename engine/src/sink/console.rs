@@ -221,7 +221,7 @@ impl Sink for ConsoleSink {
     }
 
     fn open(&mut self, ctx: &super::SinkContext) -> Result<()> {
-        super::by_name::check("console", "numRows", &self.num_rows.to_string())?;
+        crate::connector::check_sink_option("console", "numRows", &self.num_rows.to_string())?;
         self.schema = Some(ctx.schema.clone());
         Ok(())
     }

@@ -305,7 +305,7 @@ impl KafkaSink {
     /// ([`weir_plan::connectors::SINKS`]) fails the query's start with the
     /// table's message, the one `stream_query!` gives.
     pub fn option(mut self, key: &str, value: &str) -> Self {
-        if let Err(e) = super::by_name::check("kafka", key, value) {
+        if let Err(e) = crate::connector::check_sink_option("kafka", key, value) {
             self.fail(e.to_string());
             return self;
         }
@@ -923,7 +923,7 @@ impl Sink for KafkaSink {
             return Err(self.err(e.clone()));
         }
         if let Some(t) = &self.topic {
-            super::by_name::check("kafka", "topic", t)?;
+            crate::connector::check_sink_option("kafka", "topic", t)?;
         }
         let bootstrap = match &self.bootstrap {
             Some(b) if !b.trim().is_empty() => b.clone(),

@@ -1047,8 +1047,8 @@ impl Sink for PostgresSink {
     }
 
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
-        super::by_name::check("postgres", "url", &self.conn_str)?;
-        super::by_name::check("postgres", "table", &self.table)?;
+        crate::connector::check_sink_option("postgres", "url", &self.conn_str)?;
+        crate::connector::check_sink_option("postgres", "table", &self.table)?;
         let mut config = Config::from_str(&self.conn_str).map_err(|e| {
             self.err(format!(
                 "invalid connection string ({e}); use `host=127.0.0.1 port=5432 user=me dbname=app` \

@@ -969,9 +969,9 @@ impl Sink for RedisSink {
     }
 
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
-        super::by_name::check("redis", "url", &self.url)?;
+        crate::connector::check_sink_option("redis", "url", &self.url)?;
         if let Some(p) = &self.key_prefix {
-            super::by_name::check("redis", "keyPrefix", p)?;
+            crate::connector::check_sink_option("redis", "keyPrefix", p)?;
         }
         let client = Client::open(self.url.as_str()).map_err(|e| {
             self.err(format!(
