@@ -670,7 +670,7 @@ fn list_columns(s: &NodeSchema) -> String {
 /// Spark: `StreamingQueryManager.createQuery`: `checkpointLocation must be
 /// specified either through option("checkpointLocation", ...) or
 /// SparkSession.conf.set("spark.sql.streaming.checkpointLocation", ...)`.
-/// Only the console and memory sinks run on a temporary checkpoint
+/// Only the console, memory and noop sinks run on a temporary checkpoint
 /// ([`SinkKind::needs_checkpoint`]).
 fn sink_needs_checkpoint(cx: &Ctx, out: &mut Vec<Violation>) {
     let Some(sink) = &cx.plan.sink else { return };
@@ -681,7 +681,7 @@ fn sink_needs_checkpoint(cx: &Ctx, out: &mut Vec<Violation>) {
         Rule::CheckpointRequired,
         Location::Sink,
         "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...)".into(),
-        Some("the query keeps its progress in the checkpoint, to restart where it stopped: add `checkpoint: \"chk/<query>\"` (builder: `.checkpoint_location(dir)`); only the console and memory sinks run without one".into()),
+        Some("the query keeps its progress in the checkpoint, to restart where it stopped: add `checkpoint: \"chk/<query>\"` (builder: `.checkpoint_location(dir)`); only the console, memory and noop sinks run without one".into()),
     ));
 }
 

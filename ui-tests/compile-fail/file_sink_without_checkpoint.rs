@@ -1,4 +1,4 @@
-// The file sink needs a checkpoint: only console and memory run without one.
+// The file sink needs a checkpoint: only console, memory and noop run without one.
 weir_macros::stream_query! {
     query Evens {
         source: rate(rows_per_second = 5),

@@ -1,5 +1,5 @@
 // foreach_batch needs a checkpoint too (weir requires one for every sink but
-// console and memory).
+// console, memory and noop).
 weir_macros::stream_query! {
     query Evens {
         source: rate(rows_per_second = 5),

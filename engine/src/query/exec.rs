@@ -101,7 +101,7 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
         Some(location) => Checkpoint::open_location(&location, &conf.s3, conf.fsync_checkpoint)?,
         None if needs_checkpoint => {
             return Err(WeirError::Config(
-                "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...): call .checkpoint_location(path) (only console and memory sinks may run without one)".into(),
+                "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...): call .checkpoint_location(path) (only the console, memory and noop sinks may run without one)".into(),
             ))
         }
         None => Checkpoint::open(

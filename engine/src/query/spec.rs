@@ -31,7 +31,7 @@ pub(crate) struct QuerySpec {
     /// The query's name.
     pub(crate) name: Option<String>,
     /// The checkpoint location (a path or URL); `None`: a temporary one,
-    /// which only the console and memory sinks accept.
+    /// which only the console, memory and noop sinks accept.
     pub(crate) checkpoint: Option<String>,
     /// Where the result rows go.
     pub(crate) sink: BoxSink,
