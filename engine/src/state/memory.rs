@@ -12,7 +12,10 @@ use std::path::Path;
 use crate::error::Result;
 use crate::storage::Storage;
 
-use super::files::{encode, VersionFiles, SNAPSHOT_INTERVAL};
+/// A full snapshot is written every this many versions (the state file
+/// format's, shared by both stores).
+pub use super::files::SNAPSHOT_INTERVAL;
+use super::files::{encode, VersionFiles};
 use super::{StateIter, StateStore};
 
 /// In-memory state for one operator partition.
