@@ -1501,14 +1501,8 @@ impl StatefulOperator for JoinOp {
         ctx: &mut BatchContext,
         _mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
-        let late = if ctx.collect_late {
-            let late = self.late_rows(input, right, ctx.watermarks)?;
-            let rows = late.iter().map(RecordBatch::num_rows).sum();
-            ctx.late_rows.extend(late);
-            Some(rows)
-        } else {
-            None
-        };
+        let wm = ctx.watermarks;
+        let late = ctx.collect_late(|| self.late_rows(input, right, wm))?;
         let out = JoinOp::process(self, input, right, ctx.watermarks)?;
         if let Some(rows) = late {
             crate::progress::held::note_late_rows(&mut self.metrics, rows);

@@ -86,6 +86,24 @@ pub struct BatchContext {
     pub late_rows: Vec<RecordBatch>,
 }
 
+impl BatchContext {
+    /// When late rows are collected (a side output is set): puts the rows
+    /// `late` finds into [`BatchContext::late_rows`] and returns how many,
+    /// for the operator's `numLateRowsToSideOutput`.
+    pub fn collect_late(
+        &mut self,
+        late: impl FnOnce() -> Result<Vec<RecordBatch>>,
+    ) -> Result<Option<usize>> {
+        if !self.collect_late {
+            return Ok(None);
+        }
+        let rows = late()?;
+        let n = rows.iter().map(RecordBatch::num_rows).sum();
+        self.late_rows.extend(rows);
+        Ok(Some(n))
+    }
+}
+
 /// A compiled query.
 pub struct Pipeline {
     nodes: Vec<NodeExec>,

@@ -1065,14 +1065,8 @@ impl StatefulOperator for AggregateOp {
         ctx: &mut BatchContext,
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
-        let late = if ctx.collect_late {
-            let late = self.late_rows(input, ctx.watermarks, mode)?;
-            let rows = late.iter().map(RecordBatch::num_rows).sum();
-            ctx.late_rows.extend(late);
-            Some(rows)
-        } else {
-            None
-        };
+        let wm = ctx.watermarks;
+        let late = ctx.collect_late(|| self.late_rows(input, wm, mode))?;
         let out = AggregateOp::process(self, input, ctx.watermarks, mode, ctx.no_data)?;
         if let Some(rows) = late {
             crate::progress::held::note_late_rows(&mut self.metrics, rows);
