@@ -1182,18 +1182,11 @@ impl JoinOp {
         late_us: Option<i64>,
         n: usize,
     ) -> Result<(Vec<NewRows>, i64)> {
-        let tasks = crate::ops::tasks::slices(batches);
-        let task = |b: &RecordBatch| -> Result<(Vec<NewRows>, i64)> {
+        let per_task: Vec<(Vec<NewRows>, i64)> = crate::ops::tasks::map_tasks(batches, |b| {
             let mut dropped = 0;
             let rows = self.new_rows(side, b, late_us, &mut dropped)?;
             Ok((rows.split(n), dropped))
-        };
-        let per_task: Vec<(Vec<NewRows>, i64)> = if tasks.len() > 1 {
-            use rayon::prelude::*;
-            tasks.par_iter().map(task).collect::<Result<_>>()?
-        } else {
-            tasks.iter().map(task).collect::<Result<_>>()?
-        };
+        })?;
         let mut parts: Vec<NewRows> = (0..n).map(|_| NewRows::default()).collect();
         let mut dropped = 0;
         for (task_parts, d) in per_task {

@@ -33,7 +33,6 @@ use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::{timestamp_type, ArrowValue, Timestamp, Window};
 use crate::state::{partition_of, PartitionedStore, StateStore};
-use rayon::prelude::*;
 
 #[derive(Clone, Debug)]
 struct Session {
@@ -357,13 +356,8 @@ impl SessionAggregateOp {
         } else {
             None
         };
-        let tasks = crate::ops::tasks::slices(input);
-        let task = |b: &RecordBatch| self.route_slice(b, late_us, n);
-        let per_task: Vec<(Vec<Routed>, i64)> = if tasks.len() > 1 {
-            tasks.par_iter().map(task).collect::<Result<_>>()?
-        } else {
-            tasks.iter().map(task).collect::<Result<_>>()?
-        };
+        let per_task: Vec<(Vec<Routed>, i64)> =
+            crate::ops::tasks::map_tasks(input, |b| self.route_slice(b, late_us, n))?;
         // Per partition, the tasks' sessions in input order.
         let mut per_part: Vec<Routed> = (0..n).map(|_| Vec::new()).collect();
         let mut dropped = 0;

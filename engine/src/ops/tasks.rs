@@ -25,6 +25,21 @@ pub fn slices(batches: &[RecordBatch]) -> Vec<RecordBatch> {
         .collect()
 }
 
+/// Runs `f` on each task of `batches` ([`slices`]), on the worker pool it
+/// is called in when there is more than one; the results keep the input's
+/// order.
+pub fn map_tasks<T: Send>(
+    batches: &[RecordBatch],
+    f: impl Fn(&RecordBatch) -> Result<T> + Sync + Send,
+) -> Result<Vec<T>> {
+    let tasks = slices(batches);
+    if tasks.len() > 1 {
+        tasks.par_iter().map(f).collect()
+    } else {
+        tasks.iter().map(f).collect()
+    }
+}
+
 /// Applies a stateless step (filter, projection) as tasks on the worker
 /// pool it is called in; the output keeps the input's order. A single
 /// batch of at most one task's rows runs on the calling thread.
