@@ -8,8 +8,9 @@ use rayon::prelude::*;
 
 use crate::error::Result;
 
-/// Rows per task: larger input batches are split into slices of this many.
-pub const ROWS_PER_TASK: usize = 32 * 1024;
+/// Rows per task at most: larger input batches are split into the fewest
+/// even slices of at most this many.
+pub const ROWS_PER_TASK: usize = 64 * 1024;
 
 /// The batches cut into tasks of at most [`ROWS_PER_TASK`] rows, in order
 /// (zero-copy slices).
@@ -17,9 +18,12 @@ pub fn slices(batches: &[RecordBatch]) -> Vec<RecordBatch> {
     batches
         .iter()
         .flat_map(|b| {
-            (0..b.num_rows().div_ceil(ROWS_PER_TASK).max(1)).map(move |i| {
-                let off = i * ROWS_PER_TASK;
-                b.slice(off, ROWS_PER_TASK.min(b.num_rows() - off))
+            // Even slices: 100k rows are two tasks of 50k, not 64k and 36k.
+            let n = b.num_rows().div_ceil(ROWS_PER_TASK).max(1);
+            let size = b.num_rows().div_ceil(n).max(1);
+            (0..n).map(move |i| {
+                let off = (i * size).min(b.num_rows());
+                b.slice(off, size.min(b.num_rows() - off))
             })
         })
         .collect()

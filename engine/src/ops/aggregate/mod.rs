@@ -17,7 +17,7 @@ use crate::hash::FastMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, StringArray, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, UInt32Array};
 use arrow::compute::{cast, take};
 use arrow::datatypes::{
     DataType as ArrowType, Field as ArrowField, Float64Type, Schema, SchemaRef,
@@ -27,6 +27,7 @@ use arrow::row::{RowConverter, SortField};
 use weir_plan::{AggFn, OutputMode};
 
 pub(crate) mod accumulators;
+mod grouper;
 
 pub(crate) use accumulators::{agg_arrays, kind_of, output_type, Acc, Kind, Reader};
 
@@ -39,6 +40,7 @@ use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::{timestamp_type, Timestamp, Window};
 use crate::state::{partition_of, PartitionedStore, StateStore};
+use grouper::{Grouper, KeyCol, Keyer};
 use rayon::prelude::*;
 
 /// One grouping key.
@@ -420,14 +422,8 @@ impl AggregateOp {
             .map(|a| Reader::new(a.input.map(|i| batch.column(i))))
             .collect::<Result<Vec<_>>>()?;
         let mut g = Grouper::new(self.new_accs());
-        let mut key = Vec::with_capacity(64);
-        let win_bytes = if times.is_some() { 8 } else { 0 };
+        let mut keyer = Keyer::new(&cols, times.is_some());
         for r in 0..n {
-            key.clear();
-            key.resize(win_bytes, 0);
-            for c in &cols {
-                c.write(r, &mut key);
-            }
             let column_evict_at = || {
                 column_evict
                     .as_ref()
@@ -436,11 +432,8 @@ impl AggregateOp {
             };
             match &times {
                 None => {
-                    let accs = g.find(&key, r, 0, column_evict_at);
-                    for (ai, (a, rd)) in accs.iter_mut().zip(&readers).enumerate() {
-                        a.update(rd, r)
-                            .map_err(|e| self.in_group(ai, || self.describe_row(batch, r, 0), e))?;
-                    }
+                    keyer.row(r);
+                    keyer.add_row(&mut g, r, 0, column_evict_at);
                 }
                 Some(ts) => {
                     if ts.is_null(r) {
@@ -467,24 +460,22 @@ impl AggregateOp {
                             t,
                         }
                     };
+                    keyer.row(r);
                     for start in starts {
-                        key[..8].copy_from_slice(&start.to_le_bytes());
-                        let accs = g.find(&key, r, start, || {
+                        keyer.add_row(&mut g, r, start, || {
                             if window_evicts {
                                 start + size
                             } else {
                                 column_evict_at()
                             }
                         });
-                        for (ai, (a, rd)) in accs.iter_mut().zip(&readers).enumerate() {
-                            a.update(rd, r).map_err(|e| {
-                                self.in_group(ai, || self.describe_row(batch, r, start), e)
-                            })?;
-                        }
                     }
                 }
             }
         }
+        g.fold(&readers).map_err(|(ai, r, start, e)| {
+            self.in_group(ai, || self.describe_row(batch, r, start), e)
+        })?;
         let groups = g.groups();
         if groups.is_empty() {
             return Ok((Vec::new(), lost));
@@ -867,95 +858,6 @@ impl AggregateOp {
     }
 }
 
-/// A batch's groups by batch-local key, in first-seen order, with their
-/// accumulators side by side in one vector (no pointer to chase per row).
-struct Grouper {
-    index: FastMap<Vec<u8>, u32>,
-    /// A new group's accumulators.
-    template: Vec<Acc>,
-    /// Every group's accumulators, `template.len()` per group.
-    accs: Vec<Acc>,
-    /// Each group's eviction time.
-    evicts: Vec<i64>,
-    /// Each group's first input row.
-    firsts: Vec<u32>,
-    /// Each group's window start (µs; 0 without a window).
-    starts: Vec<i64>,
-}
-
-impl Grouper {
-    fn new(template: Vec<Acc>) -> Grouper {
-        Grouper {
-            index: FastMap::default(),
-            template,
-            accs: Vec::new(),
-            evicts: Vec::new(),
-            firsts: Vec::new(),
-            starts: Vec::new(),
-        }
-    }
-
-    /// The accumulators of `key`'s group (one hash lookup; the key is copied
-    /// once per new group, whose eviction time `evict_at` gives).
-    #[inline]
-    fn find(
-        &mut self,
-        key: &[u8],
-        row: usize,
-        start: i64,
-        evict_at: impl FnOnce() -> i64,
-    ) -> &mut [Acc] {
-        let i = match self.index.get(key) {
-            Some(&i) => i as usize,
-            None => {
-                let i = self.evicts.len();
-                self.index.insert(key.to_vec(), i as u32);
-                self.accs.extend_from_slice(&self.template);
-                self.evicts.push(evict_at());
-                self.firsts.push(row as u32);
-                self.starts.push(start);
-                i
-            }
-        };
-        let n = self.template.len();
-        &mut self.accs[i * n..(i + 1) * n]
-    }
-
-    /// The groups, in first-seen order.
-    fn groups(&self) -> Vec<Group> {
-        let n = self.template.len();
-        self.evicts
-            .iter()
-            .enumerate()
-            .map(|(i, &evict_at)| Group {
-                evict_at,
-                accs: self.accs[i * n..(i + 1) * n].to_vec(),
-            })
-            .collect()
-    }
-}
-
-/// One key column, read in place to write each row's value into a
-/// batch-local group key. Two values write the same bytes exactly when
-/// Arrow's row format (the state key) encodes them the same.
-enum KeyCol {
-    /// Fixed-width values (integers, floats by bits, dates, timestamps, decimals).
-    Fixed {
-        values: arrow::buffer::Buffer,
-        offset: usize,
-        width: usize,
-        nulls: Option<arrow::buffer::NullBuffer>,
-    },
-    /// `Utf8` values.
-    Utf8(StringArray),
-    /// `Binary` values.
-    Binary(BinaryArray),
-    /// Booleans.
-    Bool(arrow::array::BooleanArray),
-    /// Any other type: the column in Arrow's row format.
-    Rows(arrow::row::Rows),
-}
-
 /// Spark's `NormalizeFloatingNumbers` for grouping keys: -0.0 groups with
 /// 0.0, and every NaN with every other NaN.
 fn normalize_floats(a: &ArrayRef) -> ArrayRef {
@@ -978,72 +880,6 @@ fn normalize_floats(a: &ArrayRef) -> ArrayRef {
                 .unary::<_, arrow::datatypes::Float32Type>(|v| f64n(v as f64) as f32),
         ),
         _ => a.clone(),
-    }
-}
-
-impl KeyCol {
-    fn new(a: &ArrayRef) -> Result<KeyCol> {
-        let t = a.data_type();
-        Ok(match t {
-            ArrowType::Utf8 => KeyCol::Utf8(a.as_string::<i32>().clone()),
-            ArrowType::Binary => KeyCol::Binary(a.as_binary::<i32>().clone()),
-            ArrowType::Boolean => KeyCol::Bool(a.as_boolean().clone()),
-            _ if t.is_primitive() && t.primitive_width().is_some() => {
-                let d = a.to_data();
-                KeyCol::Fixed {
-                    values: d.buffers()[0].clone(),
-                    offset: d.offset(),
-                    width: t.primitive_width().unwrap_or(0),
-                    nulls: d.nulls().cloned(),
-                }
-            }
-            _ => {
-                let conv = RowConverter::new(vec![SortField::new(t.clone())])?;
-                KeyCol::Rows(conv.convert_columns(std::slice::from_ref(a))?)
-            }
-        })
-    }
-
-    /// Appends row `r`'s value (self-delimiting) to `out`.
-    #[inline]
-    fn write(&self, r: usize, out: &mut Vec<u8>) {
-        match self {
-            KeyCol::Fixed {
-                values,
-                offset,
-                width,
-                nulls,
-            } => {
-                if nulls.as_ref().is_some_and(|n| n.is_null(r)) {
-                    out.push(0);
-                } else {
-                    out.push(1);
-                    let at = (offset + r) * width;
-                    out.extend_from_slice(&values.as_slice()[at..at + width]);
-                }
-            }
-            KeyCol::Utf8(a) => var(out, a.is_valid(r).then(|| a.value(r).as_bytes())),
-            KeyCol::Binary(a) => var(out, a.is_valid(r).then(|| a.value(r))),
-            KeyCol::Bool(a) => out.push(match a.is_valid(r).then(|| a.value(r)) {
-                None => 0,
-                Some(false) => 1,
-                Some(true) => 2,
-            }),
-            KeyCol::Rows(rows) => var(out, Some(rows.row(r).data())),
-        }
-    }
-}
-
-/// Appends a nullable variable-length value: a tag, then its length and bytes.
-#[inline]
-fn var(out: &mut Vec<u8>, v: Option<&[u8]>) {
-    match v {
-        None => out.push(0),
-        Some(b) => {
-            out.push(1);
-            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-            out.extend_from_slice(b);
-        }
     }
 }
 
@@ -1116,7 +952,7 @@ impl AggregateOp {
 mod tests {
     use super::*;
     use crate::ops::window::TimeSource;
-    use arrow::array::{BooleanArray, DictionaryArray, Float64Array, Int32Array};
+    use arrow::array::{BooleanArray, DictionaryArray, Float64Array, Int32Array, StringArray};
     use arrow::datatypes::Int8Type;
 
     /// Groups and counts rows the slow way: every row's key in Arrow's row format.
@@ -1179,15 +1015,17 @@ mod tests {
             Some(0.0),
             Some(1.5),
         ]));
+        // Short strings are interned as one integer, 16 bytes and more by
+        // their bytes; the last value ends the buffer (no 16-byte word to read).
         let strings: ArrayRef = Arc::new(StringArray::from(vec![
             Some("a"),
-            Some(""),
+            Some("0123456789abcde"),
             None,
             Some("a"),
+            Some("0123456789abcdef"),
+            Some("0123456789abcde"),
+            Some("0123456789abcdef"),
             Some(""),
-            None,
-            Some("ab"),
-            Some("a"),
         ]));
         let bools: ArrayRef = Arc::new(BooleanArray::from(vec![
             Some(true),

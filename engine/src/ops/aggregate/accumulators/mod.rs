@@ -68,6 +68,32 @@ macro_rules! accumulators {
                 }
             }
 
+            /// Folds rows into groups' accumulators: for each `k`, row
+            /// `rows[k]` of `r` into the accumulator at `groups[k] * stride
+            /// + at` of `accs` (all of one function, the one at `at`). One
+            /// dispatch for all the rows. On an error, also the `k` it
+            /// happened at.
+            pub(crate) fn update_rows(
+                accs: &mut [Acc],
+                stride: usize,
+                at: usize,
+                groups: &[u32],
+                rows: &[u32],
+                r: &Reader,
+            ) -> std::result::Result<(), (usize, WeirError)> {
+                let Some(first) = accs.get(at) else { return Ok(()) };
+                match first {
+                    $(Acc::$variant(_) => {
+                        for (k, (&g, &row)) in groups.iter().zip(rows).enumerate() {
+                            if let Acc::$variant(a) = &mut accs[g as usize * stride + at] {
+                                a.update(r, row as usize).map_err(|e| (k, e))?;
+                            }
+                        }
+                    })*
+                }
+                Ok(())
+            }
+
             /// Folds in `o` (the later rows' accumulator of the same function).
             pub(crate) fn merge(&mut self, o: &Acc) -> Result<()> {
                 match (self, o) {

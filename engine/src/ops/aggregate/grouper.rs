@@ -1,0 +1,445 @@
+//! One task's grouping: each input row's group found by a batch-local key.
+//!
+//! The key is packed into 128 bits when the key columns fit (a window start,
+//! integers and booleans in place, strings and other values interned to a
+//! task-local id), so the per-row lookup hashes and compares one integer;
+//! otherwise it is the columns' bytes. Either way it is local to the task:
+//! the state key is built once per group, from the group's first row, in
+//! Arrow's row format.
+
+use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, StringArray};
+use arrow::datatypes::{ArrowNativeType, DataType as ArrowType};
+use arrow::row::{RowConverter, SortField};
+
+use super::{Acc, Group, Reader};
+use crate::error::{Result, WeirError};
+use crate::hash::FastMap;
+
+/// A batch's groups by batch-local key, in first-seen order, with their
+/// accumulators side by side in one vector (no pointer to chase per row).
+pub(super) struct Grouper {
+    /// A new group's accumulators.
+    template: Vec<Acc>,
+    /// Every group's accumulators, `template.len()` per group.
+    accs: Vec<Acc>,
+    /// Each group's eviction time.
+    evicts: Vec<i64>,
+    /// Each group's first input row.
+    pub(super) firsts: Vec<u32>,
+    /// Each group's window start (µs; 0 without a window).
+    pub(super) starts: Vec<i64>,
+    /// The rows seen, in order, each with its group: (group, input row)
+    /// pairs folded into the accumulators by [`Grouper::fold`].
+    seen_groups: Vec<u32>,
+    seen_rows: Vec<u32>,
+}
+
+impl Grouper {
+    /// An empty grouping whose groups start from `template`.
+    pub(super) fn new(template: Vec<Acc>) -> Grouper {
+        Grouper {
+            template,
+            accs: Vec::new(),
+            evicts: Vec::new(),
+            firsts: Vec::new(),
+            starts: Vec::new(),
+            seen_groups: Vec::new(),
+            seen_rows: Vec::new(),
+        }
+    }
+
+    /// Notes that row `row` belongs to group `group` (folded in by [`Grouper::fold`]).
+    #[inline]
+    fn see(&mut self, group: u32, row: usize) {
+        self.seen_groups.push(group);
+        self.seen_rows.push(row as u32);
+    }
+
+    /// Folds the rows seen into their groups' accumulators, aggregate by
+    /// aggregate (`readers[i]` reads aggregate `i`'s input). On an error,
+    /// also which aggregate, and the row and window start it happened at.
+    pub(super) fn fold(
+        &mut self,
+        readers: &[Reader],
+    ) -> std::result::Result<(), (usize, usize, i64, WeirError)> {
+        let n = self.template.len();
+        for (ai, r) in readers.iter().enumerate() {
+            Acc::update_rows(&mut self.accs, n, ai, &self.seen_groups, &self.seen_rows, r)
+                .map_err(|(k, e)| {
+                    let g = self.seen_groups[k] as usize;
+                    (ai, self.seen_rows[k] as usize, self.starts[g], e)
+                })?;
+        }
+        self.seen_groups.clear();
+        self.seen_rows.clear();
+        Ok(())
+    }
+
+    /// Adds a group seen first at `row` and returns its index.
+    fn add(&mut self, row: usize, start: i64, evict_at: i64) -> u32 {
+        let i = self.evicts.len() as u32;
+        self.accs.extend_from_slice(&self.template);
+        self.evicts.push(evict_at);
+        self.firsts.push(row as u32);
+        self.starts.push(start);
+        i
+    }
+
+    /// The groups, in first-seen order.
+    pub(super) fn groups(&self) -> Vec<Group> {
+        let n = self.template.len();
+        self.evicts
+            .iter()
+            .enumerate()
+            .map(|(i, &evict_at)| Group {
+                evict_at,
+                accs: self.accs[i * n..(i + 1) * n].to_vec(),
+            })
+            .collect()
+    }
+}
+
+/// One key column, read in place to write each row's value into a
+/// batch-local group key. Two values write the same bytes exactly when
+/// Arrow's row format (the state key) encodes them the same.
+pub(super) enum KeyCol {
+    /// Fixed-width values (integers, floats by bits, dates, timestamps, decimals).
+    Fixed {
+        values: arrow::buffer::Buffer,
+        offset: usize,
+        width: usize,
+        nulls: Option<arrow::buffer::NullBuffer>,
+    },
+    /// `Utf8` values.
+    Utf8(StringArray),
+    /// `Binary` values.
+    Binary(BinaryArray),
+    /// Booleans.
+    Bool(arrow::array::BooleanArray),
+    /// Any other type: the column in Arrow's row format.
+    Rows(arrow::row::Rows),
+}
+
+impl KeyCol {
+    /// Reads `a` (floats already normalised) as a key column.
+    pub(super) fn new(a: &ArrayRef) -> Result<KeyCol> {
+        let t = a.data_type();
+        Ok(match t {
+            ArrowType::Utf8 => KeyCol::Utf8(a.as_string::<i32>().clone()),
+            ArrowType::Binary => KeyCol::Binary(a.as_binary::<i32>().clone()),
+            ArrowType::Boolean => KeyCol::Bool(a.as_boolean().clone()),
+            _ if t.is_primitive() && t.primitive_width().is_some() => {
+                let d = a.to_data();
+                KeyCol::Fixed {
+                    values: d.buffers()[0].clone(),
+                    offset: d.offset(),
+                    width: t.primitive_width().unwrap_or(0),
+                    nulls: d.nulls().cloned(),
+                }
+            }
+            _ => {
+                let conv = RowConverter::new(vec![SortField::new(t.clone())])?;
+                KeyCol::Rows(conv.convert_columns(std::slice::from_ref(a))?)
+            }
+        })
+    }
+
+    /// Row `r`'s value as bytes (`None` for null).
+    #[inline]
+    fn bytes(&self, r: usize) -> Option<&[u8]> {
+        match self {
+            KeyCol::Fixed {
+                values,
+                offset,
+                width,
+                nulls,
+            } => {
+                if nulls.as_ref().is_some_and(|n| n.is_null(r)) {
+                    None
+                } else {
+                    let at = (offset + r) * width;
+                    Some(&values.as_slice()[at..at + width])
+                }
+            }
+            KeyCol::Utf8(a) => a.is_valid(r).then(|| a.value(r).as_bytes()),
+            KeyCol::Binary(a) => a.is_valid(r).then(|| a.value(r)),
+            KeyCol::Bool(_) => None,
+            KeyCol::Rows(rows) => Some(rows.row(r).data()),
+        }
+    }
+
+    /// Appends row `r`'s value (self-delimiting) to `out`.
+    #[inline]
+    fn write(&self, r: usize, out: &mut Vec<u8>) {
+        match self {
+            KeyCol::Fixed { .. } => match self.bytes(r) {
+                None => out.push(0),
+                Some(b) => {
+                    out.push(1);
+                    out.extend_from_slice(b);
+                }
+            },
+            KeyCol::Bool(_) => out.push(self.small(r) as u8),
+            _ => var(out, self.bytes(r)),
+        }
+    }
+
+    /// The bits row `r`'s value takes in place in a packed key, when it is
+    /// packed in place (fixed width up to 8 bytes, booleans) rather than interned.
+    fn direct_bits(&self) -> Option<u32> {
+        match self {
+            KeyCol::Fixed { width, nulls, .. } if *width <= 8 => {
+                Some(*width as u32 * 8 + nulls.is_some() as u32)
+            }
+            KeyCol::Bool(_) => Some(2),
+            _ => None,
+        }
+    }
+
+    /// Row `r`'s value packed in place ([`KeyCol::direct_bits`] wide).
+    #[inline]
+    fn small(&self, r: usize) -> u64 {
+        match self {
+            KeyCol::Bool(a) => match a.is_valid(r).then(|| a.value(r)) {
+                None => 0,
+                Some(false) => 1,
+                Some(true) => 2,
+            },
+            KeyCol::Fixed { nulls, .. } => {
+                let mut v = [0u8; 8];
+                let bytes = self.bytes(r);
+                if let Some(b) = bytes {
+                    v[..b.len()].copy_from_slice(b);
+                }
+                let value = u64::from_le_bytes(v);
+                match nulls {
+                    // A value goes before its validity bit.
+                    Some(_) => (value << 1) | bytes.is_some() as u64,
+                    None => value,
+                }
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// Appends a nullable variable-length value: a tag, then its length and bytes.
+#[inline]
+fn var(out: &mut Vec<u8>, v: Option<&[u8]>) {
+    match v {
+        None => out.push(0),
+        Some(b) => {
+            out.push(1);
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(b);
+        }
+    }
+}
+
+/// One key column's part of a packed key.
+pub(super) enum Part<'a> {
+    /// Packed in place, `bits` wide.
+    Direct { col: &'a KeyCol, bits: u32 },
+    /// Interned to a task-local id (32 bits; `u32::MAX` is null).
+    Interned(Interner<'a>),
+}
+
+/// A column's values to task-local ids, in first-seen order. Strings and
+/// binaries of up to 15 bytes are looked up as one integer (their bytes
+/// and length), so the common short string costs no byte comparison.
+pub(super) struct Interner<'a> {
+    col: &'a KeyCol,
+    short: FastMap<u128, u32>,
+    long: FastMap<&'a [u8], u32>,
+}
+
+impl<'a> Interner<'a> {
+    /// Row `r`'s id.
+    #[inline]
+    fn id(&mut self, r: usize) -> u32 {
+        let short = match self.col {
+            KeyCol::Utf8(a) => short_value(a, r),
+            KeyCol::Binary(a) => short_value(a, r),
+            _ => Short::Long,
+        };
+        let next = (self.short.len() + self.long.len()) as u32;
+        match short {
+            Short::Null => u32::MAX,
+            Short::Value(v) => match self.short.get(&v) {
+                Some(&id) => id,
+                None => {
+                    self.short.insert(v, next);
+                    next
+                }
+            },
+            Short::Long => match self.col.bytes(r) {
+                None => u32::MAX,
+                Some(b) => match self.long.get(b) {
+                    Some(&id) => id,
+                    None => {
+                        self.long.insert(b, next);
+                        next
+                    }
+                },
+            },
+        }
+    }
+}
+
+/// A string or binary value as an interning key.
+enum Short {
+    Null,
+    /// Up to 15 bytes, with the length in the top byte.
+    Value(u128),
+    /// Longer: looked up by its bytes.
+    Long,
+}
+
+/// Row `r` of `a` as a [`Short`]: its bytes read as one 16-byte word from
+/// the values buffer (no copy) where the buffer extends that far.
+#[inline]
+fn short_value<T: arrow::array::types::ByteArrayType>(
+    a: &arrow::array::GenericByteArray<T>,
+    r: usize,
+) -> Short {
+    if a.is_null(r) {
+        return Short::Null;
+    }
+    let offsets = a.value_offsets();
+    let (start, end) = (offsets[r].as_usize(), offsets[r + 1].as_usize());
+    let len = end - start;
+    if len >= 16 {
+        return Short::Long;
+    }
+    let values = a.value_data();
+    let word = match values.get(start..start + 16) {
+        Some(w) => u128::from_le_bytes(w.try_into().unwrap_or([0; 16])),
+        None => {
+            let mut v = [0u8; 16];
+            v[..len].copy_from_slice(&values[start..end]);
+            u128::from_le_bytes(v)
+        }
+    };
+    let mask = (1u128 << (len * 8)) - 1;
+    Short::Value((word & mask) | ((len as u128) << 120))
+}
+
+/// Makes each row's batch-local group key, and finds its group.
+pub(super) enum Keyer<'a> {
+    /// Every key column fits in 128 bits beside the window start.
+    Packed {
+        parts: Vec<Part<'a>>,
+        /// 64 with a window (its start takes the low bits), else 0.
+        shift: u32,
+        /// The current row's columns, shifted past the window start.
+        base: u128,
+        index: FastMap<u128, u32>,
+    },
+    /// The key columns' bytes, after 8 bytes for the window start.
+    Bytes {
+        cols: &'a [KeyCol],
+        buf: Vec<u8>,
+        index: FastMap<Vec<u8>, u32>,
+    },
+}
+
+impl<'a> Keyer<'a> {
+    /// Keys rows by `cols` (and, when `window`, a window start): packed
+    /// when they fit in 128 bits, else as bytes.
+    pub(super) fn new(cols: &'a [KeyCol], window: bool) -> Keyer<'a> {
+        let window_bits = if window { 64 } else { 0 };
+        let bits: u32 = cols.iter().map(|c| c.direct_bits().unwrap_or(32)).sum();
+        if bits + window_bits <= 128 {
+            let parts = cols
+                .iter()
+                .map(|col| match col.direct_bits() {
+                    Some(bits) => Part::Direct { col, bits },
+                    None => Part::Interned(Interner {
+                        col,
+                        short: FastMap::default(),
+                        long: FastMap::default(),
+                    }),
+                })
+                .collect();
+            return Keyer::Packed {
+                parts,
+                shift: window_bits,
+                base: 0,
+                index: FastMap::default(),
+            };
+        }
+        Keyer::Bytes {
+            cols,
+            buf: Vec::with_capacity(64),
+            index: FastMap::default(),
+        }
+    }
+
+    /// Makes row `r` the current row (its key columns read once for all its windows).
+    #[inline]
+    pub(super) fn row(&mut self, r: usize) {
+        match self {
+            Keyer::Packed {
+                parts, shift, base, ..
+            } => {
+                let mut key: u128 = 0;
+                for p in parts.iter_mut() {
+                    match p {
+                        Part::Direct { col, bits } => {
+                            key = (key << *bits) | col.small(r) as u128;
+                        }
+                        Part::Interned(ids) => {
+                            key = (key << 32) | ids.id(r) as u128;
+                        }
+                    }
+                }
+                *base = key << *shift;
+            }
+            Keyer::Bytes { cols, buf, .. } => {
+                buf.clear();
+                buf.resize(8, 0);
+                for c in cols.iter() {
+                    c.write(r, buf);
+                }
+            }
+        }
+    }
+
+    /// Puts the current row (`r`) in its group in the window starting at
+    /// `start` (0 without a window); a new group's eviction time is
+    /// `evict_at`.
+    #[inline]
+    pub(super) fn add_row(
+        &mut self,
+        g: &mut Grouper,
+        r: usize,
+        start: i64,
+        evict_at: impl FnOnce() -> i64,
+    ) {
+        let i = match self {
+            Keyer::Packed { base, index, .. } => {
+                let key = *base | start as u64 as u128;
+                match index.get(&key) {
+                    Some(&i) => i,
+                    None => {
+                        let i = g.add(r, start, evict_at());
+                        index.insert(key, i);
+                        i
+                    }
+                }
+            }
+            Keyer::Bytes { buf, index, .. } => {
+                buf[..8].copy_from_slice(&start.to_le_bytes());
+                match index.get(buf.as_slice()) {
+                    Some(&i) => i,
+                    None => {
+                        let i = g.add(r, start, evict_at());
+                        index.insert(buf.clone(), i);
+                        i
+                    }
+                }
+            }
+        };
+        g.see(i, r);
+    }
+}
