@@ -21,10 +21,28 @@ use super::{StateIter, StateStore};
 /// In-memory state for one operator partition.
 pub struct MemoryStateStore {
     files: VersionFiles,
-    map: FastMap<Vec<u8>, Vec<u8>>,
-    /// Keys touched this batch with their previous values (for abort and the delta).
-    undo: FastMap<Vec<u8>, Option<Vec<u8>>>,
+    map: FastMap<Vec<u8>, Slot>,
+    /// The batch's changes in order: each key's value before its first
+    /// change (a key removed and put again is logged twice; abort replays
+    /// the log backwards, so the first entry wins).
+    undo: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     bytes: usize,
+}
+
+/// A value, and whether this batch changed it (then its previous value is
+/// in the undo log). One hash lookup per put or remove finds both.
+struct Slot {
+    value: Vec<u8>,
+    changed: bool,
+}
+
+impl Slot {
+    fn committed(value: Vec<u8>) -> Slot {
+        Slot {
+            value,
+            changed: false,
+        }
+    }
 }
 
 impl MemoryStateStore {
@@ -38,71 +56,80 @@ impl MemoryStateStore {
     /// Opens the store in `storage` (a local directory or an object store
     /// prefix) at `version`, keeping `retain` versions restorable.
     pub fn open_on(storage: Storage, version: u64, retain: u64) -> Result<MemoryStateStore> {
-        let mut map: FastMap<Vec<u8>, Vec<u8>> = FastMap::default();
+        let mut map: FastMap<Vec<u8>, Slot> = FastMap::default();
         let files = VersionFiles::new(storage, version, retain);
         files.restore(version, |k, v| {
             match v {
-                Some(v) => map.insert(k, v),
+                Some(v) => map.insert(k, Slot::committed(v)),
                 None => map.remove(&k),
             };
             Ok(())
         })?;
-        let bytes = map.iter().map(|(k, v)| k.len() + v.len() + 48).sum();
-        Ok(MemoryStateStore {
+        let mut store = MemoryStateStore {
             files,
             map,
-            undo: FastMap::default(),
-            bytes,
-        })
+            undo: Vec::new(),
+            bytes: 0,
+        };
+        store.bytes = store.count_bytes();
+        Ok(store)
     }
 
-    fn touch(&mut self, key: &[u8]) {
-        if !self.undo.contains_key(key) {
-            self.undo.insert(key.to_vec(), self.map.get(key).cloned());
-        }
+    /// The memory the entries take (keys, values and a fixed overhead each).
+    fn count_bytes(&self) -> usize {
+        self.map
+            .iter()
+            .map(|(k, s)| k.len() + s.value.len() + 48)
+            .sum()
     }
 }
 
 impl StateStore for MemoryStateStore {
     fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
-        self.map.get(key).map(|v| Cow::Borrowed(v.as_slice()))
+        self.map.get(key).map(|s| Cow::Borrowed(s.value.as_slice()))
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        // The first write of a key in a batch moves its previous value (and
-        // the key) into the undo log; no copies.
+        // The first change of a key in a batch moves its previous value
+        // (and a copy of the key) into the undo log.
         let vl = value.len();
-        match self.map.get_mut(key.as_slice()) {
-            Some(slot) => {
-                self.bytes = (self.bytes + vl).saturating_sub(slot.len());
-                let old = std::mem::replace(slot, value);
-                if !self.undo.contains_key(key.as_slice()) {
-                    self.undo.insert(key, Some(old));
+        match self.map.entry(key) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                let slot = e.get_mut();
+                self.bytes = (self.bytes + vl).saturating_sub(slot.value.len());
+                let old = std::mem::replace(&mut slot.value, value);
+                if !slot.changed {
+                    slot.changed = true;
+                    self.undo.push((e.key().clone(), Some(old)));
                 }
             }
-            None => {
-                self.bytes += key.len() + vl + 48;
-                if !self.undo.contains_key(key.as_slice()) {
-                    self.undo.insert(key.clone(), None);
-                }
-                self.map.insert(key, value);
+            std::collections::hash_map::Entry::Vacant(e) => {
+                self.bytes += e.key().len() + vl + 48;
+                self.undo.push((e.key().clone(), None));
+                e.insert(Slot {
+                    value,
+                    changed: true,
+                });
             }
         }
     }
 
     fn remove(&mut self, key: &[u8]) {
-        self.touch(key);
         if let Some(old) = self.map.remove(key) {
-            self.bytes = self.bytes.saturating_sub(key.len() + old.len() + 48);
+            self.bytes = self.bytes.saturating_sub(key.len() + old.value.len() + 48);
+            if !old.changed {
+                self.undo.push((key.to_vec(), Some(old.value)));
+            }
         }
     }
 
     fn iter(&self) -> StateIter<'_> {
-        Box::new(
-            self.map
-                .iter()
-                .map(|(k, v)| (Cow::Borrowed(k.as_slice()), Cow::Borrowed(v.as_slice()))),
-        )
+        Box::new(self.map.iter().map(|(k, s)| {
+            (
+                Cow::Borrowed(k.as_slice()),
+                Cow::Borrowed(s.value.as_slice()),
+            )
+        }))
     }
 
     fn len(&self) -> usize {
@@ -110,33 +137,46 @@ impl StateStore for MemoryStateStore {
     }
 
     fn commit(&mut self, version: u64) -> Result<()> {
-        let delta = encode(
-            self.undo
-                .keys()
-                .map(|k| (k.as_slice(), self.map.get(k).map(Vec::as_slice))),
-        );
+        // Each changed key with its value now (none when removed); a key
+        // logged twice (removed and put again) is written twice, the same.
+        let changes: Vec<(&[u8], Option<&[u8]>)> = self
+            .undo
+            .iter()
+            .map(|(k, _)| {
+                (
+                    k.as_slice(),
+                    self.map.get(k.as_slice()).map(|s| s.value.as_slice()),
+                )
+            })
+            .collect();
+        let delta = encode(changes.iter().copied());
+        drop(changes);
         self.files.write_delta(version, &delta)?;
+        for (k, _) in self.undo.drain(..) {
+            if let Some(s) = self.map.get_mut(k.as_slice()) {
+                s.changed = false;
+            }
+        }
         if version % SNAPSHOT_INTERVAL == 0 {
             let snap = encode(
                 self.map
                     .iter()
-                    .map(|(k, v)| (k.as_slice(), Some(v.as_slice()))),
+                    .map(|(k, s)| (k.as_slice(), Some(s.value.as_slice()))),
             );
             self.files.write_snapshot(version, &snap)?;
         }
-        self.undo.clear();
         self.files.purge(version);
         Ok(())
     }
 
     fn abort(&mut self) {
-        for (k, old) in self.undo.drain() {
+        while let Some((k, old)) = self.undo.pop() {
             match old {
-                Some(v) => self.map.insert(k, v),
+                Some(v) => self.map.insert(k, Slot::committed(v)),
                 None => self.map.remove(&k),
             };
         }
-        self.bytes = self.map.iter().map(|(k, v)| k.len() + v.len() + 48).sum();
+        self.bytes = self.count_bytes();
     }
 
     fn memory_used_bytes(&self) -> usize {
@@ -191,6 +231,43 @@ mod tests {
         let v2 = MemoryStateStore::open(dir.path(), 2, 100, false).unwrap();
         assert_eq!(v2.get(b"a").as_deref(), Some(&b"333"[..]));
         assert_eq!(v2.memory_used_bytes(), s.memory_used_bytes());
+    }
+
+    #[test]
+    fn a_key_removed_and_put_again_in_one_batch_restores_and_aborts_right() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = MemoryStateStore::open(dir.path(), 0, 100, false).unwrap();
+        s.put(b"a".to_vec(), b"1".to_vec());
+        s.put(b"b".to_vec(), b"2".to_vec());
+        s.commit(1).unwrap();
+        // Removed then put again; new then removed; changed twice.
+        s.remove(b"a");
+        s.put(b"a".to_vec(), b"11".to_vec());
+        s.put(b"n".to_vec(), b"x".to_vec());
+        s.remove(b"n");
+        s.put(b"b".to_vec(), b"22".to_vec());
+        s.remove(b"b");
+        s.abort();
+        assert_eq!(s.get(b"a").as_deref(), Some(&b"1"[..]));
+        assert_eq!(s.get(b"b").as_deref(), Some(&b"2"[..]));
+        assert_eq!(s.get(b"n"), None);
+        s.remove(b"a");
+        s.put(b"a".to_vec(), b"11".to_vec());
+        s.put(b"n".to_vec(), b"x".to_vec());
+        s.remove(b"n");
+        s.put(b"b".to_vec(), b"22".to_vec());
+        s.remove(b"b");
+        s.commit(2).unwrap();
+        let v2 = MemoryStateStore::open(dir.path(), 2, 100, false).unwrap();
+        assert_eq!(v2.get(b"a").as_deref(), Some(&b"11"[..]));
+        assert_eq!(v2.get(b"b"), None);
+        assert_eq!(v2.get(b"n"), None);
+        assert_eq!(v2.len(), 1);
+        assert_eq!(v2.memory_used_bytes(), s.memory_used_bytes());
+        // A later batch's abort keeps version 2's values.
+        s.put(b"a".to_vec(), b"111".to_vec());
+        s.abort();
+        assert_eq!(s.get(b"a").as_deref(), Some(&b"11"[..]));
     }
 
     #[test]

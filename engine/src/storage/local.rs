@@ -1,7 +1,9 @@
 //! The local file system backend: every write is atomic (temp file, fsync,
 //! then rename or hard link, fsync of the directory), and a create-once
-//! write publishes its temp file with `hard_link`, which fails when the
-//! name exists, so two writers of one name cannot both succeed.
+//! write publishes its temp file with a rename that refuses to replace
+//! (`renameat2(RENAME_NOREPLACE)`, or `hard_link` where the file system
+//! has no such rename), which fails when the name exists, so two writers
+//! of one name cannot both succeed.
 
 use std::fs;
 use std::io::Write;
@@ -47,8 +49,7 @@ impl LocalDir {
                 return Err(WeirError::io(&tmp, e));
             }
             crate::failpoint::failpoint_here("before_rename");
-            let linked = fs::hard_link(&tmp, &path);
-            let _ = fs::remove_file(&tmp);
+            let linked = publish_once(&tmp, &path);
             match linked {
                 // The temp file was removed before it was linked: another
                 // run opening the checkpoint took it for a crash's leftover.
@@ -143,4 +144,42 @@ impl LocalDir {
             Err(e) => Err(WeirError::io(&path, e)),
         }
     }
+}
+
+/// Gives the complete file `tmp` the name `path` unless `path` exists
+/// (`AlreadyExists` then); `tmp` is gone afterwards either way. One
+/// rename where the file system refuses to replace on rename (no inode
+/// freed per write: creating files on ext4 scans recently freed inodes),
+/// else a hard link and a removal.
+fn publish_once(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes());
+        if let (Ok(from), Ok(to)) = (c(tmp), c(path)) {
+            // SAFETY: both are NUL-terminated paths that outlive the call.
+            let r = unsafe {
+                libc::renameat2(
+                    libc::AT_FDCWD,
+                    from.as_ptr(),
+                    libc::AT_FDCWD,
+                    to.as_ptr(),
+                    libc::RENAME_NOREPLACE,
+                )
+            };
+            if r == 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    let _ = fs::remove_file(tmp);
+                }
+                return Err(e);
+            }
+        }
+    }
+    let linked = fs::hard_link(tmp, path);
+    let _ = fs::remove_file(tmp);
+    linked
 }

@@ -1,9 +1,12 @@
 //! One task's grouping: each input row's group found by a batch-local key.
 //!
-//! The key is packed into 128 bits when the key columns fit (a window start,
-//! integers and booleans in place, strings and other values interned to a
-//! task-local id), so the per-row lookup hashes and compares one integer;
-//! otherwise it is the columns' bytes. Either way it is local to the task:
+//! The key is packed into two 128-bit words when the key columns fit: one
+//! string (or binary) column's value in the first, in place when it is
+//! shorter than 16 bytes; the window start, integers and booleans in place
+//! and other values interned to a task-local id in the second. So the
+//! common key (a window and a short string) costs one lookup of a
+//! fixed-size key per row, no byte comparison; otherwise the key is the
+//! columns' bytes. Either way it is local to the task:
 //! the state key is built once per group, from the group's first row, in
 //! Arrow's row format.
 
@@ -254,6 +257,31 @@ pub(super) struct Interner<'a> {
 }
 
 impl<'a> Interner<'a> {
+    fn new(col: &'a KeyCol) -> Interner<'a> {
+        Interner {
+            col,
+            short: FastMap::default(),
+            long: FastMap::default(),
+        }
+    }
+
+    /// Row `r`'s value as 128 bits: a short value in place (its bytes, and
+    /// its length in the top byte), else its id tagged `0xFF` (or `0xFE`
+    /// for null) in the top byte, which no length reaches.
+    #[inline]
+    fn code(&mut self, r: usize) -> u128 {
+        let short = match self.col {
+            KeyCol::Utf8(a) => short_value(a, r),
+            KeyCol::Binary(a) => short_value(a, r),
+            _ => Short::Long,
+        };
+        match short {
+            Short::Value(v) => v,
+            Short::Null => 0xFE << 120,
+            Short::Long => (0xFF << 120) | self.id(r) as u128,
+        }
+    }
+
     /// Row `r`'s id.
     #[inline]
     fn id(&mut self, r: usize) -> u32 {
@@ -326,14 +354,19 @@ fn short_value<T: arrow::array::types::ByteArrayType>(
 
 /// Makes each row's batch-local group key, and finds its group.
 pub(super) enum Keyer<'a> {
-    /// Every key column fits in 128 bits beside the window start.
+    /// The key in two 128-bit words: one string or binary column's value
+    /// in the first ([`Interner::code`]), the window start and every other
+    /// key column packed in the second.
     Packed {
+        /// The string or binary column that has the first word to itself.
+        wide: Option<Interner<'a>>,
         parts: Vec<Part<'a>>,
         /// 64 with a window (its start takes the low bits), else 0.
         shift: u32,
-        /// The current row's columns, shifted past the window start.
-        base: u128,
-        index: FastMap<u128, u32>,
+        /// The current row's wide value and its other columns, shifted past
+        /// the window start.
+        base: (u128, u128),
+        index: FastMap<(u128, u128), u32>,
     },
     /// The key columns' bytes, after 8 bytes for the window start.
     Bytes {
@@ -345,32 +378,39 @@ pub(super) enum Keyer<'a> {
 
 impl<'a> Keyer<'a> {
     /// Keys rows by `cols` (and, when `window`, a window start): packed
-    /// when they fit in 128 bits, else as bytes.
+    /// when they fit in two words, else as bytes.
     pub(super) fn new(cols: &'a [KeyCol], window: bool) -> Keyer<'a> {
         let window_bits = if window { 64 } else { 0 };
-        let bits: u32 = cols.iter().map(|c| c.direct_bits().unwrap_or(32)).sum();
-        if bits + window_bits <= 128 {
-            let parts = cols
-                .iter()
-                .map(|col| match col.direct_bits() {
-                    Some(bits) => Part::Direct { col, bits },
-                    None => Part::Interned(Interner {
-                        col,
-                        short: FastMap::default(),
-                        long: FastMap::default(),
-                    }),
-                })
-                .collect();
-            return Keyer::Packed {
-                parts,
-                shift: window_bits,
-                base: 0,
+        let wide_at = cols
+            .iter()
+            .position(|c| matches!(c, KeyCol::Utf8(_) | KeyCol::Binary(_)));
+        let bits: u32 = cols
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != wide_at)
+            .map(|(_, c)| c.direct_bits().unwrap_or(32))
+            .sum();
+        if bits + window_bits > 128 {
+            return Keyer::Bytes {
+                cols,
+                buf: Vec::with_capacity(64),
                 index: FastMap::default(),
             };
         }
-        Keyer::Bytes {
-            cols,
-            buf: Vec::with_capacity(64),
+        let parts = cols
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != wide_at)
+            .map(|(_, col)| match col.direct_bits() {
+                Some(bits) => Part::Direct { col, bits },
+                None => Part::Interned(Interner::new(col)),
+            })
+            .collect();
+        Keyer::Packed {
+            wide: wide_at.map(|i| Interner::new(&cols[i])),
+            parts,
+            shift: window_bits,
+            base: (0, 0),
             index: FastMap::default(),
         }
     }
@@ -380,7 +420,11 @@ impl<'a> Keyer<'a> {
     pub(super) fn row(&mut self, r: usize) {
         match self {
             Keyer::Packed {
-                parts, shift, base, ..
+                wide,
+                parts,
+                shift,
+                base,
+                ..
             } => {
                 let mut key: u128 = 0;
                 for p in parts.iter_mut() {
@@ -393,7 +437,8 @@ impl<'a> Keyer<'a> {
                         }
                     }
                 }
-                *base = key << *shift;
+                let first = wide.as_mut().map_or(0, |w| w.code(r));
+                *base = (first, key << *shift);
             }
             Keyer::Bytes { cols, buf, .. } => {
                 buf.clear();
@@ -418,7 +463,7 @@ impl<'a> Keyer<'a> {
     ) {
         let i = match self {
             Keyer::Packed { base, index, .. } => {
-                let key = *base | start as u64 as u128;
+                let key = (base.0, base.1 | start as u64 as u128);
                 match index.get(&key) {
                     Some(&i) => i,
                     None => {
