@@ -72,23 +72,32 @@ impl WatermarkOp {
         let col = batch.column(self.column);
         let ts = arrow::compute::cast(col, &crate::row::timestamp_type())
             .map_err(|e| WeirError::Config(format!("watermark column is not a timestamp: {e}")))?;
-        let mut s = EventTimeStats::default();
-        for v in ts
-            .as_primitive::<TimestampMicrosecondType>()
-            .iter()
-            .flatten()
-        {
+        // One pass without branches per row: the sum is exact (in i128)
+        // and rounded once, rather than rounded row by row in f64.
+        let a = ts.as_primitive::<TimestampMicrosecondType>();
+        let (mut min, mut max, mut sum) = (i64::MAX, i64::MIN, 0i128);
+        let mut fold = |v: i64| {
             let ms = v.div_euclid(1000);
-            if s.count == 0 {
-                s.min = ms;
-                s.max = ms;
-            } else {
-                s.min = s.min.min(ms);
-                s.max = s.max.max(ms);
+            min = min.min(ms);
+            max = max.max(ms);
+            sum += ms as i128;
+        };
+        let count = if arrow::array::Array::null_count(a) == 0 {
+            a.values().iter().for_each(|&v| fold(v));
+            a.len()
+        } else {
+            a.iter().flatten().map(&mut fold).count()
+        };
+        let s = if count == 0 {
+            EventTimeStats::default()
+        } else {
+            EventTimeStats {
+                min,
+                max,
+                sum: sum as f64,
+                count: count as u64,
             }
-            s.sum += ms as f64;
-            s.count += 1;
-        }
+        };
         stats.merge(&s);
         Ok(())
     }

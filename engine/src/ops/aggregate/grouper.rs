@@ -88,16 +88,68 @@ impl Grouper {
         i
     }
 
-    /// The groups, in first-seen order.
-    pub(super) fn groups(&self) -> Vec<Group> {
-        let n = self.template.len();
-        self.evicts
-            .iter()
-            .enumerate()
-            .map(|(i, &evict_at)| Group {
-                evict_at,
-                accs: self.accs[i * n..(i + 1) * n].to_vec(),
-            })
+    /// How many groups.
+    pub(super) fn len(&self) -> usize {
+        self.evicts.len()
+    }
+
+    /// The groups with their state keys (`keys`, in first-seen order;
+    /// `None` without grouping keys).
+    pub(super) fn finish(self, keys: Option<arrow::row::Rows>) -> TaskGroups {
+        TaskGroups {
+            keys,
+            width: self.template.len(),
+            evicts: self.evicts,
+            accs: self.accs,
+        }
+    }
+}
+
+/// One task's groups in first-seen order: their state keys (Arrow's row
+/// format, in one buffer) and accumulators side by side, so merging them
+/// into a partition allocates only for the keys it has not seen.
+pub(super) struct TaskGroups {
+    /// `None` without grouping keys (every group's key is empty).
+    keys: Option<arrow::row::Rows>,
+    width: usize,
+    evicts: Vec<i64>,
+    accs: Vec<Acc>,
+}
+
+impl TaskGroups {
+    /// How many groups.
+    pub(super) fn len(&self) -> usize {
+        self.evicts.len()
+    }
+
+    /// Group `i`'s state key.
+    pub(super) fn key(&self, i: usize) -> &[u8] {
+        self.keys.as_ref().map_or(&[], |k| k.row(i).data())
+    }
+
+    /// Group `i`'s eviction time.
+    pub(super) fn evict_at(&self, i: usize) -> i64 {
+        self.evicts[i]
+    }
+
+    /// Group `i`'s accumulators.
+    pub(super) fn accs(&self, i: usize) -> &[Acc] {
+        &self.accs[i * self.width..(i + 1) * self.width]
+    }
+
+    /// Group `i`, copied out.
+    pub(super) fn group(&self, i: usize) -> Group {
+        Group {
+            evict_at: self.evict_at(i),
+            accs: self.accs(i).to_vec(),
+        }
+    }
+
+    /// Every group with its key, in first-seen order.
+    #[cfg(test)]
+    pub(super) fn into_groups(self) -> Vec<(Vec<u8>, Group)> {
+        (0..self.len())
+            .map(|i| (self.key(i).to_vec(), self.group(i)))
             .collect()
     }
 }

@@ -40,7 +40,7 @@ use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::{timestamp_type, Timestamp, Window};
 use crate::state::{partition_of, PartitionedStore, StateStore};
-use grouper::{Grouper, KeyCol, Keyer};
+use grouper::{Grouper, KeyCol, Keyer, TaskGroups};
 use rayon::prelude::*;
 
 /// One grouping key.
@@ -373,7 +373,7 @@ impl AggregateOp {
     /// last bits (as Spark's partial aggregation does), never with the
     /// partition or worker count. Also returns the rows that lost a window
     /// that cannot be represented.
-    fn partial(&self, batch: &RecordBatch) -> Result<(Groups, i64)> {
+    fn partial(&self, batch: &RecordBatch) -> Result<(TaskGroups, i64)> {
         let n = batch.num_rows();
         let window = self.keys.iter().enumerate().find_map(|(ki, k)| match k {
             KeyExec::Window { assigner, .. } => Some((ki, assigner)),
@@ -476,15 +476,11 @@ impl AggregateOp {
         g.fold(&readers).map_err(|(ai, r, start, e)| {
             self.in_group(ai, || self.describe_row(batch, r, start), e)
         })?;
-        let groups = g.groups();
-        if groups.is_empty() {
-            return Ok((Vec::new(), lost));
+        if g.len() == 0 {
+            return Ok((g.finish(None), lost));
         }
         let Some(conv) = &self.converter else {
-            return Ok((
-                groups.into_iter().map(|grp| (Vec::new(), grp)).collect(),
-                lost,
-            ));
+            return Ok((g.finish(None), lost));
         };
         // The distinct groups' key columns, in the state's row format.
         let firsts = UInt32Array::from(std::mem::take(&mut g.firsts));
@@ -508,14 +504,7 @@ impl AggregateOp {
             }
         }
         let rows = conv.convert_columns(&key_arrays)?;
-        Ok((
-            groups
-                .into_iter()
-                .enumerate()
-                .map(|(i, grp)| (rows.row(i).data().to_vec(), grp))
-                .collect(),
-            lost,
-        ))
+        Ok((g.finish(Some(rows)), lost))
     }
 
     /// The input rows this batch drops as late in full (every window they
@@ -606,20 +595,36 @@ impl AggregateOp {
     /// Also returns the rows that lost a window that cannot be represented.
     fn route(&self, input: &[RecordBatch], n: usize) -> Result<(Vec<Groups>, i64)> {
         let tasks = crate::ops::tasks::slices(input);
-        let task = |b: &RecordBatch| -> Result<(Vec<Groups>, i64)> {
+        // A task's groups, and which of them go to each partition.
+        let task = |b: &RecordBatch| -> Result<(TaskGroups, Vec<Vec<u32>>, i64)> {
             let (groups, lost) = self.partial(b)?;
-            if n == 1 {
-                return Ok((vec![groups], lost));
+            let mut parts: Vec<Vec<u32>> = (0..n).map(|_| Vec::new()).collect();
+            for i in 0..groups.len() {
+                let p = if n == 1 {
+                    0
+                } else {
+                    partition_of(groups.key(i), n)
+                };
+                parts[p].push(i as u32);
             }
-            let mut parts: Vec<Groups> = (0..n).map(|_| Vec::new()).collect();
-            for (k, g) in groups {
-                parts[partition_of(&k, n)].push((k, g));
-            }
-            Ok((parts, lost))
+            Ok((groups, parts, lost))
         };
         if tasks.len() <= 1 {
             return match tasks.first() {
-                Some(b) => task(b),
+                Some(b) => {
+                    let (groups, parts, lost) = task(b)?;
+                    let per_part = parts
+                        .into_iter()
+                        .map(|ids| {
+                            ids.into_iter()
+                                .map(|i| {
+                                    (groups.key(i as usize).to_vec(), groups.group(i as usize))
+                                })
+                                .collect()
+                        })
+                        .collect();
+                    Ok((per_part, lost))
+                }
                 None => Ok(((0..n).map(|_| Vec::new()).collect(), 0)),
             };
         }
@@ -627,31 +632,30 @@ impl AggregateOp {
         let mut merged: Vec<FastMap<Vec<u8>, Group>> = (0..n).map(|_| FastMap::default()).collect();
         let mut lost = 0;
         for chunk in tasks.chunks(wave) {
-            let per_task: Vec<(Vec<Groups>, i64)> =
+            let per_task: Vec<(TaskGroups, Vec<Vec<u32>>, i64)> =
                 chunk.par_iter().map(task).collect::<Result<_>>()?;
-            // tasks[t][p] -> per partition, the wave's groups in input order.
-            let mut per_part: Vec<Vec<Groups>> = (0..n).map(|_| Vec::new()).collect();
-            for (t, l) in per_task {
-                lost += l;
-                for (p, groups) in t.into_iter().enumerate() {
-                    per_part[p].push(groups);
-                }
-            }
-            let merge = |(m, tasks): (&mut FastMap<Vec<u8>, Group>, Vec<Groups>)| -> Result<()> {
-                for (k, g) in tasks.into_iter().flatten() {
-                    match m.get_mut(&k) {
-                        Some(into) => self.merge_accs(&mut into.accs, &g.accs, &k)?,
-                        None => {
-                            m.insert(k, g);
+            lost += per_task.iter().map(|t| t.2).sum::<i64>();
+            // Each partition takes its groups from every task of the wave, in
+            // input order; a key it holds already costs no allocation.
+            let merge = |(p, m): (usize, &mut FastMap<Vec<u8>, Group>)| -> Result<()> {
+                for (groups, parts, _) in &per_task {
+                    for &i in &parts[p] {
+                        let i = i as usize;
+                        let k = groups.key(i);
+                        match m.get_mut(k) {
+                            Some(into) => self.merge_accs(&mut into.accs, groups.accs(i), k)?,
+                            None => {
+                                m.insert(k.to_vec(), groups.group(i));
+                            }
                         }
                     }
                 }
                 Ok(())
             };
             if n > 1 {
-                merged.par_iter_mut().zip(per_part).try_for_each(merge)?;
+                merged.par_iter_mut().enumerate().try_for_each(merge)?;
             } else {
-                merged.iter_mut().zip(per_part).try_for_each(merge)?;
+                merged.iter_mut().enumerate().try_for_each(merge)?;
             }
         }
         Ok((
@@ -1079,7 +1083,7 @@ mod tests {
                     .map(|&i| normalize_floats(b.column(i)))
                     .collect();
                 assert_eq!(
-                    counts(op.partial(&b).unwrap().0),
+                    counts(op.partial(&b).unwrap().0.into_groups()),
                     reference(&key_cols),
                     "keys {picked:?}"
                 );
@@ -1135,7 +1139,7 @@ mod tests {
             },
         ];
         let op = AggregateOp::new(0, keys, vec![count_star()], &schema).unwrap();
-        let got = op.partial(&batch).unwrap().0;
+        let got = op.partial(&batch).unwrap().0.into_groups();
         for (key, g) in &got {
             // The window end (second key column) is the eviction time.
             let end = i64::from_be_bytes(key[10..18].try_into().unwrap()) ^ i64::MIN;
