@@ -69,10 +69,10 @@ macro_rules! accumulators {
             }
 
             /// Folds rows into groups' accumulators: for each `k`, row
-            /// `rows[k]` of `r` into the accumulator at `groups[k] * stride
-            /// + at` of `accs` (all of one function, the one at `at`). One
-            /// dispatch for all the rows. On an error, also the `k` it
-            /// happened at.
+            /// `rows[k]` of `r` into the accumulator of group `groups[k]`
+            /// at position `at` (`stride` per group) in `accs`, all of one
+            /// function. One dispatch for all the rows. On an error, also
+            /// the `k` it happened at.
             pub(crate) fn update_rows(
                 accs: &mut [Acc],
                 stride: usize,
