@@ -1055,7 +1055,19 @@ mod tests {
             .into_iter()
             .collect::<DictionaryArray<Int8Type>>(),
         );
-        let cols = vec![ints, floats, strings, bools, dict];
+        // Binary values as the one column keyed in place (with strings
+        // absent from the subset), or interned beside a string column.
+        let binary: ArrayRef = Arc::new(arrow::array::BinaryArray::from(vec![
+            Some(&b"\x00"[..]),
+            Some(&b""[..]),
+            None,
+            Some(&b"\x00"[..]),
+            Some(&b"sixteen bytes..."[..]),
+            Some(&b"\x00\x00"[..]),
+            Some(&b"sixteen bytes..."[..]),
+            None,
+        ]));
+        let cols = vec![ints, floats, strings, bools, dict, binary];
         let fields: Vec<ArrowField> = cols
             .iter()
             .enumerate()
