@@ -460,7 +460,7 @@ fn a_kill_between_partition_commits_of_sessions_and_joins_recovers_exactly() {
     }
 }
 
-/// A batch larger than one task's slice (32k rows) is aggregated in
+/// A batch larger than one task's slice (at most 64k rows) is aggregated in
 /// parallel slices and merged: every window's count, sum and max equal a
 /// plain fold over the rows, on one partition and on several.
 #[test]

@@ -10,8 +10,8 @@
 //!
 //! Every file appears whole or not at all. `metadata`, `offsets/N` and
 //! `commits/N` are written once each, with the storage layer's create-once
-//! write: locally a temp file, fsync, a hard link to the entry's name (which
-//! fails if the name exists), fsync of the directory; on S3 a conditional
+//! write: locally a temp file, fsync, a rename to the entry's name that
+//! does not replace (or a hard link; either fails if the name exists), fsync of the directory; on S3 a conditional
 //! PUT (`If-None-Match: *`). Other local files (such as a source's
 //! metadata) are replaced with a temp file, fsync, rename, fsync of the
 //! directory. `offsets/N` is written before batch N does any work and

@@ -23,8 +23,8 @@ pub struct MemoryStateStore {
     files: VersionFiles,
     map: FastMap<Vec<u8>, Slot>,
     /// The batch's changes in order: each key's value before its first
-    /// change (a key removed and put again is logged twice; abort replays
-    /// the log backwards, so the first entry wins).
+    /// change (a key removed and put again is logged once more per such
+    /// cycle; abort replays the log backwards, so the first entry wins).
     undo: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     bytes: usize,
 }
@@ -32,11 +32,14 @@ pub struct MemoryStateStore {
 /// A value, and whether this batch changed it (then its previous value is
 /// in the undo log). One hash lookup per put or remove finds both.
 struct Slot {
+    /// The value.
     value: Vec<u8>,
+    /// True when this batch changed the key (its old value is in the undo log).
     changed: bool,
 }
 
 impl Slot {
+    /// A value as committed (unchanged by this batch).
     fn committed(value: Vec<u8>) -> Slot {
         Slot {
             value,
@@ -152,11 +155,6 @@ impl StateStore for MemoryStateStore {
         let delta = encode(changes.iter().copied());
         drop(changes);
         self.files.write_delta(version, &delta)?;
-        for (k, _) in self.undo.drain(..) {
-            if let Some(s) = self.map.get_mut(k.as_slice()) {
-                s.changed = false;
-            }
-        }
         if version % SNAPSHOT_INTERVAL == 0 {
             let snap = encode(
                 self.map
@@ -164,6 +162,13 @@ impl StateStore for MemoryStateStore {
                     .map(|(k, s)| (k.as_slice(), Some(s.value.as_slice()))),
             );
             self.files.write_snapshot(version, &snap)?;
+        }
+        // The batch is durable: its undo log goes (not before, so a failed
+        // write can still be aborted).
+        for (k, _) in self.undo.drain(..) {
+            if let Some(s) = self.map.get_mut(k.as_slice()) {
+                s.changed = false;
+            }
         }
         self.files.purge(version);
         Ok(())

@@ -79,7 +79,7 @@ impl LocalDir {
                     &path,
                     std::io::Error::new(
                         e.kind(),
-                        format!("{e}: this file system does not support hard links, which weir's create-once checkpoint writes need; put the checkpoint on a local file system such as ext4, xfs or apfs, or on s3://"),
+                        format!("{e}: this file system refuses a rename that does not replace and a hard link, one of which weir's create-once checkpoint writes need; put the checkpoint on a local file system such as ext4, xfs or apfs, or on s3://"),
                     ),
                 ))
             }
@@ -171,7 +171,10 @@ fn publish_once(tmp: &Path, path: &Path) -> std::io::Result<()> {
                 return Ok(());
             }
             let e = std::io::Error::last_os_error();
-            if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+            if !matches!(
+                e.raw_os_error(),
+                Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
+            ) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     let _ = fs::remove_file(tmp);
                 }

@@ -8,7 +8,8 @@
 //! Every write is atomic: a reader sees the whole object or none. A
 //! create-once write ([`Storage::put_create`]) never replaces what is there:
 //! on S3 it is a conditional PUT (`If-None-Match: *`), locally a temp file
-//! published with `hard_link`; of two writers of one name exactly one
+//! published with a rename that does not replace (`renameat2`, or
+//! `hard_link`); of two writers of one name exactly one
 //! succeeds, and the other learns [`Created::Exists`].
 //!
 //! S3 settings come from the environment (`AWS_ENDPOINT_URL`,

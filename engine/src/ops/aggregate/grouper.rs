@@ -34,6 +34,7 @@ pub(super) struct Grouper {
     /// The rows seen, in order, each with its group: (group, input row)
     /// pairs folded into the accumulators by [`Grouper::fold`].
     seen_groups: Vec<u32>,
+    /// The input row of each entry of `seen_groups`.
     seen_rows: Vec<u32>,
 }
 
@@ -111,8 +112,11 @@ impl Grouper {
 pub(super) struct TaskGroups {
     /// `None` without grouping keys (every group's key is empty).
     keys: Option<arrow::row::Rows>,
+    /// Accumulators per group.
     width: usize,
+    /// Each group's eviction time.
     evicts: Vec<i64>,
+    /// Every group's accumulators, `width` per group.
     accs: Vec<Acc>,
 }
 
@@ -251,9 +255,10 @@ impl KeyCol {
         }
     }
 
-    /// Row `r`'s value packed in place ([`KeyCol::direct_bits`] wide).
+    /// Row `r`'s value packed in place ([`KeyCol::direct_bits`] wide: a
+    /// nullable 8-byte value takes 65 bits, so this is wider than `u64`).
     #[inline]
-    fn small(&self, r: usize) -> u64 {
+    fn small(&self, r: usize) -> u128 {
         match self {
             KeyCol::Bool(a) => match a.is_valid(r).then(|| a.value(r)) {
                 None => 0,
@@ -266,10 +271,10 @@ impl KeyCol {
                 if let Some(b) = bytes {
                     v[..b.len()].copy_from_slice(b);
                 }
-                let value = u64::from_le_bytes(v);
+                let value = u64::from_le_bytes(v) as u128;
                 match nulls {
                     // A value goes before its validity bit.
-                    Some(_) => (value << 1) | bytes.is_some() as u64,
+                    Some(_) => (value << 1) | bytes.is_some() as u128,
                     None => value,
                 }
             }
@@ -303,8 +308,11 @@ pub(super) enum Part<'a> {
 /// binaries of up to 15 bytes are looked up as one integer (their bytes
 /// and length), so the common short string costs no byte comparison.
 pub(super) struct Interner<'a> {
+    /// The column interned.
     col: &'a KeyCol,
+    /// Ids of values of up to 15 bytes, by their [`Short::Value`].
     short: FastMap<u128, u32>,
+    /// Ids of longer values, by their bytes.
     long: FastMap<&'a [u8], u32>,
 }
 
@@ -368,6 +376,7 @@ impl<'a> Interner<'a> {
 
 /// A string or binary value as an interning key.
 enum Short {
+    /// A null.
     Null,
     /// Up to 15 bytes, with the length in the top byte.
     Value(u128),
@@ -412,18 +421,23 @@ pub(super) enum Keyer<'a> {
     Packed {
         /// The string or binary column that has the first word to itself.
         wide: Option<Interner<'a>>,
+        /// The other key columns, packed in order into the second word.
         parts: Vec<Part<'a>>,
         /// 64 with a window (its start takes the low bits), else 0.
         shift: u32,
         /// The current row's wide value and its other columns, shifted past
         /// the window start.
         base: (u128, u128),
+        /// Group index by key.
         index: FastMap<(u128, u128), u32>,
     },
     /// The key columns' bytes, after 8 bytes for the window start.
     Bytes {
+        /// The key columns.
         cols: &'a [KeyCol],
+        /// The current row's key (the window start's 8 bytes first).
         buf: Vec<u8>,
+        /// Group index by key.
         index: FastMap<Vec<u8>, u32>,
     },
 }
@@ -482,7 +496,7 @@ impl<'a> Keyer<'a> {
                 for p in parts.iter_mut() {
                     match p {
                         Part::Direct { col, bits } => {
-                            key = (key << *bits) | col.small(r) as u128;
+                            key = (key << *bits) | col.small(r);
                         }
                         Part::Interned(ids) => {
                             key = (key << 32) | ids.id(r) as u128;

@@ -1009,6 +1009,8 @@ mod tests {
             Some(1),
             Some(3),
         ]));
+        // x and -x differ only in the top bit, which a nullable 8-byte
+        // value's packed form (value, then a validity bit) must keep.
         let floats: ArrayRef = Arc::new(Float64Array::from(vec![
             Some(0.0),
             Some(-0.0),
@@ -1016,8 +1018,18 @@ mod tests {
             Some(0.0),
             None,
             Some(f64::NAN),
-            Some(0.0),
+            Some(-1.5),
             Some(1.5),
+        ]));
+        let longs: ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![
+            Some(-1),
+            Some(i64::MAX),
+            None,
+            Some(0),
+            Some(i64::MIN),
+            Some(-1),
+            Some(i64::MAX),
+            Some(0),
         ]));
         // Short strings are interned as one integer, 16 bytes and more by
         // their bytes; the last value ends the buffer (no 16-byte word to read).
@@ -1067,7 +1079,7 @@ mod tests {
             Some(&b"sixteen bytes..."[..]),
             None,
         ]));
-        let cols = vec![ints, floats, strings, bools, dict, binary];
+        let cols = vec![ints, floats, strings, bools, dict, binary, longs];
         let fields: Vec<ArrowField> = cols
             .iter()
             .enumerate()
