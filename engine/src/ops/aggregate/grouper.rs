@@ -325,16 +325,23 @@ impl<'a> Interner<'a> {
         }
     }
 
+    /// Row `r`'s value as a [`Short`] (strings and binaries only; other
+    /// values are always looked up by their bytes).
+    #[inline]
+    fn short_form(&self, r: usize) -> Short {
+        match self.col {
+            KeyCol::Utf8(a) => short_value(a, r),
+            KeyCol::Binary(a) => short_value(a, r),
+            _ => Short::Long,
+        }
+    }
+
     /// Row `r`'s value as 128 bits: a short value in place (its bytes, and
     /// its length in the top byte), else its id tagged `0xFF` (or `0xFE`
     /// for null) in the top byte, which no length reaches.
     #[inline]
     fn code(&mut self, r: usize) -> u128 {
-        let short = match self.col {
-            KeyCol::Utf8(a) => short_value(a, r),
-            KeyCol::Binary(a) => short_value(a, r),
-            _ => Short::Long,
-        };
+        let short = self.short_form(r);
         match short {
             Short::Value(v) => v,
             Short::Null => 0xFE << 120,
@@ -345,11 +352,7 @@ impl<'a> Interner<'a> {
     /// Row `r`'s id.
     #[inline]
     fn id(&mut self, r: usize) -> u32 {
-        let short = match self.col {
-            KeyCol::Utf8(a) => short_value(a, r),
-            KeyCol::Binary(a) => short_value(a, r),
-            _ => Short::Long,
-        };
+        let short = self.short_form(r);
         let next = (self.short.len() + self.long.len()) as u32;
         match short {
             Short::Null => u32::MAX,
