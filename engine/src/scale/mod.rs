@@ -534,6 +534,17 @@ impl Coordinator {
             let to_start: Vec<Partition> =
                 std::mem::take(&mut *self.tasks.to_start.lock().unwrap());
             for p in to_start {
+                // An assignment of a partition whose task runs here already
+                // (not revoked in between) keeps that task: a second run of
+                // it beside the first would share its checkpoint and
+                // transactional id.
+                if self.tasks.running.lock().unwrap().contains_key(&p) {
+                    tracing::warn!(
+                        "scale-out: partition {} assigned again while its task runs; keeping that task",
+                        task_name(&p)
+                    );
+                    continue;
+                }
                 tracing::info!(
                     "scale-out: partition {} assigned; starting its task",
                     task_name(&p)
