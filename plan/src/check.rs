@@ -752,12 +752,13 @@ fn scale_out_divides(cx: &Ctx, out: &mut Vec<Violation>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::plan::*;
     use crate::types::{DataType, Field};
 
-    fn events() -> Vec<Field> {
+    /// The event schema the plan's rule tests share: `ts`, `key`, `value`.
+    pub(crate) fn events() -> Vec<Field> {
         vec![
             Field::new("ts", DataType::Timestamp),
             Field::new("key", DataType::String),

@@ -553,15 +553,8 @@ fn derived(cur: &NodeSchema, expr: &Expr, name: &str) -> Column {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::check::tests::events;
     use crate::plan::*;
-
-    fn events() -> Vec<Field> {
-        vec![
-            Field::new("ts", DataType::Timestamp),
-            Field::new("key", DataType::String),
-            Field::new("value", DataType::Int64),
-        ]
-    }
 
     #[test]
     fn an_unquoted_mixed_case_column_is_told_to_quote_it() {

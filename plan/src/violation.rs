@@ -169,17 +169,10 @@ impl std::fmt::Display for Violation {
 mod tests {
     use super::*;
     use crate::check::check;
+    use crate::check::tests::events;
     use crate::plan::*;
     use crate::resolve::check_column;
     use crate::types::{DataType, Field};
-
-    fn events() -> Vec<Field> {
-        vec![
-            Field::new("ts", DataType::Timestamp),
-            Field::new("key", DataType::String),
-            Field::new("value", DataType::Int64),
-        ]
-    }
 
     /// `(rule, subject)` of every violation of a plan.
     fn subjects_of(p: &StreamPlan) -> Vec<(Rule, Option<String>)> {

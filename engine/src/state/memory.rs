@@ -142,18 +142,12 @@ impl StateStore for MemoryStateStore {
     fn commit(&mut self, version: u64) -> Result<()> {
         // Each changed key with its value now (none when removed); a key
         // logged twice (removed and put again) is written twice, the same.
-        let changes: Vec<(&[u8], Option<&[u8]>)> = self
-            .undo
-            .iter()
-            .map(|(k, _)| {
-                (
-                    k.as_slice(),
-                    self.map.get(k.as_slice()).map(|s| s.value.as_slice()),
-                )
-            })
-            .collect();
-        let delta = encode(changes.iter().copied());
-        drop(changes);
+        let delta = encode(self.undo.iter().map(|(k, _)| {
+            (
+                k.as_slice(),
+                self.map.get(k.as_slice()).map(|s| s.value.as_slice()),
+            )
+        }));
         self.files.write_delta(version, &delta)?;
         if version % SNAPSHOT_INTERVAL == 0 {
             let snap = encode(

@@ -345,7 +345,7 @@ impl<'a> Interner<'a> {
         match short {
             Short::Value(v) => v,
             Short::Null => 0xFE << 120,
-            Short::Long => (0xFF << 120) | self.id(r) as u128,
+            Short::Long => (0xFF << 120) | self.id_of(Short::Long, r) as u128,
         }
     }
 
@@ -353,6 +353,12 @@ impl<'a> Interner<'a> {
     #[inline]
     fn id(&mut self, r: usize) -> u32 {
         let short = self.short_form(r);
+        self.id_of(short, r)
+    }
+
+    /// The id of row `r`, whose [`Short`] form is `short`.
+    #[inline]
+    fn id_of(&mut self, short: Short, r: usize) -> u32 {
         let next = (self.short.len() + self.long.len()) as u32;
         match short {
             Short::Null => u32::MAX,

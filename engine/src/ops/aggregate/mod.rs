@@ -476,10 +476,8 @@ impl AggregateOp {
         g.fold(&readers).map_err(|(ai, r, start, e)| {
             self.in_group(ai, || self.describe_row(batch, r, start), e)
         })?;
-        if g.len() == 0 {
-            return Ok((g.finish(None), lost));
-        }
-        let Some(conv) = &self.converter else {
+        // No groups, or no grouping keys: no state keys to build.
+        let (Some(conv), false) = (&self.converter, g.len() == 0) else {
             return Ok((g.finish(None), lost));
         };
         // The distinct groups' key columns, in the state's row format.
