@@ -396,7 +396,7 @@ fn checkpoints_keep_the_recorded_plans() {
 
 /// The declared stream-stream join (built from the literal plan) and the
 /// same query written with explicit builder calls have one plan and give
-/// the same rows, batch by batch.
+/// the same rows.
 #[test]
 fn a_declared_join_runs_as_its_builder_calls() {
     use joins::{Clicked, ClickedImpressions, Shown};
@@ -478,7 +478,16 @@ fn a_declared_join_runs_as_its_builder_calls() {
         plan_differences(&ClickedImpressions::plan(), &builder_plan),
         Vec::<String>::new()
     );
-    assert_eq!(declared, built);
+    // The same rows. Batch by batch only as far as the running query sees
+    // both streams' rows of a step together: it may start a batch between
+    // the two `add_rows` calls, which moves later output one batch on
+    // (seen once in CI), whichever way the query was written.
+    let rows = |out: &[(i64, Vec<joins::ClickedImpressionsRow>)]| {
+        let mut rows: Vec<_> = out.iter().flat_map(|(_, r)| r.clone()).collect();
+        rows.sort_by_key(|r| r.imp_id);
+        rows
+    };
+    assert_eq!(rows(&declared), rows(&built), "{declared:?} {built:?}");
     let mut ids: Vec<i64> = declared
         .iter()
         .flat_map(|(_, r)| r.iter().map(|r| r.imp_id))
