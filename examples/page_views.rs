@@ -267,6 +267,10 @@ struct Args {
     /// A session setting, KEY=VALUE (repeatable), e.g. weir.workerThreads=1.
     #[arg(long = "conf", value_name = "KEY=VALUE")]
     confs: Vec<String>,
+    /// A source option, KEY=VALUE (repeatable; Spark's Kafka option names,
+    /// e.g. kafka.fetch.max.bytes=52428800).
+    #[arg(long = "source-option", value_name = "KEY=VALUE")]
+    source_options: Vec<String>,
     /// Keep a one-line JSON summary of this process's batches in this file.
     #[arg(long, value_name = "PATH")]
     stats_file: Option<std::path::PathBuf>,
@@ -298,6 +302,14 @@ fn main() -> weir::Result<()> {
     }
     if let Some(g) = &a.group_id {
         source = source.group_id(g);
+    }
+    for kv in &a.source_options {
+        let (k, v) = kv.split_once('=').ok_or_else(|| {
+            weir::WeirError::Config(format!(
+                "--source-option {kv}: expected KEY=VALUE, e.g. --source-option kafka.fetch.max.bytes=52428800"
+            ))
+        })?;
+        source = source.option(k.trim(), v.trim());
     }
     let clicks = source.from_json("value", Click::fields());
     let malformed = clicks.malformed_counter();
