@@ -112,12 +112,27 @@ impl TestChild {
     /// or give it other environment variables).
     pub fn of_test(name: &str, envs: &[(&str, String)]) -> TestChild {
         TestChild::spawn(
-            std::process::Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", name, "--nocapture", "--test-threads=1"])
-                .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+            TestChild::test_command(name, envs)
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null()),
         )
+    }
+
+    /// [`TestChild::of_test`] with its output (stdout and stderr) kept in
+    /// the file `log`, for the test to show when it fails.
+    pub fn of_test_logged(name: &str, envs: &[(&str, String)], log: &std::path::Path) -> TestChild {
+        let out = std::fs::File::create(log)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
+        let err = out.try_clone().unwrap();
+        TestChild::spawn(TestChild::test_command(name, envs).stdout(out).stderr(err))
+    }
+
+    /// This test binary, to run only its test `name`, with `envs` set.
+    fn test_command(name: &str, envs: &[(&str, String)]) -> std::process::Command {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .envs(envs.iter().map(|(k, v)| (*k, v.as_str())));
+        cmd
     }
 
     /// Starts `cmd`.

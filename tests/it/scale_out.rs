@@ -62,14 +62,71 @@ fn produce_clicks(topic: &str, from: usize, to: usize, by: Keyed) {
     p.flush(Duration::from_secs(30)).unwrap();
 }
 
-/// The S3 settings, as session settings.
+/// The S3 settings, as session settings. In a child process (one of the
+/// group), every batch's progress is printed, one JSON line each (its
+/// task, offsets, watermark and rows dropped as late), to the log the test
+/// shows when it fails.
 fn session() -> Session {
     let mut conf = SessionConfig {
         s3: crate::s3::settings(),
         ..SessionConfig::default()
     };
     conf.set("spark.sql.shuffle.partitions", "2").unwrap();
-    Session::with_config(conf)
+    let s = Session::with_config(conf);
+    if std::env::var_os("WEIR_SCALE_CHILD").is_some() {
+        s.add_listener(std::sync::Arc::new(PrintProgress));
+    }
+    s
+}
+
+/// Prints each batch's progress on stdout (a child's log).
+struct PrintProgress;
+
+impl weir::QueryListener for PrintProgress {
+    fn on_query_progress(&self, p: &weir::StreamingQueryProgress) {
+        println!("{}", serde_json::to_string(p).unwrap_or_default());
+    }
+}
+
+/// The children's log files, shown (their last lines) when the test fails.
+struct ChildLogs {
+    dir: tempfile::TempDir,
+    names: Vec<String>,
+}
+
+impl ChildLogs {
+    fn new() -> ChildLogs {
+        ChildLogs {
+            dir: tempfile::tempdir().unwrap(),
+            names: Vec::new(),
+        }
+    }
+
+    /// A new log file for the child `name`.
+    fn file(&mut self, name: &str) -> std::path::PathBuf {
+        self.names.push(name.to_string());
+        self.dir.path().join(format!("{name}.log"))
+    }
+}
+
+impl Drop for ChildLogs {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for name in &self.names {
+            let text = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
+                .unwrap_or_else(|e| format!("(no log: {e})"));
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(300)..];
+            eprintln!(
+                "---- process {name}: last {} of {} log lines\n{}",
+                tail.len(),
+                lines.len(),
+                tail.join("\n")
+            );
+        }
+    }
 }
 
 /// How the input's messages are keyed.
@@ -205,8 +262,8 @@ fn child_scale_out_process() {
     }
 }
 
-/// One process of the group; `extra`: more environment (a failpoint, the
-/// status file).
+/// One process of the group, its output in `log`; `extra`: more
+/// environment (a failpoint, the status file).
 fn spawn(
     input: &str,
     output: &str,
@@ -214,6 +271,7 @@ fn spawn(
     group: &str,
     by: Keyed,
     extra: &[(&str, String)],
+    log: &std::path::Path,
 ) -> TestChild {
     let by = if by == Keyed::ByPage { "page" } else { "click" };
     let mut env = vec![(
@@ -221,7 +279,7 @@ fn spawn(
         format!("{input}|{output}|{chk}|{group}|{by}"),
     )];
     env.extend(extra.iter().cloned());
-    TestChild::of_test("scale_out::child_scale_out_process", &env)
+    TestChild::of_test_logged("scale_out::child_scale_out_process", &env, log)
 }
 
 /// Waits until `topic` holds `want` exactly (and fails with the difference
@@ -263,6 +321,9 @@ fn three_processes_one_joining_late_one_killed(by: Keyed) {
     let bucket = crate::s3::new_bucket();
     let chk = format!("s3://{bucket}/page-views");
     let group = format!("weir-it-scale-{}", crate::s3::unique());
+    // Declared before the children: dropped after them (killed), it shows
+    // their logs when an assertion fails.
+    let mut logs = ChildLogs::new();
 
     produce_clicks(&input, 0, 600, by);
     // Process A kills itself (SIGKILL) in the middle of its second Kafka
@@ -275,8 +336,9 @@ fn three_processes_one_joining_late_one_killed(by: Keyed) {
         &group,
         by,
         &[("WEIR_FAILPOINT", "kafka_after_send:*:2".into())],
+        &logs.file("A"),
     );
-    let mut b = spawn(&input, &out_scaled, &chk, &group, by, &[]);
+    let mut b = spawn(&input, &out_scaled, &chk, &group, by, &[], &logs.file("B"));
     // Wait for output (A may have killed itself already).
     let deadline = Instant::now() + Duration::from_secs(90);
     while windows(&out_scaled).is_empty() {
@@ -300,6 +362,7 @@ fn three_processes_one_joining_late_one_killed(by: Keyed) {
         &group,
         by,
         &[("WEIR_SCALE_STATUS", c_status.display().to_string())],
+        &logs.file("C"),
     );
     // More input: A dies in its second batch; its partitions move after
     // the group's session timeout, their state restored from S3.

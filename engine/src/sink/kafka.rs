@@ -738,12 +738,12 @@ impl KafkaSink {
                         rt.producer.commit_transaction(left)
                     })
                 })
-            .map_err(|e| {
-                self.kerr(
-                    &format!("cannot commit the transaction of batch {batch_id}"),
-                    e,
-                )
-            })?;
+                .map_err(|e| {
+                    self.kerr(
+                        &format!("cannot commit the transaction of batch {batch_id}"),
+                        e,
+                    )
+                })?;
             self.check_delivery()?;
             // Rows and marker committed; commits/N not yet written: the
             // restart re-runs the batch and the marker skips it.
