@@ -11,7 +11,13 @@
 # Set WEIR_BENCH_PROFILE=dev for the plain debug build, or release; set
 # WEIR_BENCH_BIN=DIR to run page_views and click_generator from DIR instead
 # (e.g. a copy of an earlier build, to compare two builds one after the other).
-# Prints the pipeline's own figures, then its CPU time and peak RSS.
+# Prints the pipeline's own figures, then its CPU time and peak RSS. With
+# WEIR_BENCH_SPARK=1, Spark 3.5.1 then runs the same pipeline on the same
+# topic (scripts/spark_bench.sh kafka; its Kafka sink is at least once).
+# Each run leaves its topics on the broker (1M clicks: ~150 MB): the
+# broker keeps every record (no retention limit), so restart it
+# (`bash scripts/kafka.sh stop; bash scripts/kafka.sh start` starts empty)
+# after many runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EVENTS="${1:-1000000}"
@@ -48,3 +54,8 @@ fi
 "${timed[@]}" "$dir/page_views" --topic "bench-clicks-$run" --starting-offsets earliest --available-now \
   --max-offsets "$MAX_OFFSETS" --sink kafka --out-topic "bench-views-$run" --checkpoint "$chk/chk"
 rm -rf "$chk"
+if [[ "${WEIR_BENCH_SPARK:-0}" == 1 ]]; then
+  echo "== Spark 3.5.1 (local[2]) on the same topic, maxOffsetsPerTrigger $MAX_OFFSETS"
+  KAFKA_TOPIC="bench-clicks-$run" KAFKA_OUT_TOPIC="bench-spark-views-$run" MAX_OFFSETS="$MAX_OFFSETS" \
+    bash scripts/spark_bench.sh kafka
+fi

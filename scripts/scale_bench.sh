@@ -42,7 +42,11 @@
 # http://127.0.0.1:39900, credentials test/test unless AWS_* are set).
 #
 # Uses the broker at $KAFKA_BOOTSTRAP, or starts one with scripts/kafka.sh
-# (and stops it afterwards). Builds the examples with the `kafka-bench`
+# (and stops it afterwards). The broker keeps every record (no retention
+# limit) and each run leaves its topics: the input, each run's output and
+# repartition topics take ~1 GB per run at 3M events, so restart the broker
+# (`bash scripts/kafka.sh stop; bash scripts/kafka.sh start` starts empty)
+# between rounds, or the disk fills. Builds the examples with the `kafka-bench`
 # profile (as scripts/kafka_bench.sh); WEIR_BENCH_PROFILE and WEIR_BENCH_BIN
 # as there.
 set -euo pipefail

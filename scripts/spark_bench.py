@@ -3,6 +3,14 @@ JSON fields as `weir-bench`, so the two can be run side by side.
 
 Run through scripts/spark_bench.sh (it makes the venv). local[2], shuffle
 partitions 2, the rate-micro-batch source, the noop sink, a checkpoint.
+
+`kafka`: the seed's pipeline as scripts/kafka_bench.sh runs it on weir, on
+the topic $KAFKA_TOPIC at $KAFKA_BOOTSTRAP (Kafka -> from_json -> 2-minute
+watermark -> 1-minute page views, update mode -> Kafka topic
+$KAFKA_OUT_TOPIC; Spark's Kafka sink is at least once), availableNow with
+maxOffsetsPerTrigger $MAX_OFFSETS (default 200000), through
+spark-sql-kafka-0-10_2.12:3.5.1 from Maven Central. Prints events/s over
+the batches that read rows, as kafka_bench.sh does for weir.
 """
 import json
 import os
@@ -47,10 +55,17 @@ def main():
     scenario = sys.argv[1] if len(sys.argv) > 1 else "lab"
     batches = int(os.environ.get("BATCHES", "50" if scenario == "lab" else "60"))
     rows = int(os.environ.get("ROWS_PER_BATCH", "200000" if scenario == "lab" else "100000"))
-    spark = (SparkSession.builder.master("local[2]").appName(f"weir-bench-{scenario}")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.enabled", "false").getOrCreate())
+    builder = (SparkSession.builder.master("local[2]").appName(f"weir-bench-{scenario}")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false"))
+    if scenario == "kafka":
+        builder = builder.config("spark.jars.packages",
+                                 "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.1")
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if scenario == "kafka":
+        return kafka(spark)
     src = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows)
            .option("advanceMillisPerBatch", 1000 if scenario == "lab" else 10000).load())
     if scenario == "lab":
@@ -63,7 +78,7 @@ def main():
         q = (ev.withWatermark("event_ts", "2 minutes")
              .groupBy(F.window("event_ts", "1 minute"), "page").agg(F.count("*").alias("views")))
     else:
-        raise SystemExit(f"unknown scenario {scenario} (lab, page_views)")
+        raise SystemExit(f"unknown scenario {scenario} (lab, page_views, kafka)")
     chk = tempfile.mkdtemp(prefix="spark-bench-chk-")
     t0 = time.time()
     query = (q.writeStream.format("noop").outputMode("update")
@@ -94,6 +109,55 @@ def main():
         "peak_rss_mb": jvm_peak_rss_mb(),
         "ms_from_process_start_to_first_batch": (first - T0) * 1000.0 if first else None,
         "rows_per_batch": rows,
+    }))
+    spark.stop()
+
+
+def kafka(spark):
+    """The seed's Kafka pipeline over a finished topic, availableNow."""
+    topic = os.environ["KAFKA_TOPIC"]
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:39092")
+    max_offsets = int(os.environ.get("MAX_OFFSETS", "200000"))
+    out = os.environ.get("KAFKA_OUT_TOPIC", f"{topic}-spark-views")
+    schema = "page STRING, event_ts TIMESTAMP, user STRING"
+    clicks = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic)
+              .option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", max_offsets)
+              .load()
+              .select(F.from_json(F.col("value").cast("string"), schema).alias("c"))
+              .select("c.*"))
+    views = (clicks.withWatermark("event_ts", "2 minutes")
+             .groupBy(F.window("event_ts", "1 minute"), "page")
+             .agg(F.count("*").alias("views")))
+    chk = tempfile.mkdtemp(prefix="spark-bench-kafka-chk-")
+    t0 = time.time()
+    query = (views.select(F.col("page").alias("key"), F.to_json(F.struct("*")).alias("value"))
+             .writeStream.format("kafka")
+             .option("kafka.bootstrap.servers", bootstrap)
+             .option("topic", out)
+             .outputMode("update")
+             .option("checkpointLocation", chk)
+             .trigger(availableNow=True)
+             .start())
+    query.awaitTermination()
+    wall = time.time() - t0
+    data = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    total = sum(p["numInputRows"] for p in data)
+    busy = sum(p["durationMs"]["triggerExecution"] for p in data) / 1000.0
+    lat = [p["durationMs"]["triggerExecution"] for p in data]
+    phases = {}
+    for p in data:
+        for k, v in p["durationMs"].items():
+            phases[k] = phases.get(k, 0) + v
+    print(json.dumps({
+        "scenario": "kafka", "engine": "spark-3.5.1", "topic": topic, "events": total,
+        "batches": len(data), "max_offsets_per_trigger": max_offsets,
+        "events_per_sec_in_batches": total / max(busy, 1e-9),
+        "events_per_sec_wall": total / wall, "latency_ms_p50": pct(lat, 0.5),
+        "phases_ms": phases, "peak_rss_mb": jvm_peak_rss_mb(),
+        "note": "recentProgress keeps the last 100 batches",
     }))
     spark.stop()
 

@@ -3,6 +3,9 @@
 # prints the same JSON fields as weir-bench. A tool for people, not CI.
 #   scripts/spark_bench.sh lab
 #   scripts/spark_bench.sh page_views
+#   KAFKA_TOPIC=<clicks topic> scripts/spark_bench.sh kafka   # the seed's Kafka
+#     pipeline (see spark_bench.py; scripts/kafka_bench.sh runs it after weir
+#     on the same topic when WEIR_BENCH_SPARK=1)
 # Then compare with: cargo run --release -p weir-bench -- lab
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
