@@ -19,8 +19,10 @@
 //! latest|earliest` (a new checkpoint only), `--trigger "1 minute"`,
 //! `--max-offsets N` (per trigger), `--available-now` (process what is in the
 //! topic, then stop), `--seconds N` (stop after N s), `--group-id G` (commit
-//! offsets to group G so Kafka's tools show the lag), `--verbose` (each
-//! batch's phase durations on stderr). At the end it prints
+//! offsets to group G so Kafka's tools show the lag), `--source-option
+//! KEY=VALUE` (a Kafka source option by Spark's name, e.g.
+//! `kafka.fetch.max.bytes=52428800`), `--verbose` (each batch's phase
+//! durations on stderr). At the end it prints
 //! the throughput: events in, rows out, events per second.
 //!
 //! Scale-out (see README, "Running on many machines"): start the same

@@ -115,7 +115,8 @@ impl Drop for ChildLogs {
             return;
         }
         for name in &self.names {
-            let text = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
+            let text = std::fs::read(self.dir.path().join(format!("{name}.log")))
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
                 .unwrap_or_else(|e| format!("(no log: {e})"));
             let lines: Vec<&str> = text.lines().collect();
             let tail = &lines[lines.len().saturating_sub(300)..];

@@ -732,19 +732,23 @@ impl KafkaSink {
             // The rows are queued (and possibly sent), the marker added: a
             // crash now leaves an open transaction the restart aborts.
             failpoint("kafka_after_send", batch_id);
-            flush_promptly(&rt.producer, deadline)
-                .and_then(|()| {
-                    retry_transient_within(remaining(deadline), |left| {
-                        rt.producer.commit_transaction(left)
-                    })
-                })
-                .map_err(|e| {
-                    self.kerr(
-                        &format!("cannot commit the transaction of batch {batch_id}"),
-                        e,
-                    )
-                })?;
+            flush_promptly(&rt.producer, deadline).map_err(|e| {
+                self.kerr(
+                    &format!("cannot deliver batch {batch_id} within the delivery timeout"),
+                    e,
+                )
+            })?;
+            // A failed delivery says more than the commit's refusal would.
             self.check_delivery()?;
+            retry_transient_within(remaining(deadline), |left| {
+                rt.producer.commit_transaction(left)
+            })
+            .map_err(|e| {
+                self.kerr(
+                    &format!("cannot commit the transaction of batch {batch_id}"),
+                    e,
+                )
+            })?;
             // Rows and marker committed; commits/N not yet written: the
             // restart re-runs the batch and the marker skips it.
             failpoint("kafka_after_commit", batch_id);
@@ -823,16 +827,23 @@ fn remaining(deadline: Instant) -> Duration {
 /// rdkafka's `flush` (which its `commit_transaction` calls first) polls in
 /// 100 ms slices that never end early, so a batch delivered in 4 ms waited
 /// 100 ms: the Kafka pipeline's batches spent most of their sink time there.
-/// This polls in 1 ms slices; the flush inside `commit_transaction` then
-/// finds nothing in flight and returns at once.
+/// This serves what is queued without blocking and sleeps 1 ms between
+/// looks (a timed `poll` shorter than a few ms would spin: rdkafka rounds
+/// its remaining wait down to whole milliseconds); the flush inside
+/// `commit_transaction` then finds nothing in flight and returns at once.
 fn flush_promptly(producer: &BaseProducer<Delivery>, deadline: Instant) -> KafkaResult<()> {
-    while producer.in_flight_count() > 0 {
+    loop {
+        // Serves at most one queued event (delivery reports come one per
+        // produce request), never blocking.
+        producer.poll(Duration::ZERO);
+        if producer.in_flight_count() == 0 {
+            return Ok(());
+        }
         if Instant::now() >= deadline {
             return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
         }
-        producer.poll(Duration::from_millis(1));
+        std::thread::sleep(Duration::from_millis(1));
     }
-    Ok(())
 }
 
 /// The query id a marker's metadata (`weir query <id> batch <n>`) names.
