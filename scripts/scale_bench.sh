@@ -25,8 +25,10 @@
 # batch that read rows started (the first process to join the group runs
 # every partition until the others' joins rebalance it: the gap is that
 # pause); each process's CPU seconds (user + system, /proc/<pid>/stat when
-# the input was done) and events per CPU second; the ratio to the mean of
-# the 1-process runs of the same variant.
+# the input was done) and events per CPU second; the broker's CPU seconds
+# over the same span (`broker_cpu_s`, when the broker is scripts/kafka.sh's:
+# it shares the machine's cores); the ratio to the mean of the 1-process
+# runs of the same variant.
 #
 # Variants (WEIR_SCALE_VARIANTS, default "key page"):
 #   key   views per minute and message key (the user): each input partition's
@@ -107,6 +109,11 @@ echo "== producing $EVENTS clicks into $topic ($PARTITIONS partitions, keyed by 
   --count "$EVENTS" >&2
 echo "== page views over $PARTITIONS partitions: processes [$PROCS] x variants [$VARIANTS] x $REPEAT, maxOffsetsPerTrigger $MAX_OFFSETS per task, checkpoint $STORE, profile $PROFILE" >&2
 
+# The broker's pid when it is scripts/kafka.sh's (its CPU is reported per run).
+broker_pid_file="${WEIR_KAFKA_HOME:-${HOME:-/root}/.cache/weir-kafka}/run-${WEIR_KAFKA_PORT:-39092}/broker.pid"
+WEIR_SCALE_BROKER_PID=$(cat "$broker_pid_file" 2>/dev/null || true)
+export WEIR_SCALE_BROKER_PID
+
 python3 - "$dir/page_views" "$topic" "$EVENTS" "$MAX_OFFSETS" "$VARIANTS" "$PROCS" "$REPEAT" \
   "$TIMEOUT" "$work" "$chk_root" "$STORE" "$run" "${confs[@]}" <<'EOF'
 import json, os, signal, subprocess, sys, time
@@ -117,6 +124,7 @@ confs = sys.argv[13:]
 events, repeat, timeout = int(events), int(repeat), float(timeout)
 variants, procs = variants.split(), [int(p) for p in procs.split()]
 tck = os.sysconf("SC_CLK_TCK")
+broker = os.environ.get("WEIR_SCALE_BROKER_PID", "").strip()
 
 def cpu_s(pid):
     """User + system CPU seconds of a running process."""
@@ -142,6 +150,7 @@ def one_run(variant, n, rep):
     files = [f"{work}/stats-{name}-{i}.json" for i in range(n)]
     logs = [open(f"{work}/log-{name}-{i}.txt", "w") for i in range(n)]
     load = os.getloadavg()[0]
+    broker_start = cpu_s(broker) if broker else None
     t0 = time.time()
     ps = [subprocess.Popen(
         [binary, "--topic", topic, "--starting-offsets", "earliest", "--trigger", "default",
@@ -176,6 +185,7 @@ def one_run(variant, n, rep):
         if time.time() - t0 > timeout:
             error = f"timeout after {timeout:.0f} s ({inp} of {events} events read)"
             break
+    broker_end = cpu_s(broker) if broker else None
     for p in ps:
         if p.poll() is None:
             p.send_signal(signal.SIGINT)
@@ -209,6 +219,8 @@ def one_run(variant, n, rep):
         "events_per_s": round(events / wall) if wall > 0 else None,
         "cpu_s": [round(c, 2) for c in cpu], "cpu_total_s": round(sum(cpu), 2),
         "events_per_cpu_s": round(events / sum(cpu)) if sum(cpu) > 0 else None,
+        "broker_cpu_s": (round(broker_end - broker_start, 2)
+                         if broker_start is not None and broker_end is not None else None),
         "input_events": [s.get("input_events", 0) for s in st],
         "repartition_events": [s.get("repartition_events", 0) for s in st],
         "batches": [s.get("input_batches", 0) + s.get("repartition_batches", 0) for s in st],
@@ -250,6 +262,7 @@ for variant in variants:
             "load_before_max": max(x["load_before"] for x in rs),
             "cpu_total_s_min": min(x["cpu_total_s"] for x in rs),
             "cpu_total_s_max": max(x["cpu_total_s"] for x in rs),
+            "broker_cpu_s": [x["broker_cpu_s"] for x in rs],
             "all_complete": all(x["complete"] for x in rs),
         }), flush=True)
 EOF
