@@ -155,35 +155,57 @@ impl Template {
     }
 }
 
-/// Starts the tasks' queries all at once, each on its own thread: starting
-/// one opens its source and sink (consumers, a transactional producer's
-/// fencing), about 0.6 s against a local broker, so the tasks of a new
-/// assignment started one after another kept the last waiting for seconds.
-/// Every query that started is returned beside the first error.
+/// How many tasks start at once (a large assignment starts in waves: each
+/// start opens consumers and fences a transactional producer).
+const STARTS_AT_ONCE: usize = 16;
+
+/// Starts the tasks' queries at once, each on its own thread (in waves of
+/// [`STARTS_AT_ONCE`]): starting one opens its source and sink (consumers,
+/// a transactional producer's fencing), about 0.6 s against a local
+/// broker, so the tasks of a new assignment started one after another kept
+/// the last waiting for seconds. Every query that started is returned
+/// beside the first error (a thread that cannot be created or a start that
+/// panics is that partition's error).
 fn start_all(
-    specs: Vec<(Partition, QuerySpec)>,
+    mut specs: Vec<(Partition, QuerySpec)>,
 ) -> (Vec<(Partition, StreamingQuery)>, Option<WeirError>) {
-    let results: Vec<(Partition, Result<StreamingQuery>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = specs
-            .into_iter()
-            .map(|(p, spec)| {
-                let q = p.clone();
-                (q, s.spawn(move || crate::query::start(spec)))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|(p, h)| {
-                let r = h.join().unwrap_or_else(|_| {
+    let mut results: Vec<(Partition, Result<StreamingQuery>)> = Vec::new();
+    while !specs.is_empty() {
+        let rest = specs.split_off(specs.len().min(STARTS_AT_ONCE));
+        let wave = std::mem::replace(&mut specs, rest);
+        std::thread::scope(|s| {
+            let mut running = Vec::new();
+            for (p, spec) in wave {
+                let spawned = std::thread::Builder::new()
+                    .name(format!("weir-start-{}", p.1))
+                    .spawn_scoped(s, move || crate::query::start(spec));
+                match spawned {
+                    Ok(h) => running.push((p, h)),
+                    Err(e) => {
+                        let why = format!(
+                            "scale-out: cannot start a thread for the task of partition {}: {e}",
+                            task_name(&p)
+                        );
+                        results.push((p, Err(WeirError::Config(why))));
+                    }
+                }
+            }
+            for (p, h) in running {
+                let r = h.join().unwrap_or_else(|panic| {
+                    let why = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|m| m.to_string()))
+                        .unwrap_or_default();
                     Err(WeirError::Config(format!(
-                        "scale-out: starting the task of partition {} panicked",
+                        "scale-out: starting the task of partition {} panicked: {why}",
                         task_name(&p)
                     )))
                 });
-                (p, r)
-            })
-            .collect()
-    });
+                results.push((p, r));
+            }
+        });
+    }
     let mut started = Vec::new();
     let mut error = None;
     for (p, r) in results {
@@ -582,7 +604,9 @@ impl Coordinator {
                 // (not revoked in between) keeps that task: a second run of
                 // it beside the first would share its checkpoint and
                 // transactional id.
-                if self.tasks.running.lock().unwrap().contains_key(&p) {
+                if self.tasks.running.lock().unwrap().contains_key(&p)
+                    || specs.iter().any(|(q, _)| *q == p)
+                {
                     tracing::warn!(
                         "scale-out: partition {} assigned again while its task runs; keeping that task",
                         task_name(&p)
