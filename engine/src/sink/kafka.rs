@@ -693,6 +693,21 @@ impl KafkaSink {
         Ok(())
     }
 
+    /// Waits for every queued record of batch `batch_id` to be delivered
+    /// by `deadline` ([`flush_promptly`]); a failed delivery is the error
+    /// (it says more than the wait's timeout).
+    fn deliver(&self, batch_id: i64, deadline: Instant) -> Result<()> {
+        let rt = self.rt.as_ref().expect("open");
+        let flushed = flush_promptly(&rt.producer, deadline);
+        self.check_delivery()?;
+        flushed.map_err(|e| {
+            self.kerr(
+                &format!("cannot deliver batch {batch_id} within the delivery timeout"),
+                e,
+            )
+        })
+    }
+
     fn add_transactional(&mut self, batch_id: i64, batches: &[RecordBatch]) -> Result<()> {
         let marker = self.rt.as_ref().and_then(|r| r.last_committed);
         if exactly_once::written_before(marker, batch_id) {
@@ -732,14 +747,8 @@ impl KafkaSink {
             // The rows are queued (and possibly sent), the marker added: a
             // crash now leaves an open transaction the restart aborts.
             failpoint("kafka_after_send", batch_id);
-            flush_promptly(&rt.producer, deadline).map_err(|e| {
-                self.kerr(
-                    &format!("cannot deliver batch {batch_id} within the delivery timeout"),
-                    e,
-                )
-            })?;
             // A failed delivery says more than the commit's refusal would.
-            self.check_delivery()?;
+            self.deliver(batch_id, deadline)?;
             retry_transient_within(remaining(deadline), |left| {
                 rt.producer.commit_transaction(left)
             })
@@ -1048,16 +1057,7 @@ impl Sink for KafkaSink {
             DeliveryGuarantee::AtLeastOnce => {
                 let deadline = Instant::now() + self.timeout;
                 self.send_all(batches, deadline)?;
-                let rt = self.rt.as_ref().expect("open");
-                let flushed = flush_promptly(&rt.producer, deadline);
-                // A failed delivery says more than the flush's timeout.
-                self.check_delivery()?;
-                flushed.map_err(|e| {
-                    self.kerr(
-                        &format!("cannot deliver batch {batch_id} within the delivery timeout"),
-                        e,
-                    )
-                })
+                self.deliver(batch_id, deadline)
             }
         }
     }

@@ -188,13 +188,19 @@ mod tests {
     use super::*;
     use std::fs;
 
-    #[test]
-    fn versions_restore_and_abort_undoes() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = MemoryStateStore::open(dir.path(), 0, 100, false).unwrap();
+    /// A store in `dir` at version 1 holding a=1 and b=2.
+    fn a1_b2_at_version_1(dir: &std::path::Path) -> MemoryStateStore {
+        let mut s = MemoryStateStore::open(dir, 0, 100, false).unwrap();
         s.put(b"a".to_vec(), b"1".to_vec());
         s.put(b"b".to_vec(), b"2".to_vec());
         s.commit(1).unwrap();
+        s
+    }
+
+    #[test]
+    fn versions_restore_and_abort_undoes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = a1_b2_at_version_1(dir.path());
         s.remove(b"a");
         s.put(b"c".to_vec(), b"3".to_vec());
         s.commit(2).unwrap();
@@ -235,27 +241,22 @@ mod tests {
     #[test]
     fn a_key_removed_and_put_again_in_one_batch_restores_and_aborts_right() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = MemoryStateStore::open(dir.path(), 0, 100, false).unwrap();
-        s.put(b"a".to_vec(), b"1".to_vec());
-        s.put(b"b".to_vec(), b"2".to_vec());
-        s.commit(1).unwrap();
+        let mut s = a1_b2_at_version_1(dir.path());
         // Removed then put again; new then removed; changed twice.
-        s.remove(b"a");
-        s.put(b"a".to_vec(), b"11".to_vec());
-        s.put(b"n".to_vec(), b"x".to_vec());
-        s.remove(b"n");
-        s.put(b"b".to_vec(), b"22".to_vec());
-        s.remove(b"b");
+        let batch = |s: &mut MemoryStateStore| {
+            s.remove(b"a");
+            s.put(b"a".to_vec(), b"11".to_vec());
+            s.put(b"n".to_vec(), b"x".to_vec());
+            s.remove(b"n");
+            s.put(b"b".to_vec(), b"22".to_vec());
+            s.remove(b"b");
+        };
+        batch(&mut s);
         s.abort();
         assert_eq!(s.get(b"a").as_deref(), Some(&b"1"[..]));
         assert_eq!(s.get(b"b").as_deref(), Some(&b"2"[..]));
         assert_eq!(s.get(b"n"), None);
-        s.remove(b"a");
-        s.put(b"a".to_vec(), b"11".to_vec());
-        s.put(b"n".to_vec(), b"x".to_vec());
-        s.remove(b"n");
-        s.put(b"b".to_vec(), b"22".to_vec());
-        s.remove(b"b");
+        batch(&mut s);
         s.commit(2).unwrap();
         let v2 = MemoryStateStore::open(dir.path(), 2, 100, false).unwrap();
         assert_eq!(v2.get(b"a").as_deref(), Some(&b"11"[..]));
