@@ -2,12 +2,13 @@
 //! on), runs a fixed number of micro-batches through a no-op sink, and
 //! reports what it measured.
 
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
-use weir::arrow::array::{Int64Array, StringArray, TimestampMicrosecondArray};
+use weir::arrow::array::{Int64Array, StringArray, StringBuilder, TimestampMicrosecondArray};
 use weir::arrow::datatypes::SchemaRef;
 use weir::arrow::record_batch::RecordBatch;
 use weir::dataset::JoinOn;
@@ -162,13 +163,16 @@ impl PageViewSource {
     fn new(rows: u64, batches: i64) -> PageViewSource {
         let n = rows as usize + VARIANTS * SHIFT;
         let mut x: u64 = 0x9E3779B97F4A7C15;
-        let mut p = Vec::with_capacity(n);
+        // Written straight into the array's buffers: a `String` per row
+        // would triple the process's peak memory before the first batch.
+        let mut p = StringBuilder::with_capacity(n, n * "/page/999".len());
         let mut o = Vec::with_capacity(n);
         for _ in 0..n {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            p.push(format!("/page/{}", x % 1000));
+            write!(p, "/page/{}", x % 1000).expect("writing to memory");
+            p.append_value("");
             let jitter = ((x >> 20) % 90_000_000) as i64;
             let late = if (x >> 40) % 100 == 0 { 300_000_000 } else { 0 };
             o.push(-jitter - late);
@@ -176,7 +180,7 @@ impl PageViewSource {
         PageViewSource {
             batches,
             rows: rows as usize,
-            pages: StringArray::from(p),
+            pages: p.finish(),
             offsets: Int64Array::from(o),
         }
     }
