@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Result, WeirError};
 use crate::sink::BoxSink;
 use crate::source::BoxSource;
+use crate::storage::spare::SpareGuard;
 use crate::storage::{Created, Location, S3Settings, Storage};
 
 pub use log::{parse_batch_id, BatchLog, CommitEntry, OffsetEntry};
@@ -84,6 +85,9 @@ pub struct Checkpoint {
     pub offsets: BatchLog,
     /// The commit log.
     pub commits: BatchLog,
+    /// Keeps spare temp files in a local checkpoint's directories while
+    /// the checkpoint is open (see `storage::spare`).
+    spares: Option<Arc<SpareGuard>>,
 }
 
 impl Checkpoint {
@@ -98,7 +102,9 @@ impl Checkpoint {
         for sub in ["offsets", "commits", "sources", "state"] {
             remove_temp_files(&root.join(sub))?;
         }
-        Checkpoint::on(Storage::local(root.clone(), sync), root, sync)
+        let mut checkpoint = Checkpoint::on(Storage::local(root.clone(), sync), root, sync)?;
+        checkpoint.spares = Some(Arc::new(SpareGuard::new(&checkpoint.root)));
+        Ok(checkpoint)
     }
 
     /// Opens the checkpoint at `location`: a local path, a `file:///` URL
@@ -133,6 +139,7 @@ impl Checkpoint {
             storage,
             query_id,
             sync,
+            spares: None,
         })
     }
 

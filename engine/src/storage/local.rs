@@ -9,7 +9,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::{Created, Entry};
+use super::{spare, Created, Entry};
 use crate::error::{Result, WeirError};
 use crate::storage::durable::{
     create_dir_all_synced, is_temp_name, sync_dir, temp_path, write_atomic,
@@ -35,9 +35,22 @@ impl LocalDir {
         create_dir_all_synced(dir, self.sync)?;
         let mut attempts = 0;
         let linked = loop {
-            let tmp = temp_path(&path);
+            // A spare made ahead of time, else a file made now; a retry
+            // (its temp file was removed) makes its own.
+            let spare = if attempts == 0 {
+                spare::take(dir)
+            } else {
+                None
+            };
+            let (tmp, file) = match spare {
+                Some(s) => (s.path, Some(s.file)),
+                None => (temp_path(&path), None),
+            };
             let written = (|| {
-                let mut f = fs::File::create(&tmp)?;
+                let mut f = match file {
+                    Some(f) => f,
+                    None => fs::File::create(&tmp)?,
+                };
                 f.write_all(bytes)?;
                 if self.sync {
                     f.sync_all()?;

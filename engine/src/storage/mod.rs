@@ -22,6 +22,7 @@ pub mod durable;
 mod local;
 mod object;
 mod runtime;
+pub(crate) mod spare;
 mod url;
 
 use std::path::{Path, PathBuf};
