@@ -151,6 +151,13 @@ impl LocalDir {
 
     pub(crate) fn delete(&self, rel: &str) -> Result<()> {
         let path = self.path(rel);
+        // An old log entry or state file becomes the directory's next spare
+        // rather than a freed inode (see `spare`).
+        if let Some(dir) = path.parent() {
+            if spare::recycle(dir, &path) {
+                return Ok(());
+            }
+        }
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

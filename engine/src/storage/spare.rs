@@ -1,21 +1,28 @@
-//! Spare temp files: an empty temp file made ahead of time in each local
-//! directory that receives create-once writes (the offsets and commit logs,
-//! each state partition), so that a micro-batch's checkpoint writes do not
-//! wait for file creation. Creating a file is the slowest step of a small
-//! durable write on some file systems (on ext4 without a journal it scans
-//! recently freed inodes: ~0.3-0.4 ms of a ~0.8 ms write measured here), and
-//! a batch makes three of them.
+//! Spare temp files: files kept ready in each local directory that receives
+//! create-once writes (the offsets and commit logs, each state partition), so
+//! that a micro-batch's checkpoint writes neither create nor free an inode.
+//! Creating a file is the slowest step of a small durable write on some file
+//! systems: on ext4 without a journal (this project's test machines) a
+//! create scans the inodes freed in the last few seconds, so a query that
+//! writes three files per batch and removes as many old ones spent ~0.3-0.4
+//! ms per create, and ~20% of a fast query's CPU, in that scan.
 //!
-//! A spare is kept only in directories below a live [`SpareGuard`]'s root
-//! (an open local checkpoint): it is made on one background thread right
-//! after the previous one was used, and removed when the last guard of its
-//! root is dropped. A spare carries a temp file's name, so a crash's
-//! leftover is removed when the checkpoint is next opened, like any other
-//! temp file; if another opener removes it meanwhile, the write that takes
-//! it finds its rename failing with `NotFound` and writes again under a new
-//! name.
+//! Two supplies, as databases recycle their log segments:
+//! - an old file the retention would remove is renamed to a spare instead
+//!   ([`recycle`]; at most [`MAX_SPARES`] per directory, the rest are
+//!   removed), and the next write truncates and reuses it;
+//! - when a directory's last spare is taken, one background thread makes
+//!   another (the first batches, before any retention).
+//!
+//! Spares are kept only in directories below a live [`SpareGuard`]'s root
+//! (an open local checkpoint) and removed when the last guard of that root
+//! is dropped. A spare carries a temp file's name: listings skip it, and a
+//! crash's leftover is removed when the checkpoint is next opened like any
+//! other temp file. If another opener removes it meanwhile, the write that
+//! takes it finds its rename failing with `NotFound` and writes again under
+//! a new name.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Sender};
@@ -23,7 +30,11 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::storage::durable::temp_path;
 
-/// A spare taken for a write: the empty temp file, opened for writing.
+/// The most spares one directory keeps (a purge of old log entries or state
+/// versions removes about ten files at a time).
+pub(crate) const MAX_SPARES: usize = 16;
+
+/// A spare taken for a write: an empty temp file, opened for writing.
 #[derive(Debug)]
 pub(crate) struct Spare {
     /// The open file.
@@ -32,21 +43,28 @@ pub(crate) struct Spare {
     pub(crate) path: PathBuf,
 }
 
-#[derive(Debug)]
-enum Slot {
-    /// Requested from the background thread.
-    Making,
-    /// Made (and closed: a checkpoint of many state partitions must not
-    /// hold a descriptor per directory) and not yet taken.
-    Ready(PathBuf),
+/// One directory's spares.
+#[derive(Debug, Default)]
+struct Slot {
+    /// Spare files, closed (a checkpoint of many state partitions must not
+    /// hold descriptors per directory), oldest first.
+    ready: VecDeque<PathBuf>,
+    /// Whether the background thread is making one.
+    making: bool,
 }
 
 #[derive(Debug, Default)]
 struct Registry {
     /// Roots of live guards (a root guarded twice is listed twice).
     roots: Vec<PathBuf>,
-    /// The spare of each directory that has one (or has one coming).
+    /// The directories that have spares or one coming.
     slots: HashMap<PathBuf, Slot>,
+}
+
+impl Registry {
+    fn live(&self, dir: &Path) -> bool {
+        self.roots.iter().any(|r| dir.starts_with(r))
+    }
 }
 
 fn registry() -> MutexGuard<'static, Registry> {
@@ -77,58 +95,80 @@ fn maker() -> Option<&'static Mutex<Sender<PathBuf>>> {
         .as_ref()
 }
 
-/// Makes `dir`'s spare, unless its request was withdrawn meanwhile (its
-/// root's guard dropped): then nothing is left behind.
+/// Makes a spare for `dir`, unless the request was withdrawn meanwhile (its
+/// root's last guard dropped): then nothing is left behind.
 fn make(dir: PathBuf) {
     let path = temp_path(&dir.join("spare"));
-    let made = fs::File::create(&path);
+    let made = fs::File::create(&path).is_ok();
     let mut reg = registry();
-    match (made, reg.slots.get(&dir)) {
-        (Ok(_), Some(Slot::Making)) => {
-            reg.slots.insert(dir, Slot::Ready(path));
+    let live = reg.live(&dir);
+    let keep = match reg.slots.get_mut(&dir) {
+        Some(slot) => {
+            slot.making = false;
+            let keep = made && live && slot.ready.len() < MAX_SPARES;
+            if keep {
+                slot.ready.push_back(path.clone());
+            }
+            keep
         }
-        (Ok(_), _) => {
-            drop(reg);
-            let _ = fs::remove_file(&path);
-        }
-        // The directory went away, or is not writable: no spare there.
-        (Err(_), _) => {
-            reg.slots.remove(&dir);
-        }
+        None => false,
+    };
+    drop(reg);
+    if made && !keep {
+        let _ = fs::remove_file(&path);
     }
 }
 
-/// Takes `dir`'s spare if one is ready (opening an existing file costs a
-/// fraction of creating one), and asks for the next one when `dir` is below
-/// a live guard's root.
+/// Takes a spare of `dir` if one is ready, truncated and opened for writing
+/// (opening an existing file costs a fraction of creating one), and asks
+/// for another when that was the last one and `dir` is below a live guard's
+/// root.
 pub(crate) fn take(dir: &Path) -> Option<Spare> {
     let mut reg = registry();
-    if !reg.roots.iter().any(|r| dir.starts_with(r)) {
+    if !reg.live(dir) {
         return None;
     }
-    let taken = match reg.slots.remove(dir) {
-        Some(Slot::Ready(path)) => Some(path),
-        // Still being made: let it arrive for the next write.
-        Some(Slot::Making) => {
-            reg.slots.insert(dir.to_path_buf(), Slot::Making);
-            return None;
-        }
-        None => None,
-    };
-    if let Some(tx) = maker() {
-        let sent = tx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(dir.to_path_buf());
-        if sent.is_ok() {
-            reg.slots.insert(dir.to_path_buf(), Slot::Making);
+    let slot = reg.slots.entry(dir.to_path_buf()).or_default();
+    let taken = slot.ready.pop_front();
+    if slot.ready.is_empty() && !slot.making {
+        if let Some(tx) = maker() {
+            let sent = tx
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .send(dir.to_path_buf());
+            slot.making = sent.is_ok();
         }
     }
     drop(reg);
     // Gone when another opener of the checkpoint removed it as a leftover.
     let path = taken?;
-    let file = fs::OpenOptions::new().write(true).open(&path).ok()?;
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .ok()?;
     Some(Spare { file, path })
+}
+
+/// Keeps the file at `path` in `dir` as a spare instead of removing it, when
+/// `dir` is below a live guard's root and has fewer than [`MAX_SPARES`]:
+/// renamed to a temp name (which listings skip) in the same directory.
+/// False when the caller should remove the file.
+pub(crate) fn recycle(dir: &Path, path: &Path) -> bool {
+    let mut reg = registry();
+    if !reg.live(dir) {
+        return false;
+    }
+    let slot = reg.slots.entry(dir.to_path_buf()).or_default();
+    if slot.ready.len() >= MAX_SPARES {
+        return false;
+    }
+    let spare = temp_path(&dir.join("spare"));
+    if fs::rename(path, &spare).is_err() {
+        return false;
+    }
+    slot.ready.push_back(spare);
+    true
 }
 
 /// Keeps spare files in the directories below `root` while it lives; the
@@ -154,17 +194,11 @@ impl Drop for SpareGuard {
         if let Some(i) = reg.roots.iter().position(|r| *r == self.root) {
             reg.roots.swap_remove(i);
         }
-        let live = reg.roots.clone();
-        let gone: Vec<PathBuf> = reg
-            .slots
-            .keys()
-            .filter(|d| !live.iter().any(|r| d.starts_with(r)))
-            .cloned()
-            .collect();
+        let gone: Vec<PathBuf> = reg.slots.keys().filter(|d| !reg.live(d)).cloned().collect();
         let mut remove = Vec::new();
         for dir in gone {
-            if let Some(Slot::Ready(path)) = reg.slots.remove(&dir) {
-                remove.push(path);
+            if let Some(slot) = reg.slots.remove(&dir) {
+                remove.extend(slot.ready);
             }
         }
         drop(reg);
@@ -177,6 +211,7 @@ impl Drop for SpareGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::time::{Duration, Instant};
 
     fn files(dir: &Path) -> Vec<String> {
@@ -188,16 +223,18 @@ mod tests {
         names
     }
 
-    /// Waits for `dir`'s spare to be ready (the background thread).
-    fn ready(dir: &Path) -> bool {
+    /// Spares ready in `dir`, once the background thread is done with it.
+    fn ready(dir: &Path) -> usize {
         let until = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < until {
-            if matches!(registry().slots.get(dir), Some(Slot::Ready(_))) {
-                return true;
+        loop {
+            let reg = registry();
+            let slot = reg.slots.get(dir);
+            if slot.is_none_or(|s| !s.making) || Instant::now() > until {
+                return slot.map_or(0, |s| s.ready.len());
             }
+            drop(reg);
             std::thread::sleep(Duration::from_millis(2));
         }
-        false
     }
 
     #[test]
@@ -205,21 +242,24 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("offsets");
         fs::create_dir_all(&dir).unwrap();
-        // No guard: no spare, and none requested.
+        // No guard: no spare, none requested, nothing recycled.
+        fs::write(dir.join("0"), b"old").unwrap();
+        assert!(!recycle(&dir, &dir.join("0")));
+        fs::remove_file(dir.join("0")).unwrap();
         assert!(take(&dir).is_none());
         assert!(files(&dir).is_empty());
 
         let guard = SpareGuard::new(root.path());
         let second = SpareGuard::new(root.path());
         assert!(take(&dir).is_none(), "the first write makes its own file");
-        assert!(ready(&dir));
+        assert_eq!(ready(&dir), 1);
         let names = files(&dir);
         assert_eq!(names.len(), 1, "{names:?}");
         assert!(crate::storage::durable::is_temp_name(&names[0]));
 
         let spare = take(&dir).expect("a spare is ready");
         assert!(spare.path.starts_with(&dir));
-        assert!(ready(&dir), "the next one is made after one is taken");
+        assert_eq!(ready(&dir), 1, "the last one taken, another is made");
         fs::remove_file(&spare.path).unwrap();
 
         drop(second);
@@ -228,5 +268,38 @@ mod tests {
         assert!(files(&dir).is_empty(), "{:?}", files(&dir));
         assert!(take(&dir).is_none());
         assert!(!registry().slots.contains_key(&dir));
+    }
+
+    #[test]
+    fn a_removed_file_is_recycled_truncated_up_to_the_limit() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("commits");
+        fs::create_dir_all(&dir).unwrap();
+        let guard = SpareGuard::new(root.path());
+        for i in 0..MAX_SPARES + 2 {
+            let old = dir.join(i.to_string());
+            fs::write(&old, b"an old entry").unwrap();
+            let kept = recycle(&dir, &old);
+            assert_eq!(kept, i < MAX_SPARES, "{i}");
+            if kept {
+                assert!(!old.exists());
+            } else {
+                fs::remove_file(&old).unwrap();
+            }
+        }
+        assert_eq!(files(&dir).len(), MAX_SPARES);
+        assert!(files(&dir)
+            .iter()
+            .all(|n| crate::storage::durable::is_temp_name(n)));
+
+        let mut spare = take(&dir).expect("a recycled file");
+        assert_eq!(fs::metadata(&spare.path).unwrap().len(), 0, "truncated");
+        spare.file.write_all(b"new").unwrap();
+        assert_eq!(fs::read(&spare.path).unwrap(), b"new");
+        fs::remove_file(&spare.path).unwrap();
+        assert_eq!(ready(&dir), MAX_SPARES - 1, "none made while some are left");
+
+        drop(guard);
+        assert!(files(&dir).is_empty(), "{:?}", files(&dir));
     }
 }
