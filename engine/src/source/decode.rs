@@ -230,13 +230,6 @@ impl Decode {
     /// good rows with their values shifted.
     fn decode_all(&self, records: &[&[u8]]) -> std::result::Result<RecordBatch, String> {
         let n = records.len();
-        let mut buf = Vec::with_capacity(records.iter().map(|r| r.len() + 1).sum());
-        let mut ends = Vec::with_capacity(n);
-        for r in records {
-            buf.extend_from_slice(r);
-            buf.push(b'\n');
-            ends.push(buf.len());
-        }
         let one_row = |k: usize, used: usize, len: usize, rows: usize, partial: bool| {
             if used != len || rows != k + 1 || partial {
                 Err(format!(
@@ -257,12 +250,12 @@ impl Decode {
                     .with_strict_mode(false)
                     .build_decoder()
                     .map_err(|e| e.to_string())?;
-                let mut start = 0;
-                for (k, (r, end)) in records.iter().zip(&ends).enumerate() {
+                // Each record straight from its message: a record that is
+                // one JSON object ends the decoder's row at its last byte.
+                for (k, r) in records.iter().enumerate() {
                     check_json_object(r)?;
-                    let used = dec.decode(&buf[start..*end]).map_err(|e| e.to_string())?;
-                    one_row(k, used, end - start, dec.len(), dec.has_partial_record())?;
-                    start = *end;
+                    let used = dec.decode(r).map_err(|e| e.to_string())?;
+                    one_row(k, used, r.len(), dec.len(), dec.has_partial_record())?;
                 }
                 dec.flush()
                     .map_err(|e| e.to_string())?
@@ -274,6 +267,14 @@ impl Decode {
                     .with_delimiter(delimiter)
                     .with_batch_size(n.max(1))
                     .build_decoder();
+                // A CSV record needs its line end: one buffer of them all.
+                let mut buf = Vec::with_capacity(records.iter().map(|r| r.len() + 1).sum());
+                let mut ends = Vec::with_capacity(n);
+                for r in records {
+                    buf.extend_from_slice(r);
+                    buf.push(b'\n');
+                    ends.push(buf.len());
+                }
                 let mut start = 0;
                 for (k, end) in ends.iter().enumerate() {
                     let used = dec.decode(&buf[start..*end]).map_err(|e| e.to_string())?;

@@ -130,7 +130,8 @@ impl KafkaSource {
             // Repositions (before any read starts, so that every fetch starts
             // now) only the readers that do not continue where they stand.
             r.position_at(from).map_err(source_err)?;
-            work.push((r, Cursor::new(tp, from, to, include_headers)));
+            let hint = r.value_bytes;
+            work.push((r, Cursor::new(tp, from, to, include_headers, hint)));
         }
         let mut resets = 0;
         loop {
@@ -170,8 +171,9 @@ impl KafkaSource {
             }
         }
         let mut out = Vec::new();
-        for (r, c) in work {
+        for (mut r, c) in work {
             self.metrics.repaired.add(c.repaired);
+            r.value_bytes = c.value_bytes_per_record();
             out.extend(c.finish()?);
             if let Some(rt) = self.rt.as_mut() {
                 rt.readers.insert(r.tp().clone(), r);

@@ -47,6 +47,9 @@ pub(super) struct PartitionReader {
     at: Option<(i64, i64)>,
     /// A record polled past the end of the last range, the next one to deliver.
     stash: Option<OwnedMessage>,
+    /// Value bytes per record in the last range read (sizes the next
+    /// range's builders).
+    pub(super) value_bytes: usize,
 }
 
 impl PartitionReader {
@@ -61,6 +64,7 @@ impl PartitionReader {
             consumer,
             at: None,
             stash: None,
+            value_bytes: 0,
         })
     }
 

@@ -28,6 +28,9 @@ use crate::error::Result;
 
 /// Rows per Arrow batch while reading a partition.
 const ROWS_PER_BATCH: usize = 65_536;
+/// The most value bytes a chunk's builder reserves up front (large records
+/// grow it as they come, not by a guess).
+const MAX_VALUE_RESERVE: usize = 32 << 20;
 
 /// The Arrow type of the `headers` column: `list<struct<key: utf8, value: binary>>`.
 pub fn headers_type() -> DataType {
@@ -138,17 +141,50 @@ pub(super) struct Cursor {
     pub(super) repaired: Repaired,
     rows: Rows,
     full: Vec<RecordBatch>,
+    /// Value bytes per record expected (sizes the builders up front).
+    value_hint: usize,
+    /// Records pushed, and their value bytes.
+    pushed: usize,
+    value_bytes: usize,
 }
 
 impl Cursor {
-    pub(super) fn new(tp: TopicPartition, from: i64, to: i64, headers: bool) -> Cursor {
+    /// Reads `[from, to)` of `tp`; `value_hint` is the value bytes per record
+    /// expected (the partition's last read), so that the column builders
+    /// are allocated once at their size rather than grown by doubling.
+    pub(super) fn new(
+        tp: TopicPartition,
+        from: i64,
+        to: i64,
+        headers: bool,
+        value_hint: usize,
+    ) -> Cursor {
+        let rows = Rows::new(headers, Self::chunk(from, to), &tp.0, value_hint);
         Cursor {
             tp,
             next: from,
             to,
             repaired: Repaired::default(),
-            rows: Rows::new(headers),
+            rows,
             full: Vec::new(),
+            value_hint,
+            pushed: 0,
+            value_bytes: 0,
+        }
+    }
+
+    /// Records of the next chunk of `[from, to)`.
+    fn chunk(from: i64, to: i64) -> usize {
+        usize::try_from(to.saturating_sub(from))
+            .unwrap_or(0)
+            .min(ROWS_PER_BATCH)
+    }
+
+    /// Value bytes per record read so far (the hint until a record is read).
+    pub(super) fn value_bytes_per_record(&self) -> usize {
+        match self.pushed {
+            0 => self.value_hint,
+            n => self.value_bytes.div_ceil(n),
         }
     }
 
@@ -161,10 +197,18 @@ impl Cursor {
         M: Message,
         M::Headers: NativeHeaders,
     {
-        self.rows.push(m, &mut self.repaired);
+        self.rows.push(m, &self.tp.0, &mut self.repaired);
+        self.pushed += 1;
+        self.value_bytes += m.payload().map_or(0, <[u8]>::len);
         if self.rows.len >= ROWS_PER_BATCH {
             let headers = self.rows.headers.is_some();
-            let r = std::mem::replace(&mut self.rows, Rows::new(headers));
+            let next = Rows::new(
+                headers,
+                Self::chunk(m.offset() + 1, self.to),
+                &self.tp.0,
+                self.value_bytes_per_record(),
+            );
+            let r = std::mem::replace(&mut self.rows, next);
             self.full.push(r.finish()?);
         }
         Ok(())
@@ -192,16 +236,21 @@ struct Rows {
 }
 
 impl Rows {
-    fn new(headers: bool) -> Rows {
+    /// Builders for `rows` records of `topic` with about `value_bytes`
+    /// each (keys are not sized: mostly short or absent).
+    fn new(headers: bool, rows: usize, topic: &str, value_bytes: usize) -> Rows {
         Rows {
             len: 0,
-            key: BinaryBuilder::new(),
-            value: BinaryBuilder::new(),
-            topic: StringBuilder::new(),
-            partition: Int32Builder::new(),
-            offset: Int64Builder::new(),
-            timestamp: TimestampMicrosecondBuilder::new().with_timezone("UTC"),
-            timestamp_type: Int32Builder::new(),
+            key: BinaryBuilder::with_capacity(rows, 0),
+            value: BinaryBuilder::with_capacity(
+                rows,
+                rows.saturating_mul(value_bytes).min(MAX_VALUE_RESERVE),
+            ),
+            topic: StringBuilder::with_capacity(rows, rows.saturating_mul(topic.len())),
+            partition: Int32Builder::with_capacity(rows),
+            offset: Int64Builder::with_capacity(rows),
+            timestamp: TimestampMicrosecondBuilder::with_capacity(rows).with_timezone("UTC"),
+            timestamp_type: Int32Builder::with_capacity(rows),
             headers: headers.then(|| {
                 ListBuilder::new(StructBuilder::from_fields(header_fields(), 0)).with_field(
                     Arc::new(Field::new("item", DataType::Struct(header_fields()), true)),
@@ -210,7 +259,9 @@ impl Rows {
         }
     }
 
-    fn push<M>(&mut self, m: &M, repaired: &mut Repaired)
+    /// Appends record `m` of `topic` (the reader's one topic: not asked of
+    /// librdkafka per record).
+    fn push<M>(&mut self, m: &M, topic: &str, repaired: &mut Repaired)
     where
         M: Message,
         M::Headers: NativeHeaders,
@@ -218,7 +269,7 @@ impl Rows {
         self.len += 1;
         self.key.append_option(m.key());
         self.value.append_option(m.payload());
-        self.topic.append_value(m.topic());
+        self.topic.append_value(topic);
         self.partition.append_value(m.partition());
         self.offset.append_value(m.offset());
         let (ms, kind) = match m.timestamp() {
