@@ -10,18 +10,20 @@
 //! start) when a batch does not continue where the last one ended: the
 //! first batch, a replay after a restart, or offsets skipped as lost.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{ClientConfig, Offset as KafkaOffset, TopicPartitionList};
 
+use super::pull::ConsumerQueue;
 use super::rows::Cursor;
 use super::TopicPartition;
 use crate::error::{Result, WeirError};
 
-/// How long one poll waits before the reader looks at the consumer's
+/// How long a pull waits for a record before the reader looks at the consumer's
 /// position (which moves past control records and aborted transactions
 /// without a record to show for them).
 const POLL_WAIT: Duration = Duration::from_millis(10);
@@ -39,14 +41,18 @@ pub(super) enum ReadEnd {
 /// A consumer assigned to one partition, and where it stands.
 pub(super) struct PartitionReader {
     tp: TopicPartition,
+    /// The consumer's queue, records pulled many at a time (declared
+    /// before the consumer: released first).
+    queue: ConsumerQueue,
     consumer: BaseConsumer,
     /// `Some((lo, hi))`: the next record this reader delivers (the stash
     /// first) is the first one at or after `hi`, and `[lo, hi)` holds no
     /// record to read. A range starting in `[lo, hi]` continues without a
     /// seek. `None`: not positioned (new, or after an error).
     at: Option<(i64, i64)>,
-    /// A record polled past the end of the last range, the next one to deliver.
-    stash: Option<OwnedMessage>,
+    /// Records pulled past the end of the last range, in offset order: the
+    /// next ones to deliver.
+    stash: VecDeque<OwnedMessage>,
     /// Value bytes per record in the last range read (sizes the next
     /// range's builders).
     pub(super) value_bytes: usize,
@@ -54,16 +60,27 @@ pub(super) struct PartitionReader {
 
 impl PartitionReader {
     /// A new consumer for `tp` from `conf` (assigned by the first read).
+    /// It never commits offsets (the source commits through its own
+    /// consumer), whatever `conf` says: its queue must carry nothing but
+    /// records and errors (see `pull`).
     pub(super) fn new(tp: TopicPartition, conf: &ClientConfig) -> Result<PartitionReader> {
-        let consumer: BaseConsumer = conf.create().map_err(|e| WeirError::Source {
+        let err = |message: String| WeirError::Source {
             source_name: format!("KafkaV2[{}-{}]", tp.0, tp.1),
-            message: format!("cannot create the Kafka consumer: {e}"),
-        })?;
+            message,
+        };
+        let mut conf = conf.clone();
+        conf.set("enable.auto.commit", "false");
+        let consumer: BaseConsumer = conf
+            .create()
+            .map_err(|e| err(format!("cannot create the Kafka consumer: {e}")))?;
+        let queue = ConsumerQueue::of(&consumer)
+            .ok_or_else(|| err("the Kafka consumer has no queue (no group.id)".into()))?;
         Ok(PartitionReader {
             tp,
+            queue,
             consumer,
             at: None,
-            stash: None,
+            stash: VecDeque::new(),
             value_bytes: 0,
         })
     }
@@ -84,7 +101,7 @@ impl PartitionReader {
         if self.continues_at(from) {
             return Ok(());
         }
-        self.stash = None;
+        self.stash.clear();
         self.at = None;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.tp.0, self.tp.1, KafkaOffset::Offset(from))
@@ -112,84 +129,98 @@ impl PartitionReader {
             // Offsets before `hi` hold nothing to read.
             c.next = c.next.max(hi.min(c.to));
         }
-        if let Some(m) = self.stash.take() {
+        while let Some(m) = self.stash.pop_front() {
             if self.accept(c, m)? {
                 return Ok(ReadEnd::Done);
             }
         }
         let mut last_progress = Instant::now();
         // Whether a record came since `last_progress` (the clock is read
-        // only when a poll comes back empty, not once per record).
+        // only when a pull comes back empty, not once per record).
         let mut polled = false;
+        let topic = self.tp.0.clone();
         while !c.done() {
-            match self.consumer.poll(POLL_WAIT) {
-                Some(Ok(m)) => {
-                    polled = true;
-                    if m.partition() != self.tp.1 {
-                        continue;
-                    }
-                    let o = m.offset();
-                    if o < c.next {
-                        continue;
-                    }
-                    if o < c.to {
-                        c.push(&m).map_err(|e| e.to_string())?;
-                        c.next = o + 1;
-                        if c.done() {
-                            self.at = Some((c.to, c.to));
+            // What is queued, at most the range's remaining offsets (so that
+            // little is pulled past its end); when nothing is, wait for one.
+            let want = usize::try_from(c.to - c.next).unwrap_or(1);
+            let mut pulled = self.queue.pull(Duration::ZERO, want, &topic);
+            if pulled.is_empty() {
+                pulled = self.queue.pull(POLL_WAIT, 1, &topic);
+            }
+            if pulled.is_empty() {
+                // Control records (transaction markers), aborted records and
+                // compaction leave gaps: the consumer's position tells they
+                // were passed.
+                if std::mem::take(&mut polled) {
+                    last_progress = Instant::now();
+                }
+                if let Some(p) = self.position()? {
+                    if p > c.next {
+                        last_progress = Instant::now();
+                        if p >= c.to {
+                            self.at = Some((c.to, p));
+                            c.next = c.to;
+                        } else {
+                            c.next = p;
+                            self.at = Some((p, p));
                         }
-                    } else {
-                        // Offsets [c.next, o) were gaps: this record is the next range's.
-                        self.at = Some((c.to, o));
-                        self.stash = Some(m.detach());
-                        c.next = c.to;
                     }
                 }
-                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange))) => {
+                if !c.done() && last_progress.elapsed() > poll_timeout {
                     self.at = None;
-                    self.stash = None;
-                    return Ok(ReadEnd::OutOfRange);
+                    self.stash.clear();
+                    return Err(format!(
+                        "no progress reading {}-{} at {} of [.., {}) for {:?} (kafkaConsumer.pollTimeoutMs); is the broker up?",
+                        self.tp.0, self.tp.1, c.next, c.to, poll_timeout
+                    ));
                 }
-                Some(Err(e)) => {
-                    tracing::warn!(topic = %self.tp.0, partition = self.tp.1, "consumer error (retrying): {e}");
-                    if std::mem::take(&mut polled) {
-                        last_progress = Instant::now();
-                    }
-                    if last_progress.elapsed() > poll_timeout {
-                        self.at = None;
-                        self.stash = None;
-                        return Err(format!(
-                            "no progress reading {}-{} at {} of [.., {}) for {:?} (kafkaConsumer.pollTimeoutMs): {e}",
-                            self.tp.0, self.tp.1, c.next, c.to, poll_timeout
-                        ));
-                    }
-                }
-                None => {
-                    // Control records (transaction markers), aborted records and
-                    // compaction leave gaps: the consumer's position tells they
-                    // were passed.
-                    if std::mem::take(&mut polled) {
-                        last_progress = Instant::now();
-                    }
-                    if let Some(p) = self.position()? {
-                        if p > c.next {
-                            last_progress = Instant::now();
-                            if p >= c.to {
-                                self.at = Some((c.to, p));
-                                c.next = c.to;
-                            } else {
-                                c.next = p;
-                                self.at = Some((p, p));
+                continue;
+            }
+            for m in pulled {
+                match m.error() {
+                    None => {
+                        polled = true;
+                        if m.partition() != self.tp.1 {
+                            continue;
+                        }
+                        let o = m.offset();
+                        if o < c.next {
+                            continue;
+                        }
+                        if o < c.to && self.stash.is_empty() {
+                            c.push(&m).map_err(|e| e.to_string())?;
+                            c.next = o + 1;
+                            if c.done() {
+                                self.at = Some((c.to, c.to));
                             }
+                        } else {
+                            // Offsets [c.next, o) were gaps: this record (and
+                            // those pulled with it) are the next range's.
+                            if self.stash.is_empty() {
+                                self.at = Some((c.to, o));
+                                c.next = c.to;
+                            }
+                            self.stash.push_back(m.detach());
                         }
                     }
-                    if !c.done() && last_progress.elapsed() > poll_timeout {
+                    Some(RDKafkaErrorCode::OffsetOutOfRange) => {
                         self.at = None;
-                        self.stash = None;
-                        return Err(format!(
-                            "no progress reading {}-{} at {} of [.., {}) for {:?} (kafkaConsumer.pollTimeoutMs); is the broker up?",
-                            self.tp.0, self.tp.1, c.next, c.to, poll_timeout
-                        ));
+                        self.stash.clear();
+                        return Ok(ReadEnd::OutOfRange);
+                    }
+                    Some(code) => {
+                        tracing::warn!(topic = %self.tp.0, partition = self.tp.1, "consumer error (retrying): {} ({code:?})", m.error_text());
+                        if std::mem::take(&mut polled) {
+                            last_progress = Instant::now();
+                        }
+                        if last_progress.elapsed() > poll_timeout {
+                            self.at = None;
+                            self.stash.clear();
+                            return Err(format!(
+                                "no progress reading {}-{} at {} of [.., {}) for {:?} (kafkaConsumer.pollTimeoutMs): {}",
+                                self.tp.0, self.tp.1, c.next, c.to, poll_timeout, m.error_text()
+                            ));
+                        }
                     }
                 }
             }
@@ -197,8 +228,8 @@ impl PartitionReader {
         Ok(ReadEnd::Done)
     }
 
-    /// Takes the stashed record into `c` (or keeps it for a later range);
-    /// true when `c` is done.
+    /// Takes a stashed record into `c`, or puts it back (first) for a later
+    /// range; true when `c` is done.
     fn accept(&mut self, c: &mut Cursor, m: OwnedMessage) -> std::result::Result<bool, String> {
         let o = m.offset();
         if o < c.next {
@@ -214,7 +245,7 @@ impl PartitionReader {
             Ok(c.done())
         } else {
             self.at = Some((c.to, o));
-            self.stash = Some(m);
+            self.stash.push_front(m);
             c.next = c.to;
             Ok(true)
         }
