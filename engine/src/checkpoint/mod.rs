@@ -68,6 +68,10 @@ fn one() -> usize {
     1
 }
 
+/// The directories of a local checkpoint that opening it cleans of temp
+/// files (a crashed run's, spare files included).
+const CLEANED: [&str; 4] = ["offsets", "commits", "sources", "state"];
+
 /// An open checkpoint: a local directory or an object store prefix
 /// (`s3://bucket/prefix`). Its logs, `metadata` and state live on the
 /// storage layer, and so does the file source's log; the logs of other
@@ -99,11 +103,13 @@ impl Checkpoint {
         create_dir_all_synced(&root, sync)?;
         // Only weir's own directories: the root may hold anything else.
         remove_temp_files_in(&root)?;
-        for sub in ["offsets", "commits", "sources", "state"] {
+        for sub in CLEANED {
             remove_temp_files(&root.join(sub))?;
         }
         let mut checkpoint = Checkpoint::on(Storage::local(root.clone(), sync), root, sync)?;
-        checkpoint.spares = Some(Arc::new(SpareGuard::new(&checkpoint.root)));
+        checkpoint.spares = Some(Arc::new(SpareGuard::new(
+            CLEANED.iter().map(|d| checkpoint.root.join(d)).collect(),
+        )));
         Ok(checkpoint)
     }
 

@@ -14,19 +14,22 @@
 //! - when a directory's last spare is taken, one background thread makes
 //!   another (the first batches, before any retention).
 //!
-//! Spares are kept only in directories below a live [`SpareGuard`]'s root
-//! (an open local checkpoint) and removed when the last guard of that root
-//! is dropped. A spare carries a temp file's name: listings skip it, and a
-//! crash's leftover is removed when the checkpoint is next opened like any
-//! other temp file. If another opener removes it meanwhile, the write that
-//! takes it finds its rename failing with `NotFound` and writes again under
-//! a new name.
+//! Spares are kept only in directories below a live [`SpareGuard`]'s roots
+//! (an open local checkpoint's logs and state) and removed when the last
+//! guard of a root is dropped. A spare carries a temp file's name: listings
+//! skip it, and a crash's leftover is removed when the checkpoint is next
+//! opened like any other temp file. If another opener removes it meanwhile,
+//! the write that takes it finds its rename failing with `NotFound` and
+//! writes again under a new name. A recycled file that some other program
+//! still has open is rewritten by the write that reuses it (where a removed
+//! one would keep its content for that reader): nothing in weir reads a
+//! file past the retention.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 use crate::storage::durable::temp_path;
 
@@ -59,6 +62,9 @@ struct Registry {
     roots: Vec<PathBuf>,
     /// The directories that have spares or one coming.
     slots: HashMap<PathBuf, Slot>,
+    /// The directory the background thread is making a spare in now (a
+    /// dropped guard waits for it, so that no file appears after).
+    creating: Option<PathBuf>,
 }
 
 impl Registry {
@@ -67,12 +73,20 @@ impl Registry {
     }
 }
 
+/// The registry, and the signal that a spare's making ended.
+#[derive(Debug, Default)]
+struct Shared {
+    registry: Mutex<Registry>,
+    made: Condvar,
+}
+
+fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(Shared::default)
+}
+
 fn registry() -> MutexGuard<'static, Registry> {
-    static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
-    REGISTRY
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    shared().registry.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The background thread making spares, started at first use (`None` when
@@ -98,6 +112,13 @@ fn maker() -> Option<&'static Mutex<Sender<PathBuf>>> {
 /// Makes a spare for `dir`, unless the request was withdrawn meanwhile (its
 /// root's last guard dropped): then nothing is left behind.
 fn make(dir: PathBuf) {
+    {
+        let mut reg = registry();
+        if !reg.live(&dir) || !reg.slots.get(&dir).is_some_and(|s| s.making) {
+            return;
+        }
+        reg.creating = Some(dir.clone());
+    }
     let path = temp_path(&dir.join("spare"));
     let made = fs::File::create(&path).is_ok();
     let mut reg = registry();
@@ -113,10 +134,12 @@ fn make(dir: PathBuf) {
         }
         None => false,
     };
-    drop(reg);
     if made && !keep {
         let _ = fs::remove_file(&path);
     }
+    reg.creating = None;
+    drop(reg);
+    shared().made.notify_all();
 }
 
 /// Takes a spare of `dir` if one is ready, truncated and opened for writing
@@ -155,6 +178,11 @@ pub(crate) fn take(dir: &Path) -> Option<Spare> {
 /// renamed to a temp name (which listings skip) in the same directory.
 /// False when the caller should remove the file.
 pub(crate) fn recycle(dir: &Path, path: &Path) -> bool {
+    // Only a regular file (not a directory, nor a link whose target a
+    // later write would truncate).
+    if !fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file()) {
+        return false;
+    }
     let mut reg = registry();
     if !reg.live(dir) {
         return false;
@@ -171,28 +199,34 @@ pub(crate) fn recycle(dir: &Path, path: &Path) -> bool {
     true
 }
 
-/// Keeps spare files in the directories below `root` while it lives; the
-/// last guard of a root removes the spares below it.
+/// Keeps spare files in the directories below its roots while it lives;
+/// the last guard of a root removes the spares below it (waiting for one
+/// being made there), so none is left after.
 #[derive(Debug)]
 pub(crate) struct SpareGuard {
-    root: PathBuf,
+    roots: Vec<PathBuf>,
 }
 
 impl SpareGuard {
-    /// Starts keeping spares below `root`.
-    pub(crate) fn new(root: &Path) -> SpareGuard {
-        registry().roots.push(root.to_path_buf());
-        SpareGuard {
-            root: root.to_path_buf(),
-        }
+    /// Starts keeping spares below each of `roots` (directories that
+    /// opening the checkpoint cleans of temp files, so that a crash's
+    /// spares do not stay).
+    pub(crate) fn new(roots: Vec<PathBuf>) -> SpareGuard {
+        registry().roots.extend(roots.iter().cloned());
+        SpareGuard { roots }
     }
 }
 
 impl Drop for SpareGuard {
     fn drop(&mut self) {
         let mut reg = registry();
-        if let Some(i) = reg.roots.iter().position(|r| *r == self.root) {
-            reg.roots.swap_remove(i);
+        for root in &self.roots {
+            if let Some(i) = reg.roots.iter().position(|r| r == root) {
+                reg.roots.swap_remove(i);
+            }
+        }
+        while reg.creating.as_ref().is_some_and(|d| !reg.live(d)) {
+            reg = shared().made.wait(reg).unwrap_or_else(|e| e.into_inner());
         }
         let gone: Vec<PathBuf> = reg.slots.keys().filter(|d| !reg.live(d)).cloned().collect();
         let mut remove = Vec::new();
@@ -249,8 +283,8 @@ mod tests {
         assert!(take(&dir).is_none());
         assert!(files(&dir).is_empty());
 
-        let guard = SpareGuard::new(root.path());
-        let second = SpareGuard::new(root.path());
+        let guard = SpareGuard::new(vec![root.path().to_path_buf()]);
+        let second = SpareGuard::new(vec![root.path().to_path_buf()]);
         assert!(take(&dir).is_none(), "the first write makes its own file");
         assert_eq!(ready(&dir), 1);
         let names = files(&dir);
@@ -275,7 +309,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("commits");
         fs::create_dir_all(&dir).unwrap();
-        let guard = SpareGuard::new(root.path());
+        let guard = SpareGuard::new(vec![dir.clone()]);
         for i in 0..MAX_SPARES + 2 {
             let old = dir.join(i.to_string());
             fs::write(&old, b"an old entry").unwrap();

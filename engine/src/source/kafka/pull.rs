@@ -5,10 +5,11 @@
 //! the Kafka pipeline's profile ~15% of the process's CPU went to that
 //! per-record polling).
 //!
-//! Only for the source's per-partition readers: consumers that are assigned
-//! their partition and never commit offsets, so that nothing but records
-//! and consumer errors reaches their queue (librdkafka aborts on an offset
-//! commit reply or an admin result pulled this way).
+//! Records are pulled from the partition's own queue, taken off the
+//! consumer's queue (as rdkafka's `split_partition_queue` does): it carries
+//! only the partition's records and consumer errors, while librdkafka's
+//! logs and global errors stay on the consumer's queue, served by rdkafka's
+//! `poll` (`PartitionReader::serve_events`).
 
 use std::time::Duration;
 
@@ -20,8 +21,8 @@ use rdkafka::types::RDKafkaErrorCode;
 /// The most records one pull takes.
 pub(super) const MAX_PULL: usize = 1024;
 
-/// A consumer's queue (its own reference, released on drop: drop it
-/// before the consumer).
+/// A partition's queue, taken off its consumer's queue (our own reference,
+/// released on drop: drop it before the consumer).
 pub(super) struct ConsumerQueue(*mut rdsys::rd_kafka_queue_t);
 
 // SAFETY: librdkafka's queues are thread-safe; the reader that owns this
@@ -29,12 +30,29 @@ pub(super) struct ConsumerQueue(*mut rdsys::rd_kafka_queue_t);
 unsafe impl Send for ConsumerQueue {}
 
 impl ConsumerQueue {
-    /// The queue `consumer`'s records arrive on (`None` when it has none:
-    /// a consumer without a `group.id`).
-    pub(super) fn of(consumer: &BaseConsumer) -> Option<ConsumerQueue> {
-        // SAFETY: a live client; the queue returned is a new reference.
-        let q = unsafe { rdsys::rd_kafka_queue_get_consumer(consumer.client().native_ptr()) };
-        (!q.is_null()).then_some(ConsumerQueue(q))
+    /// The queue of `topic`'s `partition` on `consumer`, no longer
+    /// forwarded to the consumer's queue (call before assigning it).
+    pub(super) fn of(
+        consumer: &BaseConsumer,
+        topic: &str,
+        partition: i32,
+    ) -> Option<ConsumerQueue> {
+        let topic = std::ffi::CString::new(topic).ok()?;
+        // SAFETY: a live client and a NUL-terminated name; the queue
+        // returned is a new reference.
+        let q = unsafe {
+            rdsys::rd_kafka_queue_get_partition(
+                consumer.client().native_ptr(),
+                topic.as_ptr(),
+                partition,
+            )
+        };
+        if q.is_null() {
+            return None;
+        }
+        // SAFETY: a live queue; forwarding to null stops its forwarding.
+        unsafe { rdsys::rd_kafka_queue_forward(q, std::ptr::null_mut()) };
+        Some(ConsumerQueue(q))
     }
 
     /// Takes up to `max` queued records (and consumer errors), waiting up

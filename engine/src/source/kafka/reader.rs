@@ -69,12 +69,14 @@ impl PartitionReader {
             message,
         };
         let mut conf = conf.clone();
-        conf.set("enable.auto.commit", "false");
+        // No end-of-partition events either: each would move the position.
+        conf.set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false");
         let consumer: BaseConsumer = conf
             .create()
             .map_err(|e| err(format!("cannot create the Kafka consumer: {e}")))?;
-        let queue = ConsumerQueue::of(&consumer)
-            .ok_or_else(|| err("the Kafka consumer has no queue (no group.id)".into()))?;
+        let queue = ConsumerQueue::of(&consumer, &tp.0, tp.1)
+            .ok_or_else(|| err("the Kafka consumer has no queue for the partition".into()))?;
         Ok(PartitionReader {
             tp,
             queue,
@@ -124,6 +126,7 @@ impl PartitionReader {
         if c.done() {
             return Ok(ReadEnd::Done);
         }
+        self.serve_events();
         self.position_at(c.next)?;
         if let Some((_, hi)) = self.at {
             // Offsets before `hi` hold nothing to read.
@@ -138,6 +141,8 @@ impl PartitionReader {
         // Whether a record came since `last_progress` (the clock is read
         // only when a pull comes back empty, not once per record).
         let mut polled = false;
+        // Whether an error asks for the consumer to be assigned at `c.next` again.
+        let mut reposition = false;
         let topic = self.tp.0.clone();
         while !c.done() {
             // What is queued, at most the range's remaining offsets (so that
@@ -148,6 +153,10 @@ impl PartitionReader {
                 pulled = self.queue.pull(POLL_WAIT, 1, &topic);
             }
             if pulled.is_empty() {
+                if self.serve_events() {
+                    self.position_at(c.next)?;
+                    continue;
+                }
                 // Control records (transaction markers), aborted records and
                 // compaction leave gaps: the consumer's position tells they
                 // were passed.
@@ -203,26 +212,39 @@ impl PartitionReader {
                             self.stash.push_back(m.detach());
                         }
                     }
-                    Some(RDKafkaErrorCode::OffsetOutOfRange) => {
+                    Some(code) => {
+                        // A pulled error moves the consumer's position past
+                        // its offset, which the gap logic above would take
+                        // for records passed: forget where this reader
+                        // stands, so that reading goes on from `c.next`.
                         self.at = None;
                         self.stash.clear();
-                        return Ok(ReadEnd::OutOfRange);
-                    }
-                    Some(code) => {
+                        if c.done() {
+                            break;
+                        }
+                        if matches!(
+                            code,
+                            RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset
+                        ) {
+                            return Ok(ReadEnd::OutOfRange);
+                        }
                         tracing::warn!(topic = %self.tp.0, partition = self.tp.1, "consumer error (retrying): {} ({code:?})", m.error_text());
                         if std::mem::take(&mut polled) {
                             last_progress = Instant::now();
                         }
                         if last_progress.elapsed() > poll_timeout {
-                            self.at = None;
-                            self.stash.clear();
                             return Err(format!(
                                 "no progress reading {}-{} at {} of [.., {}) for {:?} (kafkaConsumer.pollTimeoutMs): {}",
                                 self.tp.0, self.tp.1, c.next, c.to, poll_timeout, m.error_text()
                             ));
                         }
+                        reposition = true;
+                        break;
                     }
                 }
+            }
+            if std::mem::take(&mut reposition) {
+                self.position_at(c.next)?;
             }
         }
         Ok(ReadEnd::Done)
@@ -249,6 +271,33 @@ impl PartitionReader {
             c.next = c.to;
             Ok(true)
         }
+    }
+
+    /// Serves what reaches the consumer's own queue (librdkafka's logs and
+    /// global errors, through rdkafka), without waiting. Records go to the
+    /// partition's queue; one found here means the queues were not split
+    /// as expected: the reader then forgets where it stands, so that its
+    /// next read assigns the partition again and loses nothing.
+    /// True when a record was found there.
+    fn serve_events(&mut self) -> bool {
+        let mut lost = false;
+        for _ in 0..1000 {
+            match self.consumer.poll(Duration::ZERO) {
+                None => break,
+                Some(Ok(m)) => {
+                    tracing::warn!(topic = %self.tp.0, partition = m.partition(), offset = m.offset(), "a record reached the consumer's queue, not its partition's; reading again from where the batch stands");
+                    lost = true;
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(topic = %self.tp.0, partition = self.tp.1, "Kafka consumer: {e}");
+                }
+            }
+        }
+        if lost {
+            self.at = None;
+            self.stash.clear();
+        }
+        lost
     }
 
     /// The consumer's position in its partition (the next offset it reads).
