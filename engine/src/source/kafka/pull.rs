@@ -58,12 +58,12 @@ impl ConsumerQueue {
     /// Takes up to `max` queued records (and consumer errors), waiting up
     /// to `wait` for the first when none is queued: with `Duration::ZERO`
     /// it only takes what is there.
-    pub(super) fn pull<'t>(
-        &mut self,
+    pub(super) fn pull<'q>(
+        &'q mut self,
         wait: Duration,
         max: usize,
-        topic: &'t str,
-    ) -> Vec<Pulled<'t>> {
+        topic: &'q str,
+    ) -> Vec<Pulled<'q>> {
         let max = max.clamp(1, MAX_PULL);
         let mut ptrs: Vec<*mut rdsys::rd_kafka_message_t> = vec![std::ptr::null_mut(); max];
         let wait_ms = wait.as_millis().min(i32::MAX as u128) as i32;
@@ -88,11 +88,12 @@ impl Drop for ConsumerQueue {
 }
 
 /// One record (or consumer error) pulled from the queue; released to
-/// librdkafka on drop.
-pub(super) struct Pulled<'t> {
+/// librdkafka on drop, and borrowing the queue meanwhile (so that it
+/// cannot outlive its queue and consumer).
+pub(super) struct Pulled<'q> {
     ptr: *mut rdsys::rd_kafka_message_t,
     /// The reader's topic (its only one).
-    topic: &'t str,
+    topic: &'q str,
 }
 
 impl Pulled<'_> {

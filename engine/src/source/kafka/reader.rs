@@ -150,9 +150,11 @@ impl PartitionReader {
             let want = usize::try_from(c.to - c.next).unwrap_or(1);
             let mut pulled = self.queue.pull(Duration::ZERO, want, &topic);
             if pulled.is_empty() {
+                drop(pulled);
                 pulled = self.queue.pull(POLL_WAIT, 1, &topic);
             }
             if pulled.is_empty() {
+                drop(pulled);
                 if self.serve_events() {
                     self.position_at(c.next)?;
                     continue;
