@@ -97,7 +97,6 @@ mod discovery;
 mod fetch;
 pub mod offsets;
 mod options;
-mod pull;
 mod reader;
 pub(crate) mod retry;
 mod rows;

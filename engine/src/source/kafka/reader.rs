@@ -10,20 +10,18 @@
 //! start) when a batch does not continue where the last one ended: the
 //! first batch, a replay after a restart, or offsets skipped as lost.
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{ClientConfig, Offset as KafkaOffset, TopicPartitionList};
 
-use super::pull::ConsumerQueue;
 use super::rows::Cursor;
 use super::TopicPartition;
 use crate::error::{Result, WeirError};
 
-/// How long a pull waits for a record before the reader looks at the consumer's
+/// How long one poll waits before the reader looks at the consumer's
 /// position (which moves past control records and aborted transactions
 /// without a record to show for them).
 const POLL_WAIT: Duration = Duration::from_millis(10);
@@ -41,18 +39,14 @@ pub(super) enum ReadEnd {
 /// A consumer assigned to one partition, and where it stands.
 pub(super) struct PartitionReader {
     tp: TopicPartition,
-    /// The consumer's queue, records pulled many at a time (declared
-    /// before the consumer: released first).
-    queue: ConsumerQueue,
     consumer: BaseConsumer,
     /// `Some((lo, hi))`: the next record this reader delivers (the stash
     /// first) is the first one at or after `hi`, and `[lo, hi)` holds no
     /// record to read. A range starting in `[lo, hi]` continues without a
     /// seek. `None`: not positioned (new, or after an error).
     at: Option<(i64, i64)>,
-    /// Records pulled past the end of the last range, in offset order: the
-    /// next ones to deliver.
-    stash: VecDeque<OwnedMessage>,
+    /// A record polled past the end of the last range, the next one to deliver.
+    stash: Option<OwnedMessage>,
     /// Value bytes per record in the last range read (sizes the next
     /// range's builders).
     pub(super) value_bytes: usize,
@@ -60,29 +54,16 @@ pub(super) struct PartitionReader {
 
 impl PartitionReader {
     /// A new consumer for `tp` from `conf` (assigned by the first read).
-    /// It never commits offsets (the source commits through its own
-    /// consumer), whatever `conf` says: its queue must carry nothing but
-    /// records and errors (see `pull`).
     pub(super) fn new(tp: TopicPartition, conf: &ClientConfig) -> Result<PartitionReader> {
-        let err = |message: String| WeirError::Source {
+        let consumer: BaseConsumer = conf.create().map_err(|e| WeirError::Source {
             source_name: format!("KafkaV2[{}-{}]", tp.0, tp.1),
-            message,
-        };
-        let mut conf = conf.clone();
-        // No end-of-partition events either: each would move the position.
-        conf.set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "false");
-        let consumer: BaseConsumer = conf
-            .create()
-            .map_err(|e| err(format!("cannot create the Kafka consumer: {e}")))?;
-        let queue = ConsumerQueue::of(&consumer, &tp.0, tp.1)
-            .ok_or_else(|| err("the Kafka consumer has no queue for the partition".into()))?;
+            message: format!("cannot create the Kafka consumer: {e}"),
+        })?;
         Ok(PartitionReader {
             tp,
-            queue,
             consumer,
             at: None,
-            stash: VecDeque::new(),
+            stash: None,
             value_bytes: 0,
         })
     }
@@ -103,7 +84,7 @@ impl PartitionReader {
         if self.continues_at(from) {
             return Ok(());
         }
-        self.stash.clear();
+        self.stash = None;
         self.at = None;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.tp.0, self.tp.1, KafkaOffset::Offset(from))
@@ -126,134 +107,98 @@ impl PartitionReader {
         if c.done() {
             return Ok(ReadEnd::Done);
         }
-        self.serve_events();
         self.position_at(c.next)?;
         if let Some((_, hi)) = self.at {
             // Offsets before `hi` hold nothing to read.
             c.next = c.next.max(hi.min(c.to));
         }
-        while let Some(m) = self.stash.pop_front() {
+        if let Some(m) = self.stash.take() {
             if self.accept(c, m)? {
                 return Ok(ReadEnd::Done);
             }
         }
         let mut last_progress = Instant::now();
         // Whether a record came since `last_progress` (the clock is read
-        // only when a pull comes back empty, not once per record).
+        // only when a poll comes back empty, not once per record).
         let mut polled = false;
-        // Whether an error asks for the consumer to be assigned at `c.next` again.
-        let mut reposition = false;
-        let topic = self.tp.0.clone();
         while !c.done() {
-            // What is queued, at most the range's remaining offsets (so that
-            // little is pulled past its end); when nothing is, wait for one.
-            let want = usize::try_from(c.to - c.next).unwrap_or(1);
-            let mut pulled = self.queue.pull(Duration::ZERO, want, &topic);
-            if pulled.is_empty() {
-                drop(pulled);
-                pulled = self.queue.pull(POLL_WAIT, 1, &topic);
-            }
-            if pulled.is_empty() {
-                drop(pulled);
-                if self.serve_events() {
-                    self.position_at(c.next)?;
-                    continue;
-                }
-                // Control records (transaction markers), aborted records and
-                // compaction leave gaps: the consumer's position tells they
-                // were passed.
-                if std::mem::take(&mut polled) {
-                    last_progress = Instant::now();
-                }
-                if let Some(p) = self.position()? {
-                    if p > c.next {
-                        last_progress = Instant::now();
-                        if p >= c.to {
-                            self.at = Some((c.to, p));
-                            c.next = c.to;
-                        } else {
-                            c.next = p;
-                            self.at = Some((p, p));
-                        }
+            match self.consumer.poll(POLL_WAIT) {
+                Some(Ok(m)) => {
+                    polled = true;
+                    if m.partition() != self.tp.1 {
+                        continue;
                     }
-                }
-                if !c.done() && last_progress.elapsed() > poll_timeout {
-                    self.at = None;
-                    self.stash.clear();
-                    return Err(format!(
-                        "no progress reading {}-{} at {} of [.., {}) for {:?} (kafkaConsumer.pollTimeoutMs); is the broker up?",
-                        self.tp.0, self.tp.1, c.next, c.to, poll_timeout
-                    ));
-                }
-                continue;
-            }
-            for m in pulled {
-                match m.error() {
-                    None => {
-                        polled = true;
-                        if m.partition() != self.tp.1 {
-                            continue;
-                        }
-                        let o = m.offset();
-                        if o < c.next {
-                            continue;
-                        }
-                        if o < c.to && self.stash.is_empty() {
-                            c.push(&m).map_err(|e| e.to_string())?;
-                            c.next = o + 1;
-                            if c.done() {
-                                self.at = Some((c.to, c.to));
-                            }
-                        } else {
-                            // Offsets [c.next, o) were gaps: this record (and
-                            // those pulled with it) are the next range's.
-                            if self.stash.is_empty() {
-                                self.at = Some((c.to, o));
-                                c.next = c.to;
-                            }
-                            self.stash.push_back(m.detach());
-                        }
+                    let o = m.offset();
+                    if o < c.next {
+                        continue;
                     }
-                    Some(code) => {
-                        // A pulled error moves the consumer's position past
-                        // its offset, which the gap logic above would take
-                        // for records passed: forget where this reader
-                        // stands, so that reading goes on from `c.next`.
-                        self.at = None;
-                        self.stash.clear();
+                    if o < c.to {
+                        c.push(&m).map_err(|e| e.to_string())?;
+                        c.next = o + 1;
                         if c.done() {
-                            break;
+                            self.at = Some((c.to, c.to));
                         }
-                        if matches!(
-                            code,
-                            RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset
-                        ) {
-                            return Ok(ReadEnd::OutOfRange);
-                        }
-                        tracing::warn!(topic = %self.tp.0, partition = self.tp.1, "consumer error (retrying): {} ({code:?})", m.error_text());
-                        if std::mem::take(&mut polled) {
-                            last_progress = Instant::now();
-                        }
-                        if last_progress.elapsed() > poll_timeout {
-                            return Err(format!(
-                                "no progress reading {}-{} at {} of [.., {}) for {:?} (kafkaConsumer.pollTimeoutMs): {}",
-                                self.tp.0, self.tp.1, c.next, c.to, poll_timeout, m.error_text()
-                            ));
-                        }
-                        reposition = true;
-                        break;
+                    } else {
+                        // Offsets [c.next, o) were gaps: this record is the next range's.
+                        self.at = Some((c.to, o));
+                        self.stash = Some(m.detach());
+                        c.next = c.to;
                     }
                 }
-            }
-            if std::mem::take(&mut reposition) {
-                self.position_at(c.next)?;
+                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange))) => {
+                    self.at = None;
+                    self.stash = None;
+                    return Ok(ReadEnd::OutOfRange);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(topic = %self.tp.0, partition = self.tp.1, "consumer error (retrying): {e}");
+                    if std::mem::take(&mut polled) {
+                        last_progress = Instant::now();
+                    }
+                    if last_progress.elapsed() > poll_timeout {
+                        self.at = None;
+                        self.stash = None;
+                        return Err(format!(
+                            "no progress reading {}-{} at {} of [.., {}) for {:?} (kafkaConsumer.pollTimeoutMs): {e}",
+                            self.tp.0, self.tp.1, c.next, c.to, poll_timeout
+                        ));
+                    }
+                }
+                None => {
+                    // Control records (transaction markers), aborted records and
+                    // compaction leave gaps: the consumer's position tells they
+                    // were passed.
+                    if std::mem::take(&mut polled) {
+                        last_progress = Instant::now();
+                    }
+                    if let Some(p) = self.position()? {
+                        if p > c.next {
+                            last_progress = Instant::now();
+                            if p >= c.to {
+                                self.at = Some((c.to, p));
+                                c.next = c.to;
+                            } else {
+                                c.next = p;
+                                self.at = Some((p, p));
+                            }
+                        }
+                    }
+                    if !c.done() && last_progress.elapsed() > poll_timeout {
+                        self.at = None;
+                        self.stash = None;
+                        return Err(format!(
+                            "no progress reading {}-{} at {} of [.., {}) for {:?} (kafkaConsumer.pollTimeoutMs); is the broker up?",
+                            self.tp.0, self.tp.1, c.next, c.to, poll_timeout
+                        ));
+                    }
+                }
             }
         }
         Ok(ReadEnd::Done)
     }
 
-    /// Takes a stashed record into `c`, or puts it back (first) for a later
-    /// range; true when `c` is done.
+    /// Takes the stashed record into `c` (or keeps it for a later range);
+    /// true when `c` is done.
     fn accept(&mut self, c: &mut Cursor, m: OwnedMessage) -> std::result::Result<bool, String> {
         let o = m.offset();
         if o < c.next {
@@ -269,37 +214,10 @@ impl PartitionReader {
             Ok(c.done())
         } else {
             self.at = Some((c.to, o));
-            self.stash.push_front(m);
+            self.stash = Some(m);
             c.next = c.to;
             Ok(true)
         }
-    }
-
-    /// Serves what reaches the consumer's own queue (librdkafka's logs and
-    /// global errors, through rdkafka), without waiting. Records go to the
-    /// partition's queue; one found here means the queues were not split
-    /// as expected: the reader then forgets where it stands, so that its
-    /// next read assigns the partition again and loses nothing.
-    /// True when a record was found there.
-    fn serve_events(&mut self) -> bool {
-        let mut lost = false;
-        for _ in 0..1000 {
-            match self.consumer.poll(Duration::ZERO) {
-                None => break,
-                Some(Ok(m)) => {
-                    tracing::warn!(topic = %self.tp.0, partition = m.partition(), offset = m.offset(), "a record reached the consumer's queue, not its partition's; reading again from where the batch stands");
-                    lost = true;
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(topic = %self.tp.0, partition = self.tp.1, "Kafka consumer: {e}");
-                }
-            }
-        }
-        if lost {
-            self.at = None;
-            self.stash.clear();
-        }
-        lost
     }
 
     /// The consumer's position in its partition (the next offset it reads).
