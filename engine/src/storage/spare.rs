@@ -112,6 +112,9 @@ fn maker() -> Option<&'static Mutex<Sender<PathBuf>>> {
 /// Makes a spare for `dir`, unless the request was withdrawn meanwhile (its
 /// root's last guard dropped): then nothing is left behind.
 fn make(dir: PathBuf) {
+    // Named before `creating` is set: nothing between setting and clearing
+    // it can panic (a dropped guard waits for it to clear).
+    let path = temp_path(&dir.join("spare"));
     {
         let mut reg = registry();
         if !reg.live(&dir) || !reg.slots.get(&dir).is_some_and(|s| s.making) {
@@ -119,7 +122,6 @@ fn make(dir: PathBuf) {
         }
         reg.creating = Some(dir.clone());
     }
-    let path = temp_path(&dir.join("spare"));
     let made = fs::File::create(&path).is_ok();
     let mut reg = registry();
     let live = reg.live(&dir);
