@@ -447,6 +447,8 @@ const KAFKA: &[OptionSpec] = &[
     opt("group.id", Some("group_id"), ValueKind::Text, None, "beyond Spark: commit each batch's end offsets to this group"),
     opt("kafka.group.id", None, ValueKind::Text, None, "the same as group.id"),
     opt("groupIdPrefix", None, ValueKind::Text, Some("weir-kafka-source"), "prefix of the generated group id"),
+    opt("kafka.auto.offset.reset", None, ValueKind::Unsupported("set startingOffsets to earliest or latest instead: the query decides which offsets it reads (a consumer that reset on its own would skip records without a data-loss report); Spark refuses it too"), None, "Spark: refused"),
+    opt("kafka.enable.auto.commit", None, ValueKind::Unsupported("the query keeps its offsets in its checkpoint, and commits each batch's end offsets to group.id when set; Spark refuses it too"), None, "Spark: refused"),
     opt("format", Some("format"), ValueKind::Choice(&["json", "csv"]), None, "weir: decode `value` into the declared schema"),
 ];
 

@@ -348,6 +348,21 @@ mod tests {
                 "5",
                 spec().check("minOffsetsPerTrigger", "5").unwrap_err(),
             ),
+            // Spark's refusals: the query, not the consumer, decides offsets.
+            (
+                "kafka.auto.offset.reset",
+                "earliest",
+                spec()
+                    .check("kafka.auto.offset.reset", "earliest")
+                    .unwrap_err(),
+            ),
+            (
+                "KAFKA.ENABLE.AUTO.COMMIT",
+                "true",
+                spec()
+                    .check("KAFKA.ENABLE.AUTO.COMMIT", "true")
+                    .unwrap_err(),
+            ),
         ];
         for (k, v, rule) in cases {
             let mut o = KafkaOptions::new(Some("h:1"));
