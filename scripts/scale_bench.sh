@@ -89,7 +89,7 @@ confs=(--conf weir.workerThreads=1)
 # Extra arguments for every process (e.g. WEIR_SCALE_ARGS="--source-option
 # kafka.compression.type=lz4"), split on spaces.
 read -r -a extra <<<"${WEIR_SCALE_ARGS:-}"
-confs+=("${extra[@]}")
+confs+=(${extra[@]+"${extra[@]}"})
 if [[ "$STORE" == s3 ]]; then
   : "${WEIR_S3_ENDPOINT:?WEIR_SCALE_CHECKPOINT=s3 needs WEIR_S3_ENDPOINT (bash scripts/s3.sh start)}"
   export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"

@@ -99,9 +99,7 @@ def main():
     secs = time.time() - t0
     query.stop()
     data = [p for p in progress if p["numInputRows"] > 0][:batches]
-    total = sum(p["numInputRows"] for p in data)
-    busy = sum(p["durationMs"]["triggerExecution"] for p in data) / 1000.0
-    lat = [p["durationMs"]["triggerExecution"] for p in data]
+    total, busy, lat = batch_figures(data)
     print(json.dumps({
         "scenario": scenario, "engine": "spark-3.5.1", "rows": total, "seconds": secs,
         "rows_per_sec": total / secs, "rows_per_busy_sec": total / max(busy, 1e-9),
@@ -111,6 +109,12 @@ def main():
         "rows_per_batch": rows,
     }))
     spark.stop()
+
+
+def batch_figures(data):
+    """Rows, busy seconds and per-batch latencies (ms) of progress entries."""
+    lat = [p["durationMs"]["triggerExecution"] for p in data]
+    return sum(p["numInputRows"] for p in data), sum(lat) / 1000.0, lat
 
 
 def kafka(spark):
@@ -147,9 +151,7 @@ def kafka(spark):
         print("warning: Spark keeps the last 100 batches' progress: the figures below "
               "leave out earlier batches (raise MAX_OFFSETS)", file=sys.stderr)
     data = [p for p in query.recentProgress if p["numInputRows"] > 0]
-    total = sum(p["numInputRows"] for p in data)
-    busy = sum(p["durationMs"]["triggerExecution"] for p in data) / 1000.0
-    lat = [p["durationMs"]["triggerExecution"] for p in data]
+    total, busy, lat = batch_figures(data)
     phases = {}
     for p in data:
         for k, v in p["durationMs"].items():

@@ -74,6 +74,16 @@ pub enum WeirError {
 /// `Result` with [`WeirError`].
 pub type Result<T, E = WeirError> = std::result::Result<T, E>;
 
+/// The message a panic carried (`panic!("...")` or a formatted one), for
+/// the error that reports it.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 impl WeirError {
     /// An I/O error at `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> WeirError {

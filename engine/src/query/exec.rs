@@ -380,11 +380,7 @@ impl Runner {
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_loop())) {
                 Ok(r) => r,
                 Err(p) => {
-                    let msg = p
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| p.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".into());
+                    let msg = crate::error::panic_message(p.as_ref());
                     let _ = self.pipeline.abort_state();
                     Err(WeirError::Config(format!(
                         "the query thread panicked: {msg}"

@@ -192,11 +192,7 @@ fn start_all(
             }
             for (p, h) in running {
                 let r = h.join().unwrap_or_else(|panic| {
-                    let why = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|m| m.to_string()))
-                        .unwrap_or_default();
+                    let why = crate::error::panic_message(panic.as_ref());
                     Err(WeirError::Config(format!(
                         "scale-out: starting the task of partition {} panicked: {why}",
                         task_name(&p)

@@ -180,17 +180,16 @@ pub(crate) fn take(dir: &Path) -> Option<Spare> {
 /// renamed to a temp name (which listings skip) in the same directory.
 /// False when the caller should remove the file.
 pub(crate) fn recycle(dir: &Path, path: &Path) -> bool {
-    // Only a regular file (not a directory, nor a link whose target a
-    // later write would truncate).
-    if !fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file()) {
-        return false;
-    }
     let mut reg = registry();
     if !reg.live(dir) {
         return false;
     }
     let slot = reg.slots.entry(dir.to_path_buf()).or_default();
-    if slot.ready.len() >= MAX_SPARES {
+    // Only a regular file (not a directory, nor a link whose target a
+    // later write would truncate).
+    if slot.ready.len() >= MAX_SPARES
+        || !fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+    {
         return false;
     }
     let spare = temp_path(&dir.join("spare"));
