@@ -19,7 +19,8 @@ fn dir() -> &'static tempfile::TempDir {
     DIR.get_or_init(|| tempfile::tempdir().unwrap())
 }
 
-/// The store's file checksum (FNV-1a 64 over header and entries).
+/// The checksum of the store's first file format (`WEIRST01`: FNV-1a 64 over
+/// header and entries), which it still reads.
 fn fnv(data: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
     for b in data {

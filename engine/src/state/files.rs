@@ -26,12 +26,54 @@ use std::path::Path;
 /// A full snapshot is written every this many versions.
 pub const SNAPSHOT_INTERVAL: u64 = 10;
 
-const MAGIC: &[u8; 8] = b"WEIRST01";
+/// The header of files written now: their checksum is XXH64 (seed 0).
+const MAGIC: &[u8; 8] = b"WEIRST02";
+/// The header of files written before: their checksum is FNV-1a 64, which
+/// runs a byte at a time (read still, never written).
+const MAGIC_FNV: &[u8; 8] = b"WEIRST01";
 
-/// Encodes entries (value None: a deletion) with a header and checksum.
-pub(crate) fn encode<'a>(entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>) -> Vec<u8> {
-    let mut out = MAGIC.to_vec();
+/// The checksum a file with header `magic` carries over its `body`.
+fn checksum(magic: &[u8], body: &[u8]) -> Option<u64> {
+    if magic == MAGIC {
+        Some(twox_hash::XxHash64::oneshot(0, body))
+    } else if magic == MAGIC_FNV {
+        Some(super::fnv64(body))
+    } else {
+        None
+    }
+}
+
+/// Encodes entries (value None: a deletion) with a header and checksum;
+/// `size_hint`: the bytes to reserve (the last such file's size).
+pub(crate) fn encode<'a>(
+    entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+    size_hint: usize,
+) -> Vec<u8> {
+    let mut e = Encoder::new(size_hint);
     for (k, v) in entries {
+        e.entry(k, v);
+    }
+    e.finish()
+}
+
+/// Writes a state file's bytes entry by entry (what [`encode`] does for
+/// an iterator), for a caller that visits its entries mutably.
+pub(crate) struct Encoder {
+    out: Vec<u8>,
+}
+
+impl Encoder {
+    /// A file with room for `size_hint` bytes before it grows.
+    pub(crate) fn new(size_hint: usize) -> Encoder {
+        let mut out = Vec::with_capacity(size_hint.max(16));
+        out.extend_from_slice(MAGIC);
+        Encoder { out }
+    }
+
+    /// Appends a key and its value (`None`: removed).
+    #[inline]
+    pub(crate) fn entry(&mut self, k: &[u8], v: Option<&[u8]>) {
+        let out = &mut self.out;
         out.extend_from_slice(&(k.len() as u32).to_le_bytes());
         out.extend_from_slice(k);
         match v {
@@ -42,9 +84,13 @@ pub(crate) fn encode<'a>(entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8
             None => out.extend_from_slice(&(-1i32).to_le_bytes()),
         }
     }
-    let sum = super::fnv64(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    out
+
+    /// The file: the entries and their checksum.
+    pub(crate) fn finish(mut self) -> Vec<u8> {
+        let sum = twox_hash::XxHash64::oneshot(0, &self.out);
+        self.out.extend_from_slice(&sum.to_le_bytes());
+        self.out
+    }
 }
 
 /// A key and its value (`None`: removed), as a state file holds it.
@@ -55,11 +101,14 @@ pub(crate) fn decode(path: &Path, data: &[u8]) -> Result<Vec<Entry>> {
     let bad = |why: &str| {
         WeirError::checkpoint(path, format!("damaged state file ({why}); restore it from a backup or start with a new checkpoint location"))
     };
-    if data.len() < 16 || &data[..8] != MAGIC {
+    if data.len() < 16 {
         return Err(bad("bad header"));
     }
     let (body, sum) = data.split_at(data.len() - 8);
-    if super::fnv64(body).to_le_bytes() != sum {
+    let Some(expected) = checksum(&data[..8], body) else {
+        return Err(bad("bad header"));
+    };
+    if expected.to_le_bytes() != sum {
         return Err(bad("checksum mismatch"));
     }
     let mut out = Vec::new();
@@ -262,7 +311,7 @@ mod tests {
     use super::*;
 
     fn delta(k: &[u8], v: &[u8]) -> Vec<u8> {
-        encode(std::iter::once((k, Some(v))))
+        encode(std::iter::once((k, Some(v))), 0)
     }
 
     #[test]
@@ -334,7 +383,7 @@ mod tests {
         f.write_delta(1, &delta(b"a", b"1")).unwrap();
         f.write_snapshot(1, &delta(b"a", b"1")).unwrap();
         f.write_delta(2, &delta(b"b", b"2")).unwrap();
-        f.write_delta(3, &encode(std::iter::once((&b"a"[..], None))))
+        f.write_delta(3, &encode(std::iter::once((&b"a"[..], None)), 0))
             .unwrap();
         // A snapshot above the version restored is ignored.
         f.write_snapshot(3, &delta(b"z", b"wrong")).unwrap();
@@ -359,5 +408,40 @@ mod tests {
             "{err}"
         );
         f.restore(0, |_, _| panic!("version 0 is empty")).unwrap();
+    }
+
+    #[test]
+    fn files_of_either_format_decode_and_a_damaged_one_is_an_error() {
+        let path = Path::new("state/0/0/7.delta");
+        let entries = vec![
+            (b"k1".to_vec(), Some(b"v1".to_vec())),
+            (b"k2".to_vec(), None),
+        ];
+        // Written now: XXH64.
+        let mut e = Encoder::new(0);
+        for (k, v) in &entries {
+            e.entry(k, v.as_deref());
+        }
+        let new = e.finish();
+        assert_eq!(&new[..8], MAGIC);
+        assert_eq!(decode(path, &new).unwrap(), entries);
+        // Written by earlier versions: the same body under FNV-1a.
+        let mut old = MAGIC_FNV.to_vec();
+        old.extend_from_slice(&new[8..new.len() - 8]);
+        let sum = crate::state::fnv64(&old);
+        old.extend_from_slice(&sum.to_le_bytes());
+        assert_eq!(decode(path, &old).unwrap(), entries);
+        // One flipped bit in either, an unknown header, a truncated file.
+        for (file, why) in [(&new, "checksum mismatch"), (&old, "checksum mismatch")] {
+            let mut bad = file.clone();
+            bad[12] ^= 1;
+            let err = decode(path, &bad).unwrap_err().to_string();
+            assert!(err.contains(why) && err.contains("7.delta"), "{err}");
+        }
+        let mut other = new.clone();
+        other[..8].copy_from_slice(b"WEIRST99");
+        let err = decode(path, &other).unwrap_err().to_string();
+        assert!(err.contains("bad header"), "{err}");
+        assert!(decode(path, &new[..10]).is_err());
     }
 }

@@ -15,7 +15,7 @@ use crate::storage::Storage;
 /// A full snapshot is written every this many versions (the state file
 /// format's, shared by both stores).
 pub use super::files::SNAPSHOT_INTERVAL;
-use super::files::{encode, VersionFiles};
+use super::files::{encode, Encoder, VersionFiles};
 use super::{StateIter, StateStore};
 
 /// In-memory state for one operator partition.
@@ -27,6 +27,8 @@ pub struct MemoryStateStore {
     /// cycle; abort replays the log backwards, so the first entry wins).
     undo: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     bytes: usize,
+    /// The size of the last delta file written: the next one's first guess.
+    delta_hint: usize,
 }
 
 /// A value, and whether this batch changed it (then its previous value is
@@ -73,6 +75,7 @@ impl MemoryStateStore {
             map,
             undo: Vec::new(),
             bytes: 0,
+            delta_hint: 0,
         };
         store.bytes = store.count_bytes();
         Ok(store)
@@ -85,6 +88,36 @@ impl MemoryStateStore {
             .map(|(k, s)| k.len() + s.value.len() + 48)
             .sum()
     }
+
+    /// Adds a key the store does not hold (logged for undo as absent).
+    fn insert_new(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.bytes += key.len() + value.len() + 48;
+        self.undo.push((key.clone(), None));
+        self.map.insert(
+            key,
+            Slot {
+                value,
+                changed: true,
+            },
+        );
+    }
+}
+
+/// Sets a held key's value; its first change in a batch moves the previous
+/// value (and a copy of the key) into the undo log.
+fn change(
+    slot: &mut Slot,
+    key: &[u8],
+    value: Vec<u8>,
+    bytes: &mut usize,
+    undo: &mut Vec<(Vec<u8>, Option<Vec<u8>>)>,
+) {
+    *bytes = (*bytes + value.len()).saturating_sub(slot.value.len());
+    let old = std::mem::replace(&mut slot.value, value);
+    if !slot.changed {
+        slot.changed = true;
+        undo.push((key.to_vec(), Some(old)));
+    }
 }
 
 impl StateStore for MemoryStateStore {
@@ -93,27 +126,18 @@ impl StateStore for MemoryStateStore {
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        // The first change of a key in a batch moves its previous value
-        // (and a copy of the key) into the undo log.
-        let vl = value.len();
-        match self.map.entry(key) {
-            std::collections::hash_map::Entry::Occupied(mut e) => {
-                let slot = e.get_mut();
-                self.bytes = (self.bytes + vl).saturating_sub(slot.value.len());
-                let old = std::mem::replace(&mut slot.value, value);
-                if !slot.changed {
-                    slot.changed = true;
-                    self.undo.push((e.key().clone(), Some(old)));
-                }
-            }
-            std::collections::hash_map::Entry::Vacant(e) => {
-                self.bytes += e.key().len() + vl + 48;
-                self.undo.push((e.key().clone(), None));
-                e.insert(Slot {
-                    value,
-                    changed: true,
-                });
-            }
+        match self.map.get_mut(key.as_slice()) {
+            Some(slot) => change(slot, &key, value, &mut self.bytes, &mut self.undo),
+            None => self.insert_new(key, value),
+        }
+    }
+
+    fn put_ref(&mut self, key: &[u8], value: Vec<u8>) {
+        // A key held already is changed in place: no copy of it unless
+        // the undo log needs one.
+        match self.map.get_mut(key) {
+            Some(slot) => change(slot, key, value, &mut self.bytes, &mut self.undo),
+            None => self.insert_new(key.to_vec(), value),
         }
     }
 
@@ -142,28 +166,35 @@ impl StateStore for MemoryStateStore {
     fn commit(&mut self, version: u64) -> Result<()> {
         // Each changed key with its value now (none when removed); a key
         // logged twice (removed and put again) is written twice, the same.
-        let delta = encode(self.undo.iter().map(|(k, _)| {
-            (
-                k.as_slice(),
-                self.map.get(k.as_slice()).map(|s| s.value.as_slice()),
-            )
-        }));
+        // One lookup per key also marks it unchanged: should the write
+        // fail, abort still restores every key in the undo log, whatever
+        // its mark.
+        let mut delta = Encoder::new(self.delta_hint);
+        for (k, _) in &self.undo {
+            let slot = self.map.get_mut(k.as_slice());
+            delta.entry(
+                k,
+                slot.map(|s| {
+                    s.changed = false;
+                    &*s.value
+                }),
+            );
+        }
+        let delta = delta.finish();
+        self.delta_hint = delta.len();
         self.files.write_delta(version, &delta)?;
         if version % SNAPSHOT_INTERVAL == 0 {
             let snap = encode(
                 self.map
                     .iter()
                     .map(|(k, s)| (k.as_slice(), Some(s.value.as_slice()))),
+                self.bytes,
             );
             self.files.write_snapshot(version, &snap)?;
         }
         // The batch is durable: its undo log goes (not before, so a failed
         // write can still be aborted).
-        for (k, _) in self.undo.drain(..) {
-            if let Some(s) = self.map.get_mut(k.as_slice()) {
-                s.changed = false;
-            }
-        }
+        self.undo.clear();
         self.files.purge(version);
         Ok(())
     }

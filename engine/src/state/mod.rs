@@ -30,6 +30,12 @@ pub trait StateStore: Send {
     fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>>;
     /// Sets `key`.
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>);
+    /// Sets `key`, copying it only where the store needs its own copy (the
+    /// memory store: a key it does not hold yet, or its first change in a
+    /// batch, for the undo log).
+    fn put_ref(&mut self, key: &[u8], value: Vec<u8>) {
+        self.put(key.to_vec(), value)
+    }
     /// Removes `key`.
     fn remove(&mut self, key: &[u8]);
     /// All pairs (including this batch's uncommitted writes).
@@ -147,6 +153,10 @@ impl StateStore for PartitionedStore {
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         let p = self.part(&key);
         self.parts[p].put(key, value)
+    }
+    fn put_ref(&mut self, key: &[u8], value: Vec<u8>) {
+        let p = self.part(key);
+        self.parts[p].put_ref(key, value)
     }
     fn remove(&mut self, key: &[u8]) {
         let p = self.part(key);

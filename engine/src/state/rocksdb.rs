@@ -440,6 +440,7 @@ impl StateStore for RocksDbStateStore {
             self.pending
                 .iter()
                 .map(|(k, v)| (k.as_slice(), v.as_deref())),
+            0,
         );
         self.files.write_delta(version, &delta)?;
         // The instance is not a committed version while the batch is applied
@@ -462,7 +463,10 @@ impl StateStore for RocksDbStateStore {
                 .map(|kv| kv.map(|(k, v)| (k.into_vec(), v.into_vec())))
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(|e| self.read_err(e))?;
-            let snap = encode(all.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))));
+            let snap = encode(
+                all.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))),
+                0,
+            );
             self.files.write_snapshot(version, &snap)?;
         }
         if self.sync {

@@ -18,6 +18,10 @@ use super::{Acc, Group, Reader};
 use crate::error::{Result, WeirError};
 use crate::hash::FastMap;
 
+/// How many (group, row) pairs a task notes before it folds them into the
+/// accumulators: 4096 pairs are 32 KB, which stay in the first-level cache.
+pub(super) const FOLD_EVERY: usize = 4096;
+
 /// A batch's groups by batch-local key, in first-seen order, with their
 /// accumulators side by side in one vector (no pointer to chase per row).
 pub(super) struct Grouper {
@@ -39,17 +43,26 @@ pub(super) struct Grouper {
 }
 
 impl Grouper {
-    /// An empty grouping whose groups start from `template`.
-    pub(super) fn new(template: Vec<Acc>) -> Grouper {
+    /// An empty grouping whose groups start from `template`, with room
+    /// for `groups` groups.
+    pub(super) fn new(template: Vec<Acc>, groups: usize) -> Grouper {
         Grouper {
+            accs: Vec::with_capacity(groups * template.len()),
             template,
-            accs: Vec::new(),
-            evicts: Vec::new(),
-            firsts: Vec::new(),
-            starts: Vec::new(),
-            seen_groups: Vec::new(),
-            seen_rows: Vec::new(),
+            evicts: Vec::with_capacity(groups),
+            firsts: Vec::with_capacity(groups),
+            starts: Vec::with_capacity(groups),
+            seen_groups: Vec::with_capacity(FOLD_EVERY + 64),
+            seen_rows: Vec::with_capacity(FOLD_EVERY + 64),
         }
+    }
+
+    /// Whether enough rows were seen to fold them in now ([`FOLD_EVERY`]):
+    /// the rows seen are kept in a small buffer that stays in cache and is
+    /// never regrown, not one entry per input row.
+    #[inline]
+    pub(super) fn should_fold(&self) -> bool {
+        self.seen_groups.len() >= FOLD_EVERY
     }
 
     /// Notes that row `row` belongs to group `group` (folded in by [`Grouper::fold`]).
@@ -327,7 +340,7 @@ impl<'a> Interner<'a> {
 
     /// Row `r`'s value as a [`Short`] (strings and binaries only; other
     /// values are always looked up by their bytes).
-    #[inline]
+    #[inline(always)]
     fn short_form(&self, r: usize) -> Short {
         match self.col {
             KeyCol::Utf8(a) => short_value(a, r),
@@ -339,7 +352,7 @@ impl<'a> Interner<'a> {
     /// Row `r`'s value as 128 bits: a short value in place (its bytes, and
     /// its length in the top byte), else its id tagged `0xFF` (or `0xFE`
     /// for null) in the top byte, which no length reaches.
-    #[inline]
+    #[inline(always)]
     fn code(&mut self, r: usize) -> u128 {
         let short = self.short_form(r);
         match short {
@@ -395,7 +408,7 @@ enum Short {
 
 /// Row `r` of `a` as a [`Short`]: its bytes read as one 16-byte word from
 /// the values buffer (no copy) where the buffer extends that far.
-#[inline]
+#[inline(always)]
 fn short_value<T: arrow::array::types::ByteArrayType>(
     a: &arrow::array::GenericByteArray<T>,
     r: usize,
@@ -453,8 +466,9 @@ pub(super) enum Keyer<'a> {
 
 impl<'a> Keyer<'a> {
     /// Keys rows by `cols` (and, when `window`, a window start): packed
-    /// when they fit in two words, else as bytes.
-    pub(super) fn new(cols: &'a [KeyCol], window: bool) -> Keyer<'a> {
+    /// when they fit in two words, else as bytes; with room for `groups`
+    /// groups before the index grows.
+    pub(super) fn new(cols: &'a [KeyCol], window: bool, groups: usize) -> Keyer<'a> {
         let window_bits = if window { 64 } else { 0 };
         let wide_at = cols
             .iter()
@@ -469,7 +483,7 @@ impl<'a> Keyer<'a> {
             return Keyer::Bytes {
                 cols,
                 buf: Vec::with_capacity(64),
-                index: FastMap::default(),
+                index: FastMap::with_capacity_and_hasher(groups, Default::default()),
             };
         }
         let parts = cols
@@ -486,12 +500,12 @@ impl<'a> Keyer<'a> {
             parts,
             shift: window_bits,
             base: (0, 0),
-            index: FastMap::default(),
+            index: FastMap::with_capacity_and_hasher(groups, Default::default()),
         }
     }
 
     /// Makes row `r` the current row (its key columns read once for all its windows).
-    #[inline]
+    #[inline(always)]
     pub(super) fn row(&mut self, r: usize) {
         match self {
             Keyer::Packed {
@@ -512,7 +526,10 @@ impl<'a> Keyer<'a> {
                         }
                     }
                 }
-                let first = wide.as_mut().map_or(0, |w| w.code(r));
+                let first = match wide {
+                    Some(w) => w.code(r),
+                    None => 0,
+                };
                 *base = (first, key << *shift);
             }
             Keyer::Bytes { cols, buf, .. } => {

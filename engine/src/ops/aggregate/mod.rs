@@ -14,6 +14,7 @@
 //! group's eviction time followed by its accumulators.
 
 use crate::hash::FastMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -101,6 +102,8 @@ pub struct AggregateOp {
     calls: Vec<String>,
     /// `spark.sql.streaming.weir.collectMaxValues`.
     collect_max_values: usize,
+    /// How many groups the last task found: the next task's first guess.
+    groups_hint: AtomicUsize,
 }
 
 /// Groups of one task or partition: (state key bytes, accumulators).
@@ -227,6 +230,7 @@ impl AggregateOp {
             metrics: StateOperatorProgress::new("stateStoreSave"),
             calls,
             collect_max_values: crate::config::COLLECT_MAX_VALUES_DEFAULT,
+            groups_hint: AtomicUsize::new(0),
         })
     }
 
@@ -421,9 +425,23 @@ impl AggregateOp {
             .iter()
             .map(|a| Reader::new(a.input.map(|i| batch.column(i))))
             .collect::<Result<Vec<_>>>()?;
-        let mut g = Grouper::new(self.new_accs());
-        let mut keyer = Keyer::new(&cols, times.is_some());
+        // Room for as many groups as the last task found (at most a group
+        // per row and window), so the index is not regrown as it fills.
+        let hint = self
+            .groups_hint
+            .load(Ordering::Relaxed)
+            .min(n * per_row.max(1) as usize);
+        let mut g = Grouper::new(self.new_accs(), hint);
+        let mut keyer = Keyer::new(&cols, times.is_some(), hint);
+        let fold = |g: &mut Grouper| {
+            g.fold(&readers).map_err(|(ai, r, start, e)| {
+                self.in_group(ai, || self.describe_row(batch, r, start), e)
+            })
+        };
         for r in 0..n {
+            if g.should_fold() {
+                fold(&mut g)?;
+            }
             let column_evict_at = || {
                 column_evict
                     .as_ref()
@@ -473,9 +491,8 @@ impl AggregateOp {
                 }
             }
         }
-        g.fold(&readers).map_err(|(ai, r, start, e)| {
-            self.in_group(ai, || self.describe_row(batch, r, start), e)
-        })?;
+        fold(&mut g)?;
+        self.groups_hint.store(g.len(), Ordering::Relaxed);
         // No groups, or no grouping keys: no state keys to build.
         let (Some(conv), false) = (&self.converter, g.len() == 0) else {
             return Ok((g.finish(None), lost));
@@ -627,7 +644,12 @@ impl AggregateOp {
             };
         }
         let wave = rayon::current_num_threads().max(1) * 2;
-        let mut merged: Vec<FastMap<Vec<u8>, Group>> = (0..n).map(|_| FastMap::default()).collect();
+        // Each partition holds about its share of a task's groups (the
+        // tasks of a batch mostly see the same groups).
+        let share = self.groups_hint.load(Ordering::Relaxed) / n.max(1);
+        let mut merged: Vec<FastMap<Vec<u8>, Group>> = (0..n)
+            .map(|_| FastMap::with_capacity_and_hasher(share, Default::default()))
+            .collect();
         let mut lost = 0;
         for chunk in tasks.chunks(wave) {
             let per_task: Vec<(TaskGroups, Vec<Vec<u32>>, i64)> =
@@ -721,7 +743,7 @@ impl AggregateOp {
                 }
                 None => g,
             };
-            store.put(k.clone(), Self::encode_group(&merged));
+            store.put_ref(&k, Self::encode_group(&merged));
             updated.push((k, merged));
         }
         po.counts.updated = updated.len() as i64;

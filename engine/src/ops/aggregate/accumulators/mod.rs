@@ -337,6 +337,7 @@ impl Reader {
     }
 
     /// True when row `i` is not null (always for `*`).
+    #[inline(always)]
     pub(crate) fn is_valid(&self, i: usize) -> bool {
         match self {
             Reader::None => true,
