@@ -32,6 +32,8 @@ fn cases(default: u32) -> u32 {
 #[derive(Debug, Clone)]
 enum Op {
     Put(Vec<u8>, Vec<u8>),
+    /// `put_ref`: the same write, the key borrowed.
+    PutRef(Vec<u8>, Vec<u8>),
     Remove(Vec<u8>),
 }
 
@@ -43,7 +45,8 @@ fn op() -> impl Strategy<Value = Op> {
     // remove each other across versions.
     let key = prop::collection::vec(0u8..3, 0..3);
     prop_oneof![
-        3 => (key.clone(), prop::collection::vec(any::<u8>(), 0..8)).prop_map(|(k, v)| Op::Put(k, v)),
+        2 => (key.clone(), prop::collection::vec(any::<u8>(), 0..8)).prop_map(|(k, v)| Op::Put(k, v)),
+        2 => (key.clone(), prop::collection::vec(any::<u8>(), 0..8)).prop_map(|(k, v)| Op::PutRef(k, v)),
         1 => key.prop_map(Op::Remove),
     ]
 }
@@ -84,6 +87,10 @@ fn check_store(
             match op {
                 Op::Put(k, v) => {
                     store.put(k.clone(), v.clone());
+                    model.insert(k.clone(), v.clone());
+                }
+                Op::PutRef(k, v) => {
+                    store.put_ref(k, v.clone());
                     model.insert(k.clone(), v.clone());
                 }
                 Op::Remove(k) => {

@@ -67,39 +67,96 @@ impl WatermarkOp {
         }
     }
 
-    /// Records the statistics of `batch` into `stats`.
+    /// Records the statistics of `batch` into `stats`. A batch of more
+    /// than one task's rows is read as tasks on the worker pool this runs
+    /// in, their exact partial sums added before the one rounding, so the
+    /// statistics are the same whatever the worker count.
     pub fn observe(&self, batch: &RecordBatch, stats: &mut EventTimeStats) -> Result<()> {
         let col = batch.column(self.column);
         let ts = arrow::compute::cast(col, &crate::row::timestamp_type())
             .map_err(|e| WeirError::Config(format!("watermark column is not a timestamp: {e}")))?;
-        // One pass without branches per row: the sum is exact (in i128)
-        // and rounded once, rather than rounded row by row in f64.
         let a = ts.as_primitive::<TimestampMicrosecondType>();
-        let (mut min, mut max, mut sum) = (i64::MAX, i64::MIN, 0i128);
-        let mut fold = |v: i64| {
-            let ms = v.div_euclid(1000);
-            min = min.min(ms);
-            max = max.max(ms);
-            sum += ms as i128;
-        };
-        let count = if arrow::array::Array::null_count(a) == 0 {
-            a.values().iter().for_each(|&v| fold(v));
-            a.len()
+        let exact = if a.len() > crate::ops::tasks::ROWS_PER_TASK {
+            use rayon::prelude::*;
+            let n = a.len().div_ceil(crate::ops::tasks::ROWS_PER_TASK);
+            let size = a.len().div_ceil(n);
+            (0..n)
+                .into_par_iter()
+                .map(|i| {
+                    let off = i * size;
+                    Exact::of(&a.slice(off, size.min(a.len() - off)))
+                })
+                .reduce(Exact::default, Exact::add)
         } else {
-            a.iter().flatten().map(&mut fold).count()
+            Exact::of(a)
         };
-        let s = if count == 0 {
-            EventTimeStats::default()
-        } else {
-            EventTimeStats {
-                min,
-                max,
-                sum: sum as f64,
-                count: count as u64,
-            }
-        };
-        stats.merge(&s);
+        stats.merge(&exact.stats());
         Ok(())
+    }
+}
+
+/// Event-time statistics of some rows, the sum exact (in i128).
+#[derive(Clone, Copy)]
+struct Exact {
+    /// Earliest event time, µs.
+    min_us: i64,
+    /// Latest event time, µs.
+    max_us: i64,
+    /// The sum of the event times in ms (each rounded down).
+    sum_ms: i128,
+    /// Rows counted.
+    count: u64,
+}
+
+impl Default for Exact {
+    fn default() -> Exact {
+        Exact {
+            min_us: i64::MAX,
+            max_us: i64::MIN,
+            sum_ms: 0,
+            count: 0,
+        }
+    }
+}
+
+impl Exact {
+    /// One pass over `a`'s valid values, without branches per row.
+    fn of(a: &arrow::array::TimestampMicrosecondArray) -> Exact {
+        let mut e = Exact::default();
+        let mut fold = |v: i64| {
+            e.min_us = e.min_us.min(v);
+            e.max_us = e.max_us.max(v);
+            e.sum_ms += v.div_euclid(1000) as i128;
+        };
+        e.count = if arrow::array::Array::null_count(a) == 0 {
+            a.values().iter().for_each(|&v| fold(v));
+            a.len() as u64
+        } else {
+            a.iter().flatten().map(&mut fold).count() as u64
+        };
+        e
+    }
+
+    fn add(self, o: Exact) -> Exact {
+        Exact {
+            min_us: self.min_us.min(o.min_us),
+            max_us: self.max_us.max(o.max_us),
+            sum_ms: self.sum_ms + o.sum_ms,
+            count: self.count + o.count,
+        }
+    }
+
+    /// In milliseconds (rounded down, as each row is), the sum rounded once.
+    fn stats(self) -> EventTimeStats {
+        if self.count == 0 {
+            return EventTimeStats::default();
+        }
+        EventTimeStats {
+            min: self.min_us.div_euclid(1000),
+            max: self.max_us.div_euclid(1000),
+            sum: self.sum_ms as f64,
+            count: self.count,
+        }
     }
 }
 

@@ -35,7 +35,7 @@ const MAGIC_FNV: &[u8; 8] = b"WEIRST01";
 /// The checksum a file with header `magic` carries over its `body`.
 fn checksum(magic: &[u8], body: &[u8]) -> Option<u64> {
     if magic == MAGIC {
-        Some(twox_hash::XxHash64::oneshot(0, body))
+        Some(crate::hash::xxh64(body, 0))
     } else if magic == MAGIC_FNV {
         Some(super::fnv64(body))
     } else {
@@ -87,7 +87,7 @@ impl Encoder {
 
     /// The file: the entries and their checksum.
     pub(crate) fn finish(mut self) -> Vec<u8> {
-        let sum = twox_hash::XxHash64::oneshot(0, &self.out);
+        let sum = crate::hash::xxh64(&self.out, 0);
         self.out.extend_from_slice(&sum.to_le_bytes());
         self.out
     }
@@ -106,6 +106,16 @@ pub(crate) fn decode(path: &Path, data: &[u8]) -> Result<Vec<Entry>> {
     }
     let (body, sum) = data.split_at(data.len() - 8);
     let Some(expected) = checksum(&data[..8], body) else {
+        if data.starts_with(b"WEIRST") {
+            return Err(WeirError::checkpoint(
+                path,
+                format!(
+                    "state file format {}, which this weir does not read (it writes {} and reads WEIRST01 too): written by a newer weir? Run that version rather than starting a new checkpoint location",
+                    String::from_utf8_lossy(&data[..8]),
+                    String::from_utf8_lossy(MAGIC),
+                ),
+            ));
+        }
         return Err(bad("bad header"));
     };
     if expected.to_le_bytes() != sum {
@@ -441,7 +451,13 @@ mod tests {
         let mut other = new.clone();
         other[..8].copy_from_slice(b"WEIRST99");
         let err = decode(path, &other).unwrap_err().to_string();
+        assert!(err.contains("written by a newer weir?"), "{err}");
+        other[..8].copy_from_slice(b"GARBAGE!");
+        let err = decode(path, &other).unwrap_err().to_string();
         assert!(err.contains("bad header"), "{err}");
+        // The checksum is XXH64 (seed 0) of header and entries, pinned.
+        let sum = u64::from_le_bytes(new[new.len() - 8..].try_into().unwrap());
+        assert_eq!(sum, crate::hash::xxh64(&new[..new.len() - 8], 0));
         assert!(decode(path, &new[..10]).is_err());
     }
 }

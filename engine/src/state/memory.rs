@@ -88,36 +88,14 @@ impl MemoryStateStore {
             .map(|(k, s)| k.len() + s.value.len() + 48)
             .sum()
     }
-
-    /// Adds a key the store does not hold (logged for undo as absent).
-    fn insert_new(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.bytes += key.len() + value.len() + 48;
-        self.undo.push((key.clone(), None));
-        self.map.insert(
-            key,
-            Slot {
-                value,
-                changed: true,
-            },
-        );
-    }
 }
 
-/// Sets a held key's value; its first change in a batch moves the previous
-/// value (and a copy of the key) into the undo log.
-fn change(
-    slot: &mut Slot,
-    key: &[u8],
-    value: Vec<u8>,
-    bytes: &mut usize,
-    undo: &mut Vec<(Vec<u8>, Option<Vec<u8>>)>,
-) {
+/// Sets a held key's value; on its first change in a batch, returns the
+/// previous value, for the undo log (with a copy of the key).
+fn change(slot: &mut Slot, value: Vec<u8>, bytes: &mut usize) -> Option<Vec<u8>> {
     *bytes = (*bytes + value.len()).saturating_sub(slot.value.len());
     let old = std::mem::replace(&mut slot.value, value);
-    if !slot.changed {
-        slot.changed = true;
-        undo.push((key.to_vec(), Some(old)));
-    }
+    (!std::mem::replace(&mut slot.changed, true)).then_some(old)
 }
 
 impl StateStore for MemoryStateStore {
@@ -126,9 +104,21 @@ impl StateStore for MemoryStateStore {
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        match self.map.get_mut(key.as_slice()) {
-            Some(slot) => change(slot, &key, value, &mut self.bytes, &mut self.undo),
-            None => self.insert_new(key, value),
+        // One lookup finds the key or where it goes.
+        match self.map.entry(key) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                if let Some(old) = change(e.get_mut(), value, &mut self.bytes) {
+                    self.undo.push((e.key().clone(), Some(old)));
+                }
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                self.bytes += e.key().len() + value.len() + 48;
+                self.undo.push((e.key().clone(), None));
+                e.insert(Slot {
+                    value,
+                    changed: true,
+                });
+            }
         }
     }
 
@@ -136,8 +126,12 @@ impl StateStore for MemoryStateStore {
         // A key held already is changed in place: no copy of it unless
         // the undo log needs one.
         match self.map.get_mut(key) {
-            Some(slot) => change(slot, key, value, &mut self.bytes, &mut self.undo),
-            None => self.insert_new(key.to_vec(), value),
+            Some(slot) => {
+                if let Some(old) = change(slot, value, &mut self.bytes) {
+                    self.undo.push((key.to_vec(), Some(old)));
+                }
+            }
+            None => self.put(key.to_vec(), value),
         }
     }
 
@@ -244,6 +238,39 @@ mod tests {
         let v2 = MemoryStateStore::open(dir.path(), 2, 100, false).unwrap();
         assert_eq!(v2.get(b"a"), None);
         assert_eq!(v2.get(b"c").as_deref(), Some(&b"3"[..]));
+    }
+
+    #[test]
+    fn a_failed_commit_aborts_to_the_committed_state_and_put_ref_copies_only_new_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = a1_b2_at_version_1(dir.path());
+        let committed = s.memory_used_bytes();
+        // Another run wrote version 2 first: this run's create-once write
+        // of it is refused, after the commit marked its keys unchanged.
+        fs::write(dir.path().join("2.delta"), b"someone else's").unwrap();
+        s.put_ref(b"a", b"10".to_vec());
+        s.put_ref(b"c", b"3".to_vec());
+        s.remove(b"b");
+        assert!(s.commit(2).is_err());
+        // A put after the failure, then the abort: the committed state.
+        s.put_ref(b"a", b"11".to_vec());
+        s.abort();
+        assert_eq!(s.get(b"a").as_deref(), Some(&b"1"[..]));
+        assert_eq!(s.get(b"b").as_deref(), Some(&b"2"[..]));
+        assert_eq!(s.get(b"c"), None);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.memory_used_bytes(), committed);
+        // put_ref then commits like put: a changed twice, d new.
+        fs::remove_file(dir.path().join("2.delta")).unwrap();
+        s.put_ref(b"a", b"20".to_vec());
+        s.put_ref(b"a", b"21".to_vec());
+        s.put_ref(b"d", b"4".to_vec());
+        s.commit(2).unwrap();
+        let v2 = MemoryStateStore::open(dir.path(), 2, 100, false).unwrap();
+        assert_eq!(v2.get(b"a").as_deref(), Some(&b"21"[..]));
+        assert_eq!(v2.get(b"d").as_deref(), Some(&b"4"[..]));
+        assert_eq!(v2.len(), 3);
+        assert_eq!(v2.memory_used_bytes(), s.memory_used_bytes());
     }
 
     #[test]

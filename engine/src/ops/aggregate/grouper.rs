@@ -58,8 +58,8 @@ impl Grouper {
     }
 
     /// Whether enough rows were seen to fold them in now ([`FOLD_EVERY`]):
-    /// the rows seen are kept in a small buffer that stays in cache and is
-    /// never regrown, not one entry per input row.
+    /// the rows seen are kept in a small buffer that stays in cache (grown
+    /// only for rows in more than 64 windows), not one entry per input row.
     #[inline]
     pub(super) fn should_fold(&self) -> bool {
         self.seen_groups.len() >= FOLD_EVERY

@@ -430,7 +430,7 @@ impl AggregateOp {
         let hint = self
             .groups_hint
             .load(Ordering::Relaxed)
-            .min(n * per_row.max(1) as usize);
+            .min(n.saturating_mul(per_row.max(1) as usize));
         let mut g = Grouper::new(self.new_accs(), hint);
         let mut keyer = Keyer::new(&cols, times.is_some(), hint);
         let fold = |g: &mut Grouper| {
@@ -646,7 +646,10 @@ impl AggregateOp {
         let wave = rayon::current_num_threads().max(1) * 2;
         // Each partition holds about its share of a task's groups (the
         // tasks of a batch mostly see the same groups).
-        let share = self.groups_hint.load(Ordering::Relaxed) / n.max(1);
+        // Never more than this batch's rows: a hint from a far larger batch
+        // must not reserve room for groups this one cannot have.
+        let rows: usize = tasks.iter().map(|t| t.num_rows()).sum();
+        let share = self.groups_hint.load(Ordering::Relaxed).min(rows) / n.max(1);
         let mut merged: Vec<FastMap<Vec<u8>, Group>> = (0..n)
             .map(|_| FastMap::with_capacity_and_hasher(share, Default::default()))
             .collect();

@@ -24,6 +24,7 @@ use arrow::datatypes::DataType as ArrowType;
 
 use super::{get_u8, Accumulator, Reader};
 use crate::error::Result;
+use crate::hash::xxh64;
 
 /// A HyperLogLog++ sketch of `2^p` registers (none allocated until a value).
 #[derive(Clone, Debug, PartialEq)]
@@ -194,92 +195,10 @@ impl Accumulator for Hll {
 /// Spark's seed for HyperLogLog++.
 const SEED: u64 = 42;
 
-const P1: u64 = 0x9E37_79B1_85EB_CA87;
-const P2: u64 = 0xC2B2_AE3D_27D4_EB4F;
-const P3: u64 = 0x1656_67B1_9E37_79F9;
-const P4: u64 = 0x85EB_CA77_C2B2_AE63;
-const P5: u64 = 0x27D4_EB2F_1656_67C5;
-
-fn round(acc: u64, input: u64) -> u64 {
-    acc.wrapping_add(input.wrapping_mul(P2))
-        .rotate_left(31)
-        .wrapping_mul(P1)
-}
-
-fn merge_round(acc: u64, v: u64) -> u64 {
-    (acc ^ round(0, v)).wrapping_mul(P1).wrapping_add(P4)
-}
-
-fn u64_at(b: &[u8]) -> u64 {
-    u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
-}
-
-/// XXH64 (the public xxHash specification) of `data`.
-pub(crate) fn xxh64(data: &[u8], seed: u64) -> u64 {
-    let mut rest = data;
-    let mut h = if data.len() >= 32 {
-        let mut v = [
-            seed.wrapping_add(P1).wrapping_add(P2),
-            seed.wrapping_add(P2),
-            seed,
-            seed.wrapping_sub(P1),
-        ];
-        while rest.len() >= 32 {
-            for (j, lane) in v.iter_mut().enumerate() {
-                *lane = round(*lane, u64_at(&rest[j * 8..]));
-            }
-            rest = &rest[32..];
-        }
-        let mut h = v[0]
-            .rotate_left(1)
-            .wrapping_add(v[1].rotate_left(7))
-            .wrapping_add(v[2].rotate_left(12))
-            .wrapping_add(v[3].rotate_left(18));
-        for lane in v {
-            h = merge_round(h, lane);
-        }
-        h
-    } else {
-        seed.wrapping_add(P5)
-    };
-    h = h.wrapping_add(data.len() as u64);
-    while rest.len() >= 8 {
-        h ^= round(0, u64_at(rest));
-        h = h.rotate_left(27).wrapping_mul(P1).wrapping_add(P4);
-        rest = &rest[8..];
-    }
-    if rest.len() >= 4 {
-        let k = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as u64;
-        h ^= k.wrapping_mul(P1);
-        h = h.rotate_left(23).wrapping_mul(P2).wrapping_add(P3);
-        rest = &rest[4..];
-    }
-    for &b in rest {
-        h ^= (b as u64).wrapping_mul(P5);
-        h = h.rotate_left(11).wrapping_mul(P1);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(P2);
-    h ^= h >> 29;
-    h = h.wrapping_mul(P3);
-    h ^ (h >> 32)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use weir_plan::Rsd;
-
-    #[test]
-    fn xxh64_matches_the_reference_vectors() {
-        assert_eq!(xxh64(b"", 0), 0xef46db3751d8e999);
-        assert_eq!(xxh64(b"a", 0), 0xd24ec4f1a98c6e5b);
-        assert_eq!(xxh64(b"abc", 42), 0x13c1d910702770e6);
-        let long = b"0123456789abcdef0123456789abcdef0123";
-        assert_eq!(xxh64(long, 0), 0xc4255ba3d1af5461);
-        assert_eq!(xxh64(long, 42), 0xd5ed95f3f6ec49dc);
-        assert_eq!(xxh64(&1i64.to_le_bytes(), 42), 0x9ed50fd59358d232);
-    }
 
     fn sketch(rsd: f64, values: impl Iterator<Item = i64>) -> Hll {
         let mut h = Hll::new(Rsd::new(rsd).unwrap().precision());
