@@ -181,3 +181,56 @@ pub fn late_rows(
     }
     Ok(Some(arrow::compute::filter_record_batch(batch, &mask)?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::TimestampMicrosecondArray;
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_batch_read_as_tasks_has_the_statistics_of_one_pass() {
+        // 200k rows (four tasks), nulls, times before 1970 and after, not
+        // multiples of a millisecond, sums past f64's exact integers: the
+        // statistics of a plain pass.
+        let mut x: u64 = 7;
+        let times: Vec<Option<i64>> = (0..200_000)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (i % 97 != 0).then(|| (x % 4_000_000_000_000_000) as i64 - 2_000_000_000_000_000)
+            })
+            .collect();
+        let a = TimestampMicrosecondArray::from(times.clone()).with_timezone("UTC");
+        let schema = Schema::new(vec![Field::new(
+            "t",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        )]);
+        let batch = RecordBatch::try_new(Arc::new(schema), vec![Arc::new(a)]).unwrap();
+        let mut got = EventTimeStats::default();
+        WatermarkOp::new(0, 0, 0).observe(&batch, &mut got).unwrap();
+        let ms: Vec<i64> = times.iter().flatten().map(|t| t.div_euclid(1000)).collect();
+        let sum: i128 = ms.iter().map(|&m| m as i128).sum();
+        assert_eq!(
+            got,
+            EventTimeStats {
+                min: *ms.iter().min().unwrap(),
+                max: *ms.iter().max().unwrap(),
+                sum: sum as f64,
+                count: ms.len() as u64,
+            }
+        );
+        // And on a pool of one worker, the same.
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let mut again = EventTimeStats::default();
+        one.install(|| WatermarkOp::new(0, 0, 0).observe(&batch, &mut again))
+            .unwrap();
+        assert_eq!(again, got);
+    }
+}
