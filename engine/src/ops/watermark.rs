@@ -83,7 +83,7 @@ impl WatermarkOp {
             (0..n)
                 .into_par_iter()
                 .map(|i| {
-                    let off = i * size;
+                    let off = (i * size).min(a.len());
                     Exact::of(&a.slice(off, size.min(a.len() - off)))
                 })
                 .reduce(Exact::default, Exact::add)
@@ -192,8 +192,7 @@ mod tests {
     #[test]
     fn a_batch_read_as_tasks_has_the_statistics_of_one_pass() {
         // 200k rows (four tasks), nulls, times before 1970 and after, not
-        // multiples of a millisecond, sums past f64's exact integers: the
-        // statistics of a plain pass.
+        // multiples of a millisecond: the statistics of a plain pass.
         let mut x: u64 = 7;
         let times: Vec<Option<i64>> = (0..200_000)
             .map(|i| {
@@ -232,5 +231,38 @@ mod tests {
         one.install(|| WatermarkOp::new(0, 0, 0).observe(&batch, &mut again))
             .unwrap();
         assert_eq!(again, got);
+    }
+
+    #[test]
+    fn the_partial_sums_of_tasks_are_rounded_once_not_per_task() {
+        // Four tasks of 50k rows: the first holds 2^53 ms and 1 ms, the
+        // next two 1 ms each, the rest 0. The exact sum, 2^53 + 3, rounds
+        // to 2^53 + 4; rounding each task's sum first gives 2^53.
+        let big = (1i64 << 53) * 1000;
+        let mut times = vec![0i64; 200_000];
+        times[0] = big;
+        times[1] = 1000;
+        times[50_000] = 1000;
+        times[100_000] = 1000;
+        let a = TimestampMicrosecondArray::from(times).with_timezone("UTC");
+        let schema = Schema::new(vec![Field::new(
+            "t",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        )]);
+        let batch = RecordBatch::try_new(Arc::new(schema), vec![Arc::new(a)]).unwrap();
+        let exact = ((1i128 << 53) + 3) as f64;
+        assert_eq!(exact, ((1u64 << 53) + 4) as f64);
+        for workers in [1, 2, 4] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(workers)
+                .build()
+                .unwrap();
+            let mut got = EventTimeStats::default();
+            pool.install(|| WatermarkOp::new(0, 0, 0).observe(&batch, &mut got))
+                .unwrap();
+            assert_eq!(got.sum, exact, "{workers} workers");
+            assert_eq!((got.min, got.max, got.count), (0, 1i64 << 53, 200_000));
+        }
     }
 }

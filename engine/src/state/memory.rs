@@ -241,7 +241,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_commit_aborts_to_the_committed_state_and_put_ref_copies_only_new_keys() {
+    fn a_failed_commit_aborts_to_the_committed_state_and_put_ref_commits_like_put() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = a1_b2_at_version_1(dir.path());
         let committed = s.memory_used_bytes();
