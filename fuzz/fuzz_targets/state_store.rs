@@ -2,7 +2,9 @@
 //! arbitrary bytes: `MemoryStateStore::open` returns the state or an error,
 //! never panics; state that opens commits and reopens unchanged.
 //!
-//! Input: byte 0: the version to open (1 + b % 4); byte 1: bit v-1 set makes
+//! Input: byte 0: the version to open (1 + b % 4), its bit 7 set wraps
+//! versions in the current format (`WEIRST02`, XXH64) rather than the first
+//! (`WEIRST01`, FNV-1a; both are read); byte 1: bit v-1 set makes
 //! version v a snapshot (else a delta), bit v+3 set keeps version v's bytes
 //! as they are (else they are wrapped in a valid header and checksum, so the
 //! fuzzer reaches the entry decoding); then each version's bytes, 1..=4, as
@@ -30,10 +32,16 @@ fn fnv(data: &[u8]) -> u64 {
     h
 }
 
-fn wrap(body: &[u8]) -> Vec<u8> {
-    let mut out = b"WEIRST01".to_vec();
+/// `body` with a valid header and checksum: the current format (`WEIRST02`,
+/// XXH64 with seed 0) or the first (`WEIRST01`, FNV-1a).
+fn wrap(body: &[u8], current: bool) -> Vec<u8> {
+    let mut out = if current { b"WEIRST02" } else { b"WEIRST01" }.to_vec();
     out.extend_from_slice(body);
-    let sum = fnv(&out);
+    let sum = if current {
+        twox_hash::XxHash64::oneshot(0, &out)
+    } else {
+        fnv(&out)
+    };
     out.extend_from_slice(&sum.to_le_bytes());
     out
 }
@@ -43,6 +51,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let version = 1 + (data[0] % 4) as u64;
+    let current = data[0] & 0x80 != 0;
     let flags = data[1];
     let mut rest = &data[2..];
     let path = dir().path();
@@ -61,7 +70,7 @@ fuzz_target!(|data: &[u8]| {
         let snapshot = flags & (1 << (v - 1)) != 0;
         let raw = flags & (1 << (v + 3)) != 0;
         let name = format!("{v}.{}", if snapshot { "snapshot" } else { "delta" });
-        let content = if raw { bytes.to_vec() } else { wrap(bytes) };
+        let content = if raw { bytes.to_vec() } else { wrap(bytes, current) };
         std::fs::write(path.join(name), content).unwrap();
     }
     let Ok(mut store) = MemoryStateStore::open(path, version, 100, false) else {
