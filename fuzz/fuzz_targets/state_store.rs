@@ -70,7 +70,11 @@ fuzz_target!(|data: &[u8]| {
         let snapshot = flags & (1 << (v - 1)) != 0;
         let raw = flags & (1 << (v + 3)) != 0;
         let name = format!("{v}.{}", if snapshot { "snapshot" } else { "delta" });
-        let content = if raw { bytes.to_vec() } else { wrap(bytes, current) };
+        let content = if raw {
+            bytes.to_vec()
+        } else {
+            wrap(bytes, current)
+        };
         std::fs::write(path.join(name), content).unwrap();
     }
     let Ok(mut store) = MemoryStateStore::open(path, version, 100, false) else {
