@@ -73,7 +73,8 @@ pub struct PartitionedStore {
 }
 
 /// 64-bit FNV-1a of `bytes`: a hash that is the same in every process and
-/// on every machine (key partitions, working copy names, file checksums).
+/// on every machine (key partitions, working copy names, and the checksum
+/// of state files in their first format, `WEIRST01`).
 pub fn fnv64(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
     for b in bytes {
