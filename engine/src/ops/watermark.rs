@@ -72,24 +72,14 @@ impl WatermarkOp {
     /// in, their exact partial sums added before the one rounding, so the
     /// statistics are the same whatever the worker count.
     pub fn observe(&self, batch: &RecordBatch, stats: &mut EventTimeStats) -> Result<()> {
-        let col = batch.column(self.column);
-        let ts = arrow::compute::cast(col, &crate::row::timestamp_type())
-            .map_err(|e| WeirError::Config(format!("watermark column is not a timestamp: {e}")))?;
-        let a = ts.as_primitive::<TimestampMicrosecondType>();
-        let exact = if a.len() > crate::ops::tasks::ROWS_PER_TASK {
-            use rayon::prelude::*;
-            let n = a.len().div_ceil(crate::ops::tasks::ROWS_PER_TASK);
-            let size = a.len().div_ceil(n);
-            (0..n)
-                .into_par_iter()
-                .map(|i| {
-                    let off = (i * size).min(a.len());
-                    Exact::of(&a.slice(off, size.min(a.len() - off)))
-                })
-                .reduce(Exact::default, Exact::add)
-        } else {
-            Exact::of(a)
-        };
+        let parts = crate::ops::tasks::map_tasks(std::slice::from_ref(batch), |b| {
+            let ts = arrow::compute::cast(b.column(self.column), &crate::row::timestamp_type())
+                .map_err(|e| {
+                    WeirError::Config(format!("watermark column is not a timestamp: {e}"))
+                })?;
+            Ok(Exact::of(ts.as_primitive::<TimestampMicrosecondType>()))
+        })?;
+        let exact = parts.into_iter().fold(Exact::default(), Exact::add);
         stats.merge(&exact.stats());
         Ok(())
     }
@@ -189,6 +179,17 @@ mod tests {
     use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
     use std::sync::Arc;
 
+    /// A one-column batch of UTC microsecond times.
+    fn batch_of(times: TimestampMicrosecondArray) -> RecordBatch {
+        let schema = Schema::new(vec![Field::new(
+            "t",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        )]);
+        let a = Arc::new(times.with_timezone("UTC"));
+        RecordBatch::try_new(Arc::new(schema), vec![a]).unwrap()
+    }
+
     #[test]
     fn a_batch_read_as_tasks_has_the_statistics_of_one_pass() {
         // 200k rows (four tasks), nulls, times before 1970 and after, not
@@ -202,13 +203,7 @@ mod tests {
                 (i % 97 != 0).then(|| (x % 4_000_000_000_000_000) as i64 - 2_000_000_000_000_000)
             })
             .collect();
-        let a = TimestampMicrosecondArray::from(times.clone()).with_timezone("UTC");
-        let schema = Schema::new(vec![Field::new(
-            "t",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            true,
-        )]);
-        let batch = RecordBatch::try_new(Arc::new(schema), vec![Arc::new(a)]).unwrap();
+        let batch = batch_of(TimestampMicrosecondArray::from(times.clone()));
         let mut got = EventTimeStats::default();
         WatermarkOp::new(0, 0, 0).observe(&batch, &mut got).unwrap();
         let ms: Vec<i64> = times.iter().flatten().map(|t| t.div_euclid(1000)).collect();
@@ -244,13 +239,7 @@ mod tests {
         times[1] = 1000;
         times[50_000] = 1000;
         times[100_000] = 1000;
-        let a = TimestampMicrosecondArray::from(times).with_timezone("UTC");
-        let schema = Schema::new(vec![Field::new(
-            "t",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
-        )]);
-        let batch = RecordBatch::try_new(Arc::new(schema), vec![Arc::new(a)]).unwrap();
+        let batch = batch_of(TimestampMicrosecondArray::from(times));
         let exact = ((1i128 << 53) + 3) as f64;
         assert_eq!(exact, ((1u64 << 53) + 4) as f64);
         for workers in [1, 2, 4] {
