@@ -14,7 +14,7 @@ use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, StringArray};
 use arrow::datatypes::{ArrowNativeType, DataType as ArrowType};
 use arrow::row::{RowConverter, SortField};
 
-use super::{Acc, Group, Reader};
+use super::{Acc, Reader};
 use crate::error::{Result, WeirError};
 use crate::hash::FastMap;
 
@@ -154,19 +154,17 @@ impl TaskGroups {
         &self.accs[i * self.width..(i + 1) * self.width]
     }
 
-    /// Group `i`, copied out.
-    pub(super) fn group(&self, i: usize) -> Group {
-        Group {
-            evict_at: self.evict_at(i),
-            accs: self.accs(i).to_vec(),
-        }
-    }
-
-    /// Every group with its key, in first-seen order.
+    /// Every group as (key, eviction time, accumulators), in first-seen order.
     #[cfg(test)]
-    pub(super) fn into_groups(self) -> Vec<(Vec<u8>, Group)> {
+    pub(super) fn into_groups(self) -> Vec<(Vec<u8>, i64, Vec<Acc>)> {
         (0..self.len())
-            .map(|i| (self.key(i).to_vec(), self.group(i)))
+            .map(|i| {
+                (
+                    self.key(i).to_vec(),
+                    self.evict_at(i),
+                    self.accs(i).to_vec(),
+                )
+            })
             .collect()
     }
 }

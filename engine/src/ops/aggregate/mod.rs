@@ -13,7 +13,6 @@
 //! State: key = the group's key columns in Arrow's row format; value = the
 //! group's eviction time followed by its accumulators.
 
-use crate::hash::FastMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -28,6 +27,7 @@ use arrow::row::{RowConverter, SortField};
 use weir_plan::{AggFn, OutputMode};
 
 pub(crate) mod accumulators;
+mod group_set;
 mod grouper;
 
 pub(crate) use accumulators::{agg_arrays, kind_of, output_type, Acc, Kind, Reader};
@@ -41,6 +41,7 @@ use crate::ops::BatchContext;
 use crate::progress::StateOperatorProgress;
 use crate::row::{timestamp_type, Timestamp, Window};
 use crate::state::{partition_of, PartitionedStore, StateStore};
+use group_set::GroupSet;
 use grouper::{Grouper, KeyCol, Keyer, TaskGroups};
 use rayon::prelude::*;
 
@@ -78,13 +79,6 @@ pub struct AggExec {
     pub name: String,
 }
 
-/// A group's value: when it may be evicted (µs; i64::MAX = never) and its accumulators.
-#[derive(Clone, Debug)]
-struct Group {
-    evict_at: i64,
-    accs: Vec<Acc>,
-}
-
 /// The aggregation operator.
 pub struct AggregateOp {
     /// Index among the query's stateful operators.
@@ -105,9 +99,6 @@ pub struct AggregateOp {
     /// How many groups the last task found: the next task's first guess.
     groups_hint: AtomicUsize,
 }
-
-/// Groups of one task or partition: (state key bytes, accumulators).
-type Groups = Vec<(Vec<u8>, Group)>;
 
 /// The starts of the windows a timestamp falls in, oldest first: in `i64`
 /// arithmetic when the timestamp is far enough from the ends of time, else
@@ -151,10 +142,11 @@ impl Iterator for Starts {
     }
 }
 
-/// One state partition's share of a micro-batch: what it emits and counts.
-#[derive(Default)]
+/// One state partition's share of a micro-batch: what it emits (the
+/// groups `rows` of `groups`) and counts.
 struct PartitionOutput {
-    out: Vec<(Vec<u8>, Group)>,
+    groups: GroupSet,
+    rows: Vec<u32>,
     counts: PartitionCounts,
 }
 
@@ -357,9 +349,12 @@ impl AggregateOp {
         parts.join(", ")
     }
 
-    fn encode_group(g: &Group) -> Vec<u8> {
-        let mut v = g.evict_at.to_le_bytes().to_vec();
-        for a in &g.accs {
+    /// A group's state value: its eviction time, then its accumulators
+    /// (`capacity`: a guess at the length).
+    fn encode_group(evict_at: i64, accs: &[Acc], capacity: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(capacity);
+        v.extend_from_slice(&evict_at.to_le_bytes());
+        for a in accs {
             a.encode(&mut v);
         }
         v
@@ -582,13 +577,17 @@ impl AggregateOp {
             m.custom_metrics
                 .insert("numRowsOutsideRepresentableWindows".into(), lost);
         }
-        let mut out = Vec::new();
-        for p in parts {
+        // The union of the partitions' output, sorted by key (keys are
+        // unique: an unstable sort gives the same order, without a buffer).
+        let mut out: Vec<(&[u8], &[Acc])> = Vec::new();
+        for p in &parts {
             p.counts.add_to(&mut m);
-            out.extend(p.out);
+            out.extend(p.rows.iter().map(|&i| {
+                let i = i as usize;
+                (p.groups.key(i), p.groups.accs(i))
+            }));
         }
-        // Keys are unique: an unstable sort gives the same order, without a buffer.
-        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        out.sort_unstable_by(|a, b| a.0.cmp(b.0));
         m.all_updates_time_ms = started.elapsed().as_millis() as i64;
         m.num_rows_total = total;
         m.memory_used_bytes = memory;
@@ -608,8 +607,9 @@ impl AggregateOp {
     /// wave merged before the next starts, so a large batch holds one wave's
     /// partial groups at a time, not every slice's.
     /// Also returns the rows that lost a window that cannot be represented.
-    fn route(&self, input: &[RecordBatch], n: usize) -> Result<(Vec<Groups>, i64)> {
+    fn route(&self, input: &[RecordBatch], n: usize) -> Result<(Vec<GroupSet>, i64)> {
         let tasks = crate::ops::tasks::slices(input);
+        let width = self.aggs.len();
         // A task's groups, and which of them go to each partition.
         let task = |b: &RecordBatch| -> Result<(TaskGroups, Vec<Vec<u32>>, i64)> {
             let (groups, lost) = self.partial(b)?;
@@ -625,22 +625,24 @@ impl AggregateOp {
             Ok((groups, parts, lost))
         };
         if tasks.len() <= 1 {
+            // One task's groups are distinct: copied out, no lookups.
             return match tasks.first() {
                 Some(b) => {
                     let (groups, parts, lost) = task(b)?;
                     let per_part = parts
                         .into_iter()
                         .map(|ids| {
-                            ids.into_iter()
-                                .map(|i| {
-                                    (groups.key(i as usize).to_vec(), groups.group(i as usize))
-                                })
-                                .collect()
+                            let mut set = GroupSet::new(width, ids.len());
+                            for i in ids {
+                                let i = i as usize;
+                                set.push(groups.key(i), groups.evict_at(i), groups.accs(i));
+                            }
+                            set
                         })
                         .collect();
                     Ok((per_part, lost))
                 }
-                None => Ok(((0..n).map(|_| Vec::new()).collect(), 0)),
+                None => Ok(((0..n).map(|_| GroupSet::new(width, 0)).collect(), 0)),
             };
         }
         let wave = rayon::current_num_threads().max(1) * 2;
@@ -650,27 +652,22 @@ impl AggregateOp {
         // must not reserve room for groups this one cannot have.
         let rows: usize = tasks.iter().map(|t| t.num_rows()).sum();
         let share = self.groups_hint.load(Ordering::Relaxed).min(rows) / n.max(1);
-        let mut merged: Vec<FastMap<Vec<u8>, Group>> = (0..n)
-            .map(|_| FastMap::with_capacity_and_hasher(share, Default::default()))
-            .collect();
+        let mut merged: Vec<GroupSet> = (0..n).map(|_| GroupSet::new(width, share)).collect();
         let mut lost = 0;
         for chunk in tasks.chunks(wave) {
             let per_task: Vec<(TaskGroups, Vec<Vec<u32>>, i64)> =
                 chunk.par_iter().map(task).collect::<Result<_>>()?;
             lost += per_task.iter().map(|t| t.2).sum::<i64>();
-            // Each partition takes its groups from every task of the wave, in
-            // input order; a key it holds already costs no allocation.
-            let merge = |(p, m): (usize, &mut FastMap<Vec<u8>, Group>)| -> Result<()> {
+            // Each partition takes its groups from every task of the wave,
+            // in input order.
+            let merge = |(p, set): (usize, &mut GroupSet)| -> Result<()> {
                 for (groups, parts, _) in &per_task {
                     for &i in &parts[p] {
                         let i = i as usize;
                         let k = groups.key(i);
-                        match m.get_mut(k) {
-                            Some(into) => self.merge_accs(&mut into.accs, groups.accs(i), k)?,
-                            None => {
-                                m.insert(k.to_vec(), groups.group(i));
-                            }
-                        }
+                        set.merge(k, groups.evict_at(i), groups.accs(i), |into, from| {
+                            self.merge_accs(into, from, k)
+                        })?;
                     }
                 }
                 Ok(())
@@ -681,13 +678,7 @@ impl AggregateOp {
                 merged.iter_mut().enumerate().try_for_each(merge)?;
             }
         }
-        Ok((
-            merged
-                .into_iter()
-                .map(|m| m.into_iter().collect())
-                .collect(),
-            lost,
-        ))
+        Ok((merged, lost))
     }
 
     fn process_partitions(
@@ -701,14 +692,8 @@ impl AggregateOp {
         let n = store.partitions();
         let (mut per_part, lost) = self.route(input, n)?;
         // A global aggregation always has its one group in a data batch.
-        if self.keys.is_empty() && per_part.iter().all(Vec::is_empty) && !no_data {
-            per_part[partition_of(&[], n)].push((
-                Vec::new(),
-                Group {
-                    evict_at: i64::MAX,
-                    accs: self.new_accs(),
-                },
-            ));
+        if self.keys.is_empty() && per_part.iter().all(GroupSet::is_empty) && !no_data {
+            per_part[partition_of(&[], n)].push(&[], i64::MAX, &self.new_accs());
         }
         let outputs = store.map_parts(per_part, |_, store, groups| {
             self.apply_partition(store, groups, wm, mode)
@@ -718,39 +703,46 @@ impl AggregateOp {
 
     /// One state partition's part of a batch: applies the batch's groups
     /// (merged over its tasks) to the partition's store, evicts behind the
-    /// watermark and returns what the partition emits.
+    /// watermark and returns what the partition emits. Each group is merged
+    /// into its stored value in place in `groups` (which then holds it as
+    /// the output reads it).
     fn apply_partition(
         &self,
         store: &mut dyn StateStore,
-        mut partial: Groups,
+        mut groups: GroupSet,
         wm: Watermarks,
         mode: OutputMode,
     ) -> Result<PartitionOutput> {
-        let mut po = PartitionOutput::default();
+        let mut counts = PartitionCounts::default();
         let watermarked = self.watermark_key.is_some() && mode != OutputMode::Complete;
-        if watermarked {
-            if let Some(late) = wm.late_ms {
-                let late_us = late.saturating_mul(1000);
-                let before = partial.len();
-                partial.retain(|(_, g)| g.evict_at > late_us);
-                po.counts.dropped = (before - partial.len()) as i64;
+        // Groups at or before the previous watermark are late: dropped.
+        let late_us = wm
+            .late_ms
+            .filter(|_| watermarked)
+            .map(|late| late.saturating_mul(1000));
+        let mut updated: Vec<u32> = Vec::with_capacity(groups.len());
+        // A stored group is decoded here, the batch's folded into it, and
+        // the two swapped: no allocation per group but its new value.
+        let mut stored = self.new_accs();
+        let mut value_len = 8;
+        for i in 0..groups.len() {
+            let (key, evict_at, accs) = groups.group_mut(i);
+            if late_us.is_some_and(|late| *evict_at <= late) {
+                counts.dropped += 1;
+                continue;
             }
+            if let Some(old) = store.get(key) {
+                *evict_at = self.decode_into(&old, &mut stored)?;
+                self.merge_accs(&mut stored, accs, key)?;
+                accs.swap_with_slice(&mut stored);
+            }
+            let value = Self::encode_group(*evict_at, accs, value_len);
+            value_len = value.len();
+            store.put_ref(key, value);
+            updated.push(i as u32);
         }
-        let mut updated: Vec<(Vec<u8>, Group)> = Vec::with_capacity(partial.len());
-        for (k, g) in partial {
-            let merged = match store.get(&k) {
-                Some(old) => {
-                    let mut old = self.decode_group(&old)?;
-                    self.merge_accs(&mut old.accs, &g.accs, &k)?;
-                    old
-                }
-                None => g,
-            };
-            store.put_ref(&k, Self::encode_group(&merged));
-            updated.push((k, merged));
-        }
-        po.counts.updated = updated.len() as i64;
-        let mut evicted: Vec<(Vec<u8>, Group)> = Vec::new();
+        counts.updated = updated.len() as i64;
+        let mut evicted = GroupSet::new(self.aggs.len(), 0);
         if watermarked {
             if let Some(ev) = wm.evict_ms {
                 let ev_us = ev.saturating_mul(1000);
@@ -765,8 +757,7 @@ impl AggregateOp {
                         expired.push(k.to_vec());
                     } else if at != i64::MAX {
                         // Still open: when it closes (null keys never do).
-                        po.counts
-                            .note_open(at, window_size.map(|s| at.saturating_sub(s)));
+                        counts.note_open(at, window_size.map(|s| at.saturating_sub(s)));
                     }
                 }
                 for k in expired {
@@ -774,30 +765,45 @@ impl AggregateOp {
                         let v = store.get(&k).ok_or_else(|| {
                             WeirError::Config("aggregation state changed during eviction".into())
                         })?;
-                        let g = self.decode_group(&v)?;
-                        evicted.push((k.clone(), g));
+                        let at = self.decode_into(&v, &mut stored)?;
+                        evicted.push(&k, at, &stored);
                     }
                     store.remove(&k);
-                    po.counts.removed += 1;
+                    counts.removed += 1;
                 }
             }
         }
         // A failed state read must not reach the output.
         store.check()?;
-        po.out = match mode {
-            OutputMode::Complete => store
-                .iter()
-                .map(|(k, v)| Ok((k.to_vec(), self.decode_group(&v)?)))
-                .collect::<Result<Vec<_>>>()?,
-            // Spark emits updated groups before evicting: a group updated
-            // and closed in one batch is still emitted.
-            OutputMode::Update => updated,
-            OutputMode::Append => evicted,
+        // Spark emits updated groups before evicting: a group updated
+        // and closed in one batch is still emitted.
+        let (groups, rows) = match mode {
+            OutputMode::Complete => {
+                let mut all = GroupSet::new(self.aggs.len(), store.len());
+                for (k, v) in store.iter() {
+                    let at = self.decode_into(&v, &mut stored)?;
+                    all.push(&k, at, &stored);
+                }
+                let rows = (0..all.len() as u32).collect();
+                (all, rows)
+            }
+            OutputMode::Update => (groups, updated),
+            OutputMode::Append => {
+                let rows = (0..evicted.len() as u32).collect();
+                (evicted, rows)
+            }
         };
-        Ok(po)
+        Ok(PartitionOutput {
+            groups,
+            rows,
+            counts,
+        })
     }
 
-    fn decode_group(&self, bytes: &[u8]) -> Result<Group> {
+    /// Decodes a stored group's value into `accs` (accumulators of this
+    /// query's functions, whose contents it replaces); returns its
+    /// eviction time.
+    fn decode_into(&self, bytes: &[u8], accs: &mut [Acc]) -> Result<i64> {
         let bad = || {
             WeirError::Config(
                 "damaged aggregation state value (written by a different query?)".into(),
@@ -810,12 +816,11 @@ impl AggregateOp {
                 .try_into()
                 .map_err(|_| bad())?,
         );
-        let mut accs = self.new_accs();
         let mut pos = 8;
-        for a in &mut accs {
+        for a in accs {
             a.decode(bytes, &mut pos).ok_or_else(bad)?;
         }
-        Ok(Group { evict_at, accs })
+        Ok(evict_at)
     }
 
     /// Commits this batch's state as `version`.
@@ -844,7 +849,8 @@ impl AggregateOp {
             && current_ms.is_none_or(|c| new_wm_ms > c)
     }
 
-    fn build_output(&self, groups: &[(Vec<u8>, Group)]) -> Result<RecordBatch> {
+    /// The output batch of groups given as (state key, accumulators).
+    fn build_output(&self, groups: &[(&[u8], &[Acc])]) -> Result<RecordBatch> {
         if groups.is_empty() {
             return Ok(RecordBatch::new_empty(self.schema.clone()));
         }
@@ -874,7 +880,7 @@ impl AggregateOp {
                 }
             }
         }
-        let accs: Vec<&[Acc]> = groups.iter().map(|(_, g)| g.accs.as_slice()).collect();
+        let accs: Vec<&[Acc]> = groups.iter().map(|(_, a)| *a).collect();
         cols.extend(agg_arrays(
             &self.aggs,
             &self.schema,
@@ -967,11 +973,16 @@ impl AggregateOp {
         if !store.is_empty() {
             return Err(unknown_store("aggregation", store, &[""]));
         }
-        let groups = entries
-            .iter()
-            .map(|(k, v)| Ok((k.to_vec(), self.decode_group(v)?)))
-            .collect::<Result<Vec<_>>>()?;
-        DecodedState::split(&self.build_output(&groups)?, self.keys.len())
+        let mut groups = GroupSet::new(self.aggs.len(), entries.len());
+        let mut accs = self.new_accs();
+        for (k, v) in entries {
+            let at = self.decode_into(v, &mut accs)?;
+            groups.push(k, at, &accs);
+        }
+        let rows: Vec<(&[u8], &[Acc])> = (0..groups.len())
+            .map(|i| (groups.key(i), groups.accs(i)))
+            .collect();
+        DecodedState::split(&self.build_output(&rows)?, self.keys.len())
     }
 }
 
@@ -998,11 +1009,11 @@ mod tests {
         out
     }
 
-    fn counts(groups: Vec<(Vec<u8>, Group)>) -> std::collections::BTreeMap<Vec<u8>, i64> {
+    fn counts(groups: Vec<(Vec<u8>, i64, Vec<Acc>)>) -> std::collections::BTreeMap<Vec<u8>, i64> {
         groups
             .into_iter()
-            .map(|(k, g)| {
-                let out = Acc::evaluate(&[&g.accs[0]], &ArrowType::Int64).unwrap();
+            .map(|(k, _, accs)| {
+                let out = Acc::evaluate(&[&accs[0]], &ArrowType::Int64).unwrap();
                 (
                     k,
                     out.as_primitive::<arrow::datatypes::Int64Type>().value(0),
@@ -1187,10 +1198,10 @@ mod tests {
         ];
         let op = AggregateOp::new(0, keys, vec![count_star()], &schema).unwrap();
         let got = op.partial(&batch).unwrap().0.into_groups();
-        for (key, g) in &got {
+        for (key, evict_at, _) in &got {
             // The window end (second key column) is the eviction time.
             let end = i64::from_be_bytes(key[10..18].try_into().unwrap()) ^ i64::MIN;
-            assert_eq!(g.evict_at, end);
+            assert_eq!(*evict_at, end);
         }
         assert_eq!(counts(got), expected);
     }
