@@ -34,6 +34,9 @@ enum Op {
     Put(Vec<u8>, Vec<u8>),
     /// `put_ref`: the same write, the key borrowed.
     PutRef(Vec<u8>, Vec<u8>),
+    /// `update`: the value appended to the key's old one (`fails`: the
+    /// update's function fails instead, changing nothing).
+    Update(Vec<u8>, Vec<u8>, bool),
     Remove(Vec<u8>),
 }
 
@@ -47,6 +50,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         2 => (key.clone(), prop::collection::vec(any::<u8>(), 0..8)).prop_map(|(k, v)| Op::Put(k, v)),
         2 => (key.clone(), prop::collection::vec(any::<u8>(), 0..8)).prop_map(|(k, v)| Op::PutRef(k, v)),
+        2 => (key.clone(), prop::collection::vec(any::<u8>(), 0..4), prop::bool::weighted(0.2)).prop_map(|(k, v, fails)| Op::Update(k, v, fails)),
         1 => key.prop_map(Op::Remove),
     ]
 }
@@ -92,6 +96,25 @@ fn check_store(
                 Op::PutRef(k, v) => {
                     store.put_ref(k, v.clone());
                     model.insert(k.clone(), v.clone());
+                }
+                Op::Update(k, v, fails) => {
+                    let expected_old = model.get(k).cloned();
+                    let mut seen = None;
+                    let result = store.update(k, &mut |old| {
+                        seen = Some(old.map(<[u8]>::to_vec));
+                        if *fails {
+                            return Err(weir::WeirError::Config("update refused".into()));
+                        }
+                        Ok([old.unwrap_or_default(), v.as_slice()].concat())
+                    });
+                    prop_assert_eq!(seen, Some(expected_old.clone()));
+                    if *fails {
+                        prop_assert!(result.is_err());
+                    } else {
+                        prop_assert!(result.is_ok());
+                        let new = [expected_old.unwrap_or_default(), v.clone()].concat();
+                        model.insert(k.clone(), new);
+                    }
                 }
                 Op::Remove(k) => {
                     store.remove(k);

@@ -16,7 +16,7 @@ use crate::storage::Storage;
 /// format's, shared by both stores).
 pub use super::files::SNAPSHOT_INTERVAL;
 use super::files::{encode, Encoder, VersionFiles};
-use super::{StateIter, StateStore};
+use super::{StateIter, StateStore, Updater};
 
 /// In-memory state for one operator partition.
 pub struct MemoryStateStore {
@@ -133,6 +133,23 @@ impl StateStore for MemoryStateStore {
             }
             None => self.put(key.to_vec(), value),
         }
+    }
+
+    fn update(&mut self, key: &[u8], f: Updater<'_>) -> Result<()> {
+        // One lookup reads the value and changes it.
+        match self.map.get_mut(key) {
+            Some(slot) => {
+                let value = f(Some(&slot.value))?;
+                if let Some(old) = change(slot, value, &mut self.bytes) {
+                    self.undo.push((key.to_vec(), Some(old)));
+                }
+            }
+            None => {
+                let value = f(None)?;
+                self.put(key.to_vec(), value);
+            }
+        }
+        Ok(())
     }
 
     fn remove(&mut self, key: &[u8]) {

@@ -24,6 +24,9 @@ pub use memory::MemoryStateStore;
 /// Iterates a store's key/value pairs.
 pub type StateIter<'a> = Box<dyn Iterator<Item = (Cow<'a, [u8]>, Cow<'a, [u8]>)> + 'a>;
 
+/// What [`StateStore::update`] makes of a key's value (`None`: absent).
+pub type Updater<'a> = &'a mut dyn FnMut(Option<&[u8]>) -> Result<Vec<u8>>;
+
 /// One operator partition's versioned key/value state.
 pub trait StateStore: Send {
     /// The value of `key` (borrowed where the store can).
@@ -35,6 +38,14 @@ pub trait StateStore: Send {
     /// batch, for the undo log).
     fn put_ref(&mut self, key: &[u8], value: Vec<u8>) {
         self.put(key.to_vec(), value)
+    }
+    /// Sets `key` to what `f` makes of its value (`None`: absent), finding
+    /// the key once where the store can. An error from `f` is returned and
+    /// leaves the key as it was.
+    fn update(&mut self, key: &[u8], f: Updater<'_>) -> Result<()> {
+        let value = f(self.get(key).as_deref())?;
+        self.put_ref(key, value);
+        Ok(())
     }
     /// Removes `key`.
     fn remove(&mut self, key: &[u8]);
@@ -158,6 +169,10 @@ impl StateStore for PartitionedStore {
     fn put_ref(&mut self, key: &[u8], value: Vec<u8>) {
         let p = self.part(key);
         self.parts[p].put_ref(key, value)
+    }
+    fn update(&mut self, key: &[u8], f: Updater<'_>) -> Result<()> {
+        let p = self.part(key);
+        self.parts[p].update(key, f)
     }
     fn remove(&mut self, key: &[u8]) {
         let p = self.part(key);

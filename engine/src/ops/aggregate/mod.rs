@@ -731,14 +731,16 @@ impl AggregateOp {
                 counts.dropped += 1;
                 continue;
             }
-            if let Some(old) = store.get(key) {
-                *evict_at = self.decode_into(&old, &mut stored)?;
-                self.merge_accs(&mut stored, accs, key)?;
-                accs.swap_with_slice(&mut stored);
-            }
-            let value = Self::encode_group(*evict_at, accs, value_len);
-            value_len = value.len();
-            store.put_ref(key, value);
+            store.update(key, &mut |old| {
+                if let Some(old) = old {
+                    *evict_at = self.decode_into(old, &mut stored)?;
+                    self.merge_accs(&mut stored, accs, key)?;
+                    accs.swap_with_slice(&mut stored);
+                }
+                let value = Self::encode_group(*evict_at, accs, value_len);
+                value_len = value.len();
+                Ok(value)
+            })?;
             updated.push(i as u32);
         }
         counts.updated = updated.len() as i64;
