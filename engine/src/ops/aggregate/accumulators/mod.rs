@@ -49,6 +49,30 @@ pub(crate) trait Accumulator: Clone + std::fmt::Debug + PartialEq + Send + Sync 
     fn evaluate(accs: &[&Self], t: &ArrowType) -> Result<ArrayRef>;
 }
 
+/// A large accumulator kept behind a pointer, so that every [`Acc`] stays
+/// small: a group's accumulators sit side by side in the aggregation's
+/// vectors, and the common ones (counts, sums) should not take the room of
+/// the largest.
+impl<T: Accumulator> Accumulator for Box<T> {
+    #[inline]
+    fn update(&mut self, r: &Reader, i: usize) -> Result<()> {
+        (**self).update(r, i)
+    }
+    fn merge(&mut self, other: &Self) -> Result<()> {
+        (**self).merge(other)
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        (**self).encode(out)
+    }
+    fn decode(&mut self, buf: &[u8], pos: &mut usize) -> Option<()> {
+        (**self).decode(buf, pos)
+    }
+    fn evaluate(accs: &[&Self], t: &ArrowType) -> Result<ArrayRef> {
+        let inner: Vec<&T> = accs.iter().map(|a| &***a).collect();
+        T::evaluate(&inner, t)
+    }
+}
+
 /// Registers the accumulators: the [`Acc`] enum over them and its
 /// dispatch (one match per operation, generated).
 macro_rules! accumulators {
@@ -153,14 +177,14 @@ accumulators! {
     Avg(avg::Avg),
     /// `min`, `max`.
     MinMax(min_max::MinMax),
-    /// `approx_count_distinct`.
-    Hll(hll::Hll),
+    /// `approx_count_distinct` (boxed: its registers are behind a pointer anyway).
+    Hll(Box<hll::Hll>),
     /// `first`, `last`.
     FirstLast(first_last::FirstLast),
     /// `stddev_*`, `var_*`.
     Moments(variance::Moments),
-    /// `collect_list`, `collect_set`.
-    Collect(collect::Collect),
+    /// `collect_list`, `collect_set` (boxed: the largest).
+    Collect(Box<collect::Collect>),
 }
 
 impl Acc {
@@ -182,7 +206,7 @@ impl Acc {
             AggFn::Avg => Acc::Avg(avg::Avg::default()),
             AggFn::Min => Acc::MinMax(min_max::MinMax::min()),
             AggFn::Max => Acc::MinMax(min_max::MinMax::max()),
-            AggFn::ApproxCountDistinct { rsd } => Acc::Hll(hll::Hll::new(rsd.precision())),
+            AggFn::ApproxCountDistinct { rsd } => Acc::Hll(Box::new(hll::Hll::new(rsd.precision()))),
             AggFn::First { ignore_nulls } => {
                 Acc::FirstLast(first_last::FirstLast::first(ignore_nulls))
             }
@@ -192,8 +216,8 @@ impl Acc {
             AggFn::StddevSamp | AggFn::StddevPop | AggFn::VarSamp | AggFn::VarPop => {
                 Acc::Moments(variance::Moments::new(func))
             }
-            AggFn::CollectList => Acc::Collect(collect::Collect::list(max_values)),
-            AggFn::CollectSet => Acc::Collect(collect::Collect::set(max_values)),
+            AggFn::CollectList => Acc::Collect(Box::new(collect::Collect::list(max_values))),
+            AggFn::CollectSet => Acc::Collect(Box::new(collect::Collect::set(max_values))),
         }
     }
 }
