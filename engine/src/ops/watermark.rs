@@ -85,6 +85,10 @@ impl WatermarkOp {
     }
 }
 
+/// How many event times (in ms, each at most |i64::MIN / 1000|) an `i64`
+/// sums without overflow: 512 × 9.3e15 < 9.2e18.
+const SUM_RUN: usize = 512;
+
 /// Event-time statistics of some rows, the sum exact (in i128).
 #[derive(Clone, Copy)]
 struct Exact {
@@ -110,20 +114,27 @@ impl Default for Exact {
 }
 
 impl Exact {
-    /// One pass over `a`'s valid values, without branches per row.
+    /// One pass over `a`'s valid values, without branches per row. The
+    /// sum is kept in `i64` over runs of [`SUM_RUN`] values (which cannot
+    /// overflow it) and in `i128` across them.
     fn of(a: &arrow::array::TimestampMicrosecondArray) -> Exact {
         let mut e = Exact::default();
-        let mut fold = |v: i64| {
-            e.min_us = e.min_us.min(v);
-            e.max_us = e.max_us.max(v);
-            e.sum_ms += v.div_euclid(1000) as i128;
+        let run = |values: &[i64]| {
+            let mut sum = 0i64;
+            for &v in values {
+                e.min_us = e.min_us.min(v);
+                e.max_us = e.max_us.max(v);
+                sum += v.div_euclid(1000);
+            }
+            e.sum_ms += sum as i128;
         };
-        e.count = if arrow::array::Array::null_count(a) == 0 {
-            a.values().iter().for_each(|&v| fold(v));
-            a.len() as u64
+        if arrow::array::Array::null_count(a) == 0 {
+            a.values().chunks(SUM_RUN).for_each(run);
         } else {
-            a.iter().flatten().map(&mut fold).count() as u64
-        };
+            let valid: Vec<i64> = a.iter().flatten().collect();
+            valid.chunks(SUM_RUN).for_each(run);
+        }
+        e.count = (a.len() - arrow::array::Array::null_count(a)) as u64;
         e
     }
 
@@ -252,6 +263,24 @@ mod tests {
                 .unwrap();
             assert_eq!(got.sum, exact, "{workers} workers");
             assert_eq!((got.min, got.max, got.count), (0, 1i64 << 53, 200_000));
+        }
+    }
+
+    #[test]
+    fn sums_at_the_ends_of_time_do_not_overflow() {
+        // Runs of the earliest and the latest representable times, and one
+        // run mixed: each millisecond sum is exact (an i64 running sum
+        // over more than ~1000 of them would overflow).
+        let mut times = vec![i64::MIN; 5_000];
+        times.extend(vec![i64::MAX; 5_000]);
+        times.extend((0..5_000).map(|i| if i % 3 == 0 { i64::MIN } else { i64::MAX }));
+        for slice in [&times[..5_000], &times[5_000..10_000], &times[..]] {
+            let batch = batch_of(TimestampMicrosecondArray::from(slice.to_vec()));
+            let mut got = EventTimeStats::default();
+            WatermarkOp::new(0, 0, 0).observe(&batch, &mut got).unwrap();
+            let sum: i128 = slice.iter().map(|t| t.div_euclid(1000) as i128).sum();
+            assert_eq!(got.sum, sum as f64);
+            assert_eq!(got.count, slice.len() as u64);
         }
     }
 }

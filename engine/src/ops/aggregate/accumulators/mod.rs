@@ -206,7 +206,9 @@ impl Acc {
             AggFn::Avg => Acc::Avg(avg::Avg::default()),
             AggFn::Min => Acc::MinMax(min_max::MinMax::min()),
             AggFn::Max => Acc::MinMax(min_max::MinMax::max()),
-            AggFn::ApproxCountDistinct { rsd } => Acc::Hll(Box::new(hll::Hll::new(rsd.precision()))),
+            AggFn::ApproxCountDistinct { rsd } => {
+                Acc::Hll(Box::new(hll::Hll::new(rsd.precision())))
+            }
             AggFn::First { ignore_nulls } => {
                 Acc::FirstLast(first_last::FirstLast::first(ignore_nulls))
             }
