@@ -85,7 +85,7 @@ impl WatermarkOp {
     }
 }
 
-/// How many event times (in ms, each at most |i64::MIN / 1000|) an `i64`
+/// How many event times (in ms, each at most 9_223_372_036_854_776 from 0) an `i64`
 /// sums without overflow: 512 × 9.3e15 < 9.2e18.
 const SUM_RUN: usize = 512;
 
@@ -118,22 +118,28 @@ impl Exact {
     /// sum is kept in `i64` over runs of [`SUM_RUN`] values (which cannot
     /// overflow it) and in `i128` across them.
     fn of(a: &arrow::array::TimestampMicrosecondArray) -> Exact {
-        let mut e = Exact::default();
-        let run = |values: &[i64]| {
-            let mut sum = 0i64;
-            for &v in values {
-                e.min_us = e.min_us.min(v);
-                e.max_us = e.max_us.max(v);
-                sum += v.div_euclid(1000);
-            }
-            e.sum_ms += sum as i128;
-        };
-        if arrow::array::Array::null_count(a) == 0 {
-            a.values().chunks(SUM_RUN).for_each(run);
-        } else {
-            let valid: Vec<i64> = a.iter().flatten().collect();
-            valid.chunks(SUM_RUN).for_each(run);
+        #[inline(always)]
+        fn fold(e: &mut Exact, sum: &mut i64, v: i64) {
+            e.min_us = e.min_us.min(v);
+            e.max_us = e.max_us.max(v);
+            *sum += v.div_euclid(1000);
         }
+        let mut e = Exact::default();
+        let mut sum = 0i64;
+        if arrow::array::Array::null_count(a) == 0 {
+            for run in a.values().chunks(SUM_RUN) {
+                run.iter().for_each(|&v| fold(&mut e, &mut sum, v));
+                e.sum_ms += std::mem::take(&mut sum) as i128;
+            }
+        } else {
+            for (i, v) in a.iter().flatten().enumerate() {
+                fold(&mut e, &mut sum, v);
+                if i % SUM_RUN == SUM_RUN - 1 {
+                    e.sum_ms += std::mem::take(&mut sum) as i128;
+                }
+            }
+        }
+        e.sum_ms += sum as i128;
         e.count = (a.len() - arrow::array::Array::null_count(a)) as u64;
         e
     }
@@ -275,12 +281,21 @@ mod tests {
         times.extend(vec![i64::MAX; 5_000]);
         times.extend((0..5_000).map(|i| if i % 3 == 0 { i64::MIN } else { i64::MAX }));
         for slice in [&times[..5_000], &times[5_000..10_000], &times[..]] {
-            let batch = batch_of(TimestampMicrosecondArray::from(slice.to_vec()));
-            let mut got = EventTimeStats::default();
-            WatermarkOp::new(0, 0, 0).observe(&batch, &mut got).unwrap();
-            let sum: i128 = slice.iter().map(|t| t.div_euclid(1000) as i128).sum();
-            assert_eq!(got.sum, sum as f64);
-            assert_eq!(got.count, slice.len() as u64);
+            // Without nulls, and with every seventh time null.
+            for nulls in [false, true] {
+                let values: Vec<Option<i64>> = slice
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| (!nulls || i % 7 != 3).then_some(t))
+                    .collect();
+                let batch = batch_of(TimestampMicrosecondArray::from(values.clone()));
+                let mut got = EventTimeStats::default();
+                WatermarkOp::new(0, 0, 0).observe(&batch, &mut got).unwrap();
+                let valid: Vec<i64> = values.into_iter().flatten().collect();
+                let sum: i128 = valid.iter().map(|t| t.div_euclid(1000) as i128).sum();
+                assert_eq!(got.sum, sum as f64, "nulls: {nulls}");
+                assert_eq!(got.count, valid.len() as u64);
+            }
         }
     }
 }

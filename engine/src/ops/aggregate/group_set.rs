@@ -29,6 +29,15 @@ pub(super) struct GroupSet {
 }
 
 impl GroupSet {
+    /// An empty set to be filled by [`GroupSet::merge`], with room for
+    /// `groups` groups in its index too.
+    pub(super) fn indexed(width: usize, groups: usize) -> GroupSet {
+        GroupSet {
+            index: HashTable::with_capacity(groups),
+            ..GroupSet::new(width, groups)
+        }
+    }
+
     /// An empty set of groups of `width` accumulators, with room for `groups`.
     pub(super) fn new(width: usize, groups: usize) -> GroupSet {
         GroupSet {
@@ -99,6 +108,7 @@ impl GroupSet {
         accs: &[Acc],
         fold: impl FnOnce(&mut [Acc], &[Acc]) -> Result<()>,
     ) -> Result<()> {
+        debug_assert_eq!(self.index.len(), self.len(), "push and merge mixed");
         let hash = self.hasher.hash_one(key);
         let GroupSet {
             width,

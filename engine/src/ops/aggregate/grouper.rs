@@ -120,8 +120,8 @@ impl Grouper {
 }
 
 /// One task's groups in first-seen order: their state keys (Arrow's row
-/// format, in one buffer) and accumulators side by side, so merging them
-/// into a partition allocates only for the keys it has not seen.
+/// format, in one buffer) and accumulators side by side, read in place as
+/// they are merged into their partitions' sets.
 pub(super) struct TaskGroups {
     /// `None` without grouping keys (every group's key is empty).
     keys: Option<arrow::row::Rows>,

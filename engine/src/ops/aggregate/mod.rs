@@ -349,18 +349,20 @@ impl AggregateOp {
         parts.join(", ")
     }
 
-    /// A group's state value: its eviction time, then its accumulators
-    /// (`capacity`: a guess at the length).
-    fn encode_group(evict_at: i64, accs: &[Acc], capacity: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(capacity);
-        v.extend_from_slice(&evict_at.to_le_bytes());
+    /// A group's state value: its eviction time, then its accumulators,
+    /// encoded in `buf` (reused across groups) and copied out at its exact
+    /// length.
+    fn encode_group(evict_at: i64, accs: &[Acc], buf: &mut Vec<u8>) -> Vec<u8> {
+        buf.clear();
+        buf.extend_from_slice(&evict_at.to_le_bytes());
         for a in accs {
-            a.encode(&mut v);
+            a.encode(buf);
         }
-        v
+        buf.as_slice().to_vec()
     }
 
-    /// Aggregates one batch within itself: (key bytes, group) in first-seen order.
+    /// Aggregates one batch within itself: its groups (state keys,
+    /// eviction times, accumulators) in first-seen order.
     ///
     /// Rows are grouped by a batch-local key (the window start, then each key
     /// column's value bytes) without expanding or copying the input; only the
@@ -652,7 +654,7 @@ impl AggregateOp {
         // must not reserve room for groups this one cannot have.
         let rows: usize = tasks.iter().map(|t| t.num_rows()).sum();
         let share = self.groups_hint.load(Ordering::Relaxed).min(rows) / n.max(1);
-        let mut merged: Vec<GroupSet> = (0..n).map(|_| GroupSet::new(width, share)).collect();
+        let mut merged: Vec<GroupSet> = (0..n).map(|_| GroupSet::indexed(width, share)).collect();
         let mut lost = 0;
         for chunk in tasks.chunks(wave) {
             let per_task: Vec<(TaskGroups, Vec<Vec<u32>>, i64)> =
@@ -722,9 +724,11 @@ impl AggregateOp {
             .map(|late| late.saturating_mul(1000));
         let mut updated: Vec<u32> = Vec::with_capacity(groups.len());
         // A stored group is decoded here, the batch's folded into it, and
-        // the two swapped: no allocation per group but its new value.
+        // the two swapped: no vectors per group but its new value (counts,
+        // sums and the like allocate nothing else; a `collect_*` or HLL
+        // accumulator holds its own).
         let mut stored = self.new_accs();
-        let mut value_len = 8;
+        let mut buf = Vec::new();
         for i in 0..groups.len() {
             let (key, evict_at, accs) = groups.group_mut(i);
             if late_us.is_some_and(|late| *evict_at <= late) {
@@ -737,9 +741,7 @@ impl AggregateOp {
                     self.merge_accs(&mut stored, accs, key)?;
                     accs.swap_with_slice(&mut stored);
                 }
-                let value = Self::encode_group(*evict_at, accs, value_len);
-                value_len = value.len();
-                Ok(value)
+                Ok(Self::encode_group(*evict_at, accs, &mut buf))
             })?;
             updated.push(i as u32);
         }

@@ -9,8 +9,11 @@
 //!
 //! An accumulator's state is what the state store keeps per group (after
 //! the group's eviction time): [`Accumulator::encode`] writes it and
-//! [`Accumulator::decode`] reads it back into an accumulator made by
-//! [`Acc::new`] for the same function, so the layout needs no tag.
+//! [`Accumulator::decode`] reads it back into an accumulator made for the
+//! same function, so the layout needs no tag. Decoding replaces all of an
+//! accumulator's state and keeps its settings (a `collect_*` bound, an HLL
+//! precision): the aggregation decodes every stored group into one reused
+//! accumulator.
 
 mod avg;
 mod collect;
@@ -43,11 +46,15 @@ pub(crate) trait Accumulator: Clone + std::fmt::Debug + PartialEq + Send + Sync 
     /// Appends the state-store encoding.
     fn encode(&self, out: &mut Vec<u8>);
     /// Reads the state-store encoding at `pos` into `self` (made for the
-    /// same function); `None` when the bytes are damaged.
+    /// same function), replacing all of its state but not its settings;
+    /// `None` when the bytes are damaged.
     fn decode(&mut self, buf: &[u8], pos: &mut usize) -> Option<()>;
     /// The result column of groups' accumulators, of type `t`.
     fn evaluate(accs: &[&Self], t: &ArrowType) -> Result<ArrayRef>;
 }
+
+// Every accumulator takes at most 40 bytes (the large ones are boxed).
+const _: () = assert!(std::mem::size_of::<Acc>() <= 40);
 
 /// A large accumulator kept behind a pointer, so that every [`Acc`] stays
 /// small: a group's accumulators sit side by side in the aggregation's
@@ -501,7 +508,13 @@ mod tests {
             }
             let mut bytes = Vec::new();
             a.encode(&mut bytes);
+            // Decoded into an accumulator holding other rows already (the
+            // aggregation reuses one): decoding replaces its state.
             let mut back = Acc::new(func, kind);
+            let all = Reader::new(Some(&values)).unwrap();
+            for i in (0..n).rev() {
+                let _ = back.update(&all, i);
+            }
             let mut pos = 0;
             back.decode(&bytes, &mut pos).unwrap();
             assert_eq!(pos, bytes.len());
