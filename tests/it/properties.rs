@@ -32,8 +32,8 @@ fn cases(default: u32) -> u32 {
 #[derive(Debug, Clone)]
 enum Op {
     Put(Vec<u8>, Vec<u8>),
-    /// `put_ref`: the same write, the key borrowed.
-    PutRef(Vec<u8>, Vec<u8>),
+    /// `update` to a new value whatever the old one: the same write, the key borrowed.
+    Replace(Vec<u8>, Vec<u8>),
     /// `update`: the value appended to the key's old one (`fails`: the
     /// update's function fails instead, changing nothing).
     Update(Vec<u8>, Vec<u8>, bool),
@@ -49,7 +49,7 @@ fn op() -> impl Strategy<Value = Op> {
     let key = prop::collection::vec(0u8..3, 0..3);
     prop_oneof![
         2 => (key.clone(), prop::collection::vec(any::<u8>(), 0..8)).prop_map(|(k, v)| Op::Put(k, v)),
-        2 => (key.clone(), prop::collection::vec(any::<u8>(), 0..8)).prop_map(|(k, v)| Op::PutRef(k, v)),
+        2 => (key.clone(), prop::collection::vec(any::<u8>(), 0..8)).prop_map(|(k, v)| Op::Replace(k, v)),
         2 => (key.clone(), prop::collection::vec(any::<u8>(), 0..4), prop::bool::weighted(0.2)).prop_map(|(k, v, fails)| Op::Update(k, v, fails)),
         1 => key.prop_map(Op::Remove),
     ]
@@ -93,8 +93,8 @@ fn check_store(
                     store.put(k.clone(), v.clone());
                     model.insert(k.clone(), v.clone());
                 }
-                Op::PutRef(k, v) => {
-                    store.put_ref(k, v.clone());
+                Op::Replace(k, v) => {
+                    store.update(k, &mut |_| Ok(v.clone())).unwrap();
                     model.insert(k.clone(), v.clone());
                 }
                 Op::Update(k, v, fails) => {

@@ -90,12 +90,20 @@ impl MemoryStateStore {
     }
 }
 
-/// Sets a held key's value; on its first change in a batch, returns the
-/// previous value, for the undo log (with a copy of the key).
-fn change(slot: &mut Slot, value: Vec<u8>, bytes: &mut usize) -> Option<Vec<u8>> {
+/// Sets a held key's value; on its first change in a batch, logs the
+/// previous value in `undo` with a copy of the key (`key`, made only then).
+fn change(
+    slot: &mut Slot,
+    key: impl FnOnce() -> Vec<u8>,
+    value: Vec<u8>,
+    bytes: &mut usize,
+    undo: &mut Vec<(Vec<u8>, Option<Vec<u8>>)>,
+) {
     *bytes = (*bytes + value.len()).saturating_sub(slot.value.len());
     let old = std::mem::replace(&mut slot.value, value);
-    (!std::mem::replace(&mut slot.changed, true)).then_some(old)
+    if !std::mem::replace(&mut slot.changed, true) {
+        undo.push((key(), Some(old)));
+    }
 }
 
 impl StateStore for MemoryStateStore {
@@ -107,9 +115,8 @@ impl StateStore for MemoryStateStore {
         // One lookup finds the key or where it goes.
         match self.map.entry(key) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
-                if let Some(old) = change(e.get_mut(), value, &mut self.bytes) {
-                    self.undo.push((e.key().clone(), Some(old)));
-                }
+                let key = e.key().clone();
+                change(e.get_mut(), || key, value, &mut self.bytes, &mut self.undo);
             }
             std::collections::hash_map::Entry::Vacant(e) => {
                 self.bytes += e.key().len() + value.len() + 48;
@@ -122,27 +129,19 @@ impl StateStore for MemoryStateStore {
         }
     }
 
-    fn put_ref(&mut self, key: &[u8], value: Vec<u8>) {
-        // A key held already is changed in place: no copy of it unless
-        // the undo log needs one.
-        match self.map.get_mut(key) {
-            Some(slot) => {
-                if let Some(old) = change(slot, value, &mut self.bytes) {
-                    self.undo.push((key.to_vec(), Some(old)));
-                }
-            }
-            None => self.put(key.to_vec(), value),
-        }
-    }
-
     fn update(&mut self, key: &[u8], f: Updater<'_>) -> Result<()> {
-        // One lookup reads the value and changes it.
+        // One lookup reads the value and changes it in place: no copy of
+        // the key unless the undo log needs one.
         match self.map.get_mut(key) {
             Some(slot) => {
                 let value = f(Some(&slot.value))?;
-                if let Some(old) = change(slot, value, &mut self.bytes) {
-                    self.undo.push((key.to_vec(), Some(old)));
-                }
+                change(
+                    slot,
+                    || key.to_vec(),
+                    value,
+                    &mut self.bytes,
+                    &mut self.undo,
+                );
             }
             None => {
                 let value = f(None)?;
@@ -257,31 +256,36 @@ mod tests {
         assert_eq!(v2.get(b"c").as_deref(), Some(&b"3"[..]));
     }
 
+    /// Sets `key` to `value` through `update`.
+    fn set(s: &mut MemoryStateStore, key: &[u8], value: &[u8]) {
+        s.update(key, &mut |_| Ok(value.to_vec())).unwrap();
+    }
+
     #[test]
-    fn a_failed_commit_aborts_to_the_committed_state_and_put_ref_commits_like_put() {
+    fn a_failed_commit_aborts_to_the_committed_state_and_update_commits_like_put() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = a1_b2_at_version_1(dir.path());
         let committed = s.memory_used_bytes();
         // Another run wrote version 2 first: this run's create-once write
         // of it is refused, after the commit marked its keys unchanged.
         fs::write(dir.path().join("2.delta"), b"someone else's").unwrap();
-        s.put_ref(b"a", b"10".to_vec());
-        s.put_ref(b"c", b"3".to_vec());
+        set(&mut s, b"a", b"10");
+        set(&mut s, b"c", b"3");
         s.remove(b"b");
         assert!(s.commit(2).is_err());
         // A put after the failure, then the abort: the committed state.
-        s.put_ref(b"a", b"11".to_vec());
+        set(&mut s, b"a", b"11");
         s.abort();
         assert_eq!(s.get(b"a").as_deref(), Some(&b"1"[..]));
         assert_eq!(s.get(b"b").as_deref(), Some(&b"2"[..]));
         assert_eq!(s.get(b"c"), None);
         assert_eq!(s.len(), 2);
         assert_eq!(s.memory_used_bytes(), committed);
-        // put_ref then commits like put: a changed twice, d new.
+        // update then commits like put: a changed twice, d new.
         fs::remove_file(dir.path().join("2.delta")).unwrap();
-        s.put_ref(b"a", b"20".to_vec());
-        s.put_ref(b"a", b"21".to_vec());
-        s.put_ref(b"d", b"4".to_vec());
+        set(&mut s, b"a", b"20");
+        set(&mut s, b"a", b"21");
+        set(&mut s, b"d", b"4");
         s.commit(2).unwrap();
         let v2 = MemoryStateStore::open(dir.path(), 2, 100, false).unwrap();
         assert_eq!(v2.get(b"a").as_deref(), Some(&b"21"[..]));

@@ -33,18 +33,13 @@ pub trait StateStore: Send {
     fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>>;
     /// Sets `key`.
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>);
-    /// Sets `key`, copying it only where the store needs its own copy (the
-    /// memory store: a key it does not hold yet, or its first change in a
-    /// batch, for the undo log).
-    fn put_ref(&mut self, key: &[u8], value: Vec<u8>) {
-        self.put(key.to_vec(), value)
-    }
     /// Sets `key` to what `f` makes of its value (`None`: absent), finding
-    /// the key once where the store can. An error from `f` is returned and
-    /// leaves the key as it was.
+    /// the key once and copying it only where the store can (the memory
+    /// store copies a key it holds only for its undo log). An error from
+    /// `f` is returned and leaves the key as it was.
     fn update(&mut self, key: &[u8], f: Updater<'_>) -> Result<()> {
         let value = f(self.get(key).as_deref())?;
-        self.put_ref(key, value);
+        self.put(key.to_vec(), value);
         Ok(())
     }
     /// Removes `key`.
@@ -165,10 +160,6 @@ impl StateStore for PartitionedStore {
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         let p = self.part(&key);
         self.parts[p].put(key, value)
-    }
-    fn put_ref(&mut self, key: &[u8], value: Vec<u8>) {
-        let p = self.part(key);
-        self.parts[p].put_ref(key, value)
     }
     fn update(&mut self, key: &[u8], f: Updater<'_>) -> Result<()> {
         let p = self.part(key);
