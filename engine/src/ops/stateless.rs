@@ -1,7 +1,7 @@
 //! Stateless operators: filter, select and with_column, evaluated by
 //! DataFusion physical expressions planned once per query. No state.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::{Array, BooleanArray};
 use arrow::datatypes::{Field, Schema, SchemaRef};
@@ -17,8 +17,13 @@ use weir_plan::expr::Expr;
 use crate::error::{Result, WeirError};
 
 /// Plans SQL expression text against a schema.
+///
+/// DataFusion's session (with every built-in function registered) is made
+/// at the first expression planned: a query without filters or
+/// projections never builds it, so it neither pays for it at start nor
+/// keeps that code resident.
 pub struct ExprPlanner {
-    ctx: SessionContext,
+    ctx: OnceLock<SessionContext>,
 }
 
 impl Default for ExprPlanner {
@@ -30,9 +35,18 @@ impl Default for ExprPlanner {
 impl ExprPlanner {
     /// A planner with weir's Spark-compatible functions registered.
     pub fn new() -> ExprPlanner {
-        let ctx = SessionContext::new();
-        super::functions::register(&ctx);
-        ExprPlanner { ctx }
+        ExprPlanner {
+            ctx: OnceLock::new(),
+        }
+    }
+
+    /// The DataFusion session the expressions are planned in.
+    fn ctx(&self) -> &SessionContext {
+        self.ctx.get_or_init(|| {
+            let ctx = SessionContext::new();
+            super::functions::register(&ctx);
+            ctx
+        })
     }
 
     /// Plans `sql` over `schema`: read into the plan's expression tree,
@@ -58,18 +72,20 @@ impl ExprPlanner {
             message: e.strip_backtrace().to_string(),
         };
         let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(err)?;
-        let expr = super::lower::lower(tree, &self.ctx, &df_schema).map_err(err)?;
+        let expr = super::lower::lower(tree, self.ctx(), &df_schema).map_err(err)?;
         // Function calls built directly (coalesce, ...) rely on DataFusion's
         // simplifier, as its optimizer would run it over a query.
         let simplifier = ExprSimplifier::new(
             SimplifyContext::builder()
                 .with_schema(Arc::new(df_schema.clone()))
-                .with_config_options(Arc::clone(self.ctx.state().config_options()))
+                .with_config_options(Arc::clone(self.ctx().state().config_options()))
                 .build(),
         );
         let expr = simplifier.coerce(expr, &df_schema).map_err(err)?;
         let expr = simplifier.simplify(expr).map_err(err)?;
-        self.ctx.create_physical_expr(expr, &df_schema).map_err(err)
+        self.ctx()
+            .create_physical_expr(expr, &df_schema)
+            .map_err(err)
     }
 }
 
