@@ -1,5 +1,8 @@
 //! One task's grouping: each input row's group found by a batch-local key.
 //!
+//! A key of a window start alone (a windowed count over all rows) is
+//! compared with the last row's: rows of a time-ordered source come in
+//! runs of one window and are looked up only when the window changes.
 //! The key is packed into two 128-bit words when the key columns fit: one
 //! string (or binary) column's value in the first, in place when it is
 //! shorter than 16 bytes; the window start, integers and booleans in place
@@ -433,40 +436,161 @@ fn short_value<T: arrow::array::types::ByteArrayType>(
     Short::Value((word & mask) | ((len as u128) << 120))
 }
 
-/// Makes each row's batch-local group key, and finds its group.
+/// No group yet (a window-only key's last group before the first row).
+const NO_GROUP: u32 = u32::MAX;
+
+/// Makes each row's batch-local group key and finds its group: one
+/// implementation per shape of key. The row loop is generic over it, so a
+/// row pays no dispatch on the key's shape.
+pub(super) trait RowKey {
+    /// Makes row `r` the current row (its key columns read once for all
+    /// its windows).
+    fn row(&mut self, r: usize);
+
+    /// Puts the current row (`r`) in its group in the window starting at
+    /// `start` (0 without a window); a new group's eviction time is
+    /// `evict_at`.
+    fn add_row(&mut self, g: &mut Grouper, r: usize, start: i64, evict_at: impl FnOnce() -> i64);
+}
+
+/// A key of one window start and nothing else: rows of a time-ordered
+/// source come in runs of one window, so a row finds its group by
+/// comparing with the last row's window start, looked up only when it
+/// changes.
+pub(super) struct WindowKey {
+    /// Group index by window start.
+    index: FastMap<i64, u32>,
+    /// The last row's window start and group ([`NO_GROUP`] before the first).
+    last: (i64, u32),
+}
+
+impl RowKey for WindowKey {
+    #[inline(always)]
+    fn row(&mut self, _r: usize) {}
+
+    #[inline(always)]
+    fn add_row(&mut self, g: &mut Grouper, r: usize, start: i64, evict_at: impl FnOnce() -> i64) {
+        if self.last.0 != start || self.last.1 == NO_GROUP {
+            let i = *self
+                .index
+                .entry(start)
+                .or_insert_with(|| g.add(r, start, evict_at()));
+            self.last = (start, i);
+        }
+        g.see(self.last.1, r);
+    }
+}
+
+/// The key in two 128-bit words: one string or binary column's value in
+/// the first ([`Interner::code`]), the window start and every other key
+/// column packed in the second.
+pub(super) struct PackedKey<'a> {
+    /// The string or binary column that has the first word to itself.
+    wide: Option<Interner<'a>>,
+    /// The other key columns, packed in order into the second word.
+    parts: Vec<Part<'a>>,
+    /// 64 with a window (its start takes the low bits), else 0.
+    shift: u32,
+    /// The current row's wide value and its other columns, shifted past
+    /// the window start.
+    base: (u128, u128),
+    /// Group index by key.
+    index: FastMap<(u128, u128), u32>,
+}
+
+impl RowKey for PackedKey<'_> {
+    #[inline(always)]
+    fn row(&mut self, r: usize) {
+        let mut key: u128 = 0;
+        for p in self.parts.iter_mut() {
+            match p {
+                Part::Direct { col, bits } => {
+                    key = (key << *bits) | col.small(r);
+                }
+                Part::Interned(ids) => {
+                    key = (key << 32) | ids.id(r) as u128;
+                }
+            }
+        }
+        let first = match &mut self.wide {
+            Some(w) => w.code(r),
+            None => 0,
+        };
+        self.base = (first, key << self.shift);
+    }
+
+    #[inline(always)]
+    fn add_row(&mut self, g: &mut Grouper, r: usize, start: i64, evict_at: impl FnOnce() -> i64) {
+        let key = (self.base.0, self.base.1 | start as u64 as u128);
+        let i = match self.index.get(&key) {
+            Some(&i) => i,
+            None => {
+                let i = g.add(r, start, evict_at());
+                self.index.insert(key, i);
+                i
+            }
+        };
+        g.see(i, r);
+    }
+}
+
+/// The key columns' bytes, after 8 bytes for the window start.
+pub(super) struct BytesKey<'a> {
+    /// The key columns.
+    cols: &'a [KeyCol],
+    /// The current row's key (the window start's 8 bytes first).
+    buf: Vec<u8>,
+    /// Group index by key.
+    index: FastMap<Vec<u8>, u32>,
+}
+
+impl RowKey for BytesKey<'_> {
+    #[inline(always)]
+    fn row(&mut self, r: usize) {
+        self.buf.clear();
+        self.buf.resize(8, 0);
+        for c in self.cols.iter() {
+            c.write(r, &mut self.buf);
+        }
+    }
+
+    #[inline(always)]
+    fn add_row(&mut self, g: &mut Grouper, r: usize, start: i64, evict_at: impl FnOnce() -> i64) {
+        self.buf[..8].copy_from_slice(&start.to_le_bytes());
+        let i = match self.index.get(self.buf.as_slice()) {
+            Some(&i) => i,
+            None => {
+                let i = g.add(r, start, evict_at());
+                self.index.insert(self.buf.clone(), i);
+                i
+            }
+        };
+        g.see(i, r);
+    }
+}
+
+/// The key of a task's rows, in the shape that fits it.
 pub(super) enum Keyer<'a> {
-    /// The key in two 128-bit words: one string or binary column's value
-    /// in the first ([`Interner::code`]), the window start and every other
-    /// key column packed in the second.
-    Packed {
-        /// The string or binary column that has the first word to itself.
-        wide: Option<Interner<'a>>,
-        /// The other key columns, packed in order into the second word.
-        parts: Vec<Part<'a>>,
-        /// 64 with a window (its start takes the low bits), else 0.
-        shift: u32,
-        /// The current row's wide value and its other columns, shifted past
-        /// the window start.
-        base: (u128, u128),
-        /// Group index by key.
-        index: FastMap<(u128, u128), u32>,
-    },
-    /// The key columns' bytes, after 8 bytes for the window start.
-    Bytes {
-        /// The key columns.
-        cols: &'a [KeyCol],
-        /// The current row's key (the window start's 8 bytes first).
-        buf: Vec<u8>,
-        /// Group index by key.
-        index: FastMap<Vec<u8>, u32>,
-    },
+    /// The window start alone.
+    Window(WindowKey),
+    /// Key columns (and a window start) that fit in two words.
+    Packed(PackedKey<'a>),
+    /// Any other key, as bytes.
+    Bytes(BytesKey<'a>),
 }
 
 impl<'a> Keyer<'a> {
-    /// Keys rows by `cols` (and, when `window`, a window start): packed
-    /// when they fit in two words, else as bytes; with room for `groups`
-    /// groups before the index grows.
+    /// Keys rows by `cols` (and, when `window`, a window start): by the
+    /// window start alone when there are no columns, packed when they fit
+    /// in two words, else as bytes; with room for `groups` groups before
+    /// the index grows.
     pub(super) fn new(cols: &'a [KeyCol], window: bool, groups: usize) -> Keyer<'a> {
+        if window && cols.is_empty() {
+            return Keyer::Window(WindowKey {
+                index: FastMap::with_capacity_and_hasher(groups, Default::default()),
+                last: (0, NO_GROUP),
+            });
+        }
         let window_bits = if window { 64 } else { 0 };
         let wide_at = cols
             .iter()
@@ -478,11 +602,11 @@ impl<'a> Keyer<'a> {
             .map(|(_, c)| c.direct_bits().unwrap_or(32))
             .sum();
         if bits + window_bits > 128 {
-            return Keyer::Bytes {
+            return Keyer::Bytes(BytesKey {
                 cols,
                 buf: Vec::with_capacity(64),
                 index: FastMap::with_capacity_and_hasher(groups, Default::default()),
-            };
+            });
         }
         let parts = cols
             .iter()
@@ -493,88 +617,12 @@ impl<'a> Keyer<'a> {
                 None => Part::Interned(Interner::new(col)),
             })
             .collect();
-        Keyer::Packed {
+        Keyer::Packed(PackedKey {
             wide: wide_at.map(|i| Interner::new(&cols[i])),
             parts,
             shift: window_bits,
             base: (0, 0),
             index: FastMap::with_capacity_and_hasher(groups, Default::default()),
-        }
-    }
-
-    /// Makes row `r` the current row (its key columns read once for all its windows).
-    #[inline(always)]
-    pub(super) fn row(&mut self, r: usize) {
-        match self {
-            Keyer::Packed {
-                wide,
-                parts,
-                shift,
-                base,
-                ..
-            } => {
-                let mut key: u128 = 0;
-                for p in parts.iter_mut() {
-                    match p {
-                        Part::Direct { col, bits } => {
-                            key = (key << *bits) | col.small(r);
-                        }
-                        Part::Interned(ids) => {
-                            key = (key << 32) | ids.id(r) as u128;
-                        }
-                    }
-                }
-                let first = match wide {
-                    Some(w) => w.code(r),
-                    None => 0,
-                };
-                *base = (first, key << *shift);
-            }
-            Keyer::Bytes { cols, buf, .. } => {
-                buf.clear();
-                buf.resize(8, 0);
-                for c in cols.iter() {
-                    c.write(r, buf);
-                }
-            }
-        }
-    }
-
-    /// Puts the current row (`r`) in its group in the window starting at
-    /// `start` (0 without a window); a new group's eviction time is
-    /// `evict_at`.
-    #[inline]
-    pub(super) fn add_row(
-        &mut self,
-        g: &mut Grouper,
-        r: usize,
-        start: i64,
-        evict_at: impl FnOnce() -> i64,
-    ) {
-        let i = match self {
-            Keyer::Packed { base, index, .. } => {
-                let key = (base.0, base.1 | start as u64 as u128);
-                match index.get(&key) {
-                    Some(&i) => i,
-                    None => {
-                        let i = g.add(r, start, evict_at());
-                        index.insert(key, i);
-                        i
-                    }
-                }
-            }
-            Keyer::Bytes { buf, index, .. } => {
-                buf[..8].copy_from_slice(&start.to_le_bytes());
-                match index.get(buf.as_slice()) {
-                    Some(&i) => i,
-                    None => {
-                        let i = g.add(r, start, evict_at());
-                        index.insert(buf.clone(), i);
-                        i
-                    }
-                }
-            }
-        };
-        g.see(i, r);
+        })
     }
 }

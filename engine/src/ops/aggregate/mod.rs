@@ -42,7 +42,7 @@ use crate::progress::StateOperatorProgress;
 use crate::row::{timestamp_type, Timestamp, Window};
 use crate::state::{partition_of, PartitionedStore, StateStore};
 use group_set::GroupSet;
-use grouper::{Grouper, KeyCol, Keyer, TaskGroups};
+use grouper::{Grouper, KeyCol, Keyer, RowKey, TaskGroups};
 use rayon::prelude::*;
 
 /// One grouping key.
@@ -139,6 +139,100 @@ impl Iterator for Starts {
             }
             Starts::NearTheEnds(s) => s.next(),
         }
+    }
+}
+
+/// A task's rows as its grouping loop reads them: their event times and
+/// the window they fall in, and what evicts a new group.
+struct TaskRows<'a> {
+    /// How many rows.
+    n: usize,
+    /// The window's time column (`None` without a window).
+    times: Option<&'a arrow::array::TimestampMicrosecondArray>,
+    /// The window.
+    window: Option<&'a WindowAssigner>,
+    /// Within this of the ends of time, windows are assigned in i128
+    /// (`None`: always).
+    margin: Option<i64>,
+    /// Windows a row can fall in (one when tumbling).
+    per_row: i64,
+    /// The window's size and slide (µs).
+    size: i64,
+    slide: i64,
+    /// Whether a group is evicted at its window's end.
+    window_evicts: bool,
+    /// Else the watermarked key column that evicts it, if any.
+    column_evict: Option<&'a arrow::array::TimestampMicrosecondArray>,
+}
+
+impl TaskRows<'_> {
+    /// Puts every row in its groups (one per window it falls in) with
+    /// `keyer`, folding them in with `fold` every [`grouper::FOLD_EVERY`]
+    /// rows; returns how many rows lost windows near the ends of time.
+    /// Generic over the key's shape: the loop is compiled once per shape,
+    /// each copy a function of its own (inlined into one, they crowded out
+    /// the inlining of the key's hash).
+    #[inline(never)]
+    fn group<K: RowKey>(
+        &self,
+        mut keyer: K,
+        g: &mut Grouper,
+        fold: &impl Fn(&mut Grouper) -> Result<()>,
+    ) -> Result<i64> {
+        let (size, slide, per_row) = (self.size, self.slide, self.per_row);
+        let mut lost = 0i64;
+        for r in 0..self.n {
+            if g.should_fold() {
+                fold(g)?;
+            }
+            let column_evict_at = || {
+                self.column_evict
+                    .and_then(|c| c.is_valid(r).then(|| c.value(r)))
+                    .unwrap_or(i64::MAX)
+            };
+            let Some(ts) = self.times else {
+                keyer.row(r);
+                keyer.add_row(g, r, 0, column_evict_at);
+                continue;
+            };
+            if ts.is_null(r) {
+                continue; // Spark leaves rows with a null time out
+            }
+            let t = ts.value(r);
+            let near_the_ends = self
+                .margin
+                .is_none_or(|m| t.checked_sub(m).is_none() || t.checked_add(m).is_none());
+            let Some(assigner) = self.window else {
+                continue;
+            };
+            // Oldest window first.
+            let starts = if near_the_ends {
+                if assigner.loses_windows(t) {
+                    lost += 1;
+                }
+                Starts::NearTheEnds(assigner.starts(t))
+            } else {
+                Starts::Within {
+                    last: t - t.rem_euclid(slide),
+                    k: per_row,
+                    slide,
+                    size,
+                    t,
+                }
+            };
+            keyer.row(r);
+            for start in starts {
+                keyer.add_row(g, r, start, || {
+                    if self.window_evicts {
+                        start + size
+                    } else {
+                        column_evict_at()
+                    }
+                });
+            }
+        }
+        fold(g)?;
+        Ok(lost)
     }
 }
 
@@ -392,7 +486,6 @@ impl AggregateOp {
         // Within `margin` of the ends of time, windows are assigned in i128
         // (and those that cannot be represented left out, counted).
         let margin = size.checked_add(slide);
-        let mut lost = 0i64;
         let window_evicts = matches!(window, Some((ki, _)) if self.watermark_key == Some(ki));
         let mut cols = Vec::new();
         let mut column_evict: Option<arrow::array::TimestampMicrosecondArray> = None;
@@ -429,66 +522,27 @@ impl AggregateOp {
             .load(Ordering::Relaxed)
             .min(n.saturating_mul(per_row.max(1) as usize));
         let mut g = Grouper::new(self.new_accs(), hint);
-        let mut keyer = Keyer::new(&cols, times.is_some(), hint);
         let fold = |g: &mut Grouper| {
             g.fold(&readers).map_err(|(ai, r, start, e)| {
                 self.in_group(ai, || self.describe_row(batch, r, start), e)
             })
         };
-        for r in 0..n {
-            if g.should_fold() {
-                fold(&mut g)?;
-            }
-            let column_evict_at = || {
-                column_evict
-                    .as_ref()
-                    .and_then(|c| c.is_valid(r).then(|| c.value(r)))
-                    .unwrap_or(i64::MAX)
-            };
-            match &times {
-                None => {
-                    keyer.row(r);
-                    keyer.add_row(&mut g, r, 0, column_evict_at);
-                }
-                Some(ts) => {
-                    if ts.is_null(r) {
-                        continue; // Spark leaves rows with a null time out
-                    }
-                    let t = ts.value(r);
-                    let near_the_ends = margin
-                        .is_none_or(|m| t.checked_sub(m).is_none() || t.checked_add(m).is_none());
-                    let Some((_, assigner)) = window else {
-                        continue;
-                    };
-                    // Oldest window first.
-                    let starts = if near_the_ends {
-                        if assigner.loses_windows(t) {
-                            lost += 1;
-                        }
-                        Starts::NearTheEnds(assigner.starts(t))
-                    } else {
-                        Starts::Within {
-                            last: t - t.rem_euclid(slide),
-                            k: per_row,
-                            slide,
-                            size,
-                            t,
-                        }
-                    };
-                    keyer.row(r);
-                    for start in starts {
-                        keyer.add_row(&mut g, r, start, || {
-                            if window_evicts {
-                                start + size
-                            } else {
-                                column_evict_at()
-                            }
-                        });
-                    }
-                }
-            }
-        }
-        fold(&mut g)?;
+        let rows = TaskRows {
+            n,
+            times: times.as_ref(),
+            window: window.map(|(_, a)| a),
+            margin,
+            per_row,
+            size,
+            slide,
+            window_evicts,
+            column_evict: column_evict.as_ref(),
+        };
+        let lost = match Keyer::new(&cols, times.is_some(), hint) {
+            Keyer::Window(k) => rows.group(k, &mut g, &fold)?,
+            Keyer::Packed(k) => rows.group(k, &mut g, &fold)?,
+            Keyer::Bytes(k) => rows.group(k, &mut g, &fold)?,
+        };
         self.groups_hint.store(g.len(), Ordering::Relaxed);
         // No groups, or no grouping keys: no state keys to build.
         let (Some(conv), false) = (&self.converter, g.len() == 0) else {
@@ -1208,6 +1262,59 @@ mod tests {
             assert_eq!(*evict_at, end);
         }
         assert_eq!(counts(got), expected);
+    }
+
+    /// With the window as the only key, a row finds its group by the last
+    /// row's window: rows that go back to an earlier window, nulls between
+    /// runs and several windows per row still group as Spark does.
+    #[test]
+    fn window_only_keys_group_rows_that_return_to_earlier_windows() {
+        const SEC: i64 = 1_000_000;
+        let ts: ArrayRef = Arc::new(
+            arrow::array::TimestampMicrosecondArray::from(vec![
+                Some(SEC),
+                Some(2 * SEC),
+                Some(11 * SEC),
+                Some(3 * SEC),
+                None,
+                Some(12 * SEC),
+                Some(12 * SEC),
+                Some(-SEC),
+                Some(25 * SEC),
+                Some(4 * SEC),
+            ])
+            .with_timezone("UTC"),
+        );
+        let schema = Arc::new(Schema::new(vec![ArrowField::new(
+            "ts",
+            timestamp_type(),
+            true,
+        )]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![ts]).unwrap();
+        for (size, slide) in [(10 * SEC, 10 * SEC), (10 * SEC, 5 * SEC)] {
+            let assigner = WindowAssigner {
+                source: TimeSource::Column(0),
+                size_us: size,
+                slide_us: slide,
+            };
+            let (_, starts) = assigner.assign(&assigner.times(&batch).unwrap());
+            let ts_arr = |v: Vec<i64>| -> ArrayRef {
+                Arc::new(arrow::array::TimestampMicrosecondArray::from(v).with_timezone("UTC"))
+            };
+            let expected = reference(&[
+                ts_arr(starts.clone()),
+                ts_arr(starts.iter().map(|s| s + size).collect()),
+            ]);
+            let keys = vec![KeyExec::Window {
+                assigner,
+                name: "window".into(),
+                watermarked: true,
+            }];
+            let op = AggregateOp::new(0, keys, vec![count_star()], &schema).unwrap();
+            let got = op.partial(&batch).unwrap().0.into_groups();
+            assert_eq!(got.len(), expected.len(), "size {size} slide {slide}");
+            assert_eq!(counts(got), expected, "size {size} slide {slide}");
+        }
     }
 
     /// After each batch an append-mode window count reports the end and
