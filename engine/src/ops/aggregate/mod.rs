@@ -181,6 +181,9 @@ impl TaskRows<'_> {
     ) -> Result<i64> {
         let (size, slide, per_row) = (self.size, self.slide, self.per_row);
         let mut lost = 0i64;
+        // With `K::RUNS`: the last row's newest window start, and the
+        // times it holds for.
+        let (mut span_lo, mut span_hi) = (i64::MAX, i64::MIN);
         for r in 0..self.n {
             if g.should_fold() {
                 fold(g)?;
@@ -212,8 +215,18 @@ impl TaskRows<'_> {
                 }
                 Starts::NearTheEnds(assigner.starts(t))
             } else {
+                let last = if !K::RUNS {
+                    t - t.rem_euclid(slide)
+                } else {
+                    if !(span_lo <= t && t < span_hi) {
+                        // Not near the ends: `+ slide` cannot overflow.
+                        span_lo = t - t.rem_euclid(slide);
+                        span_hi = span_lo + slide;
+                    }
+                    span_lo
+                };
                 Starts::Within {
-                    last: t - t.rem_euclid(slide),
+                    last,
                     k: per_row,
                     slide,
                     size,
