@@ -33,7 +33,8 @@ impl Default for ExprPlanner {
 }
 
 impl ExprPlanner {
-    /// A planner with weir's Spark-compatible functions registered.
+    /// A planner with weir's Spark-compatible functions registered (at the
+    /// first expression planned).
     pub fn new() -> ExprPlanner {
         ExprPlanner {
             ctx: OnceLock::new(),
@@ -71,21 +72,20 @@ impl ExprPlanner {
             expr: tree.to_string(),
             message: e.strip_backtrace().to_string(),
         };
+        let ctx = self.ctx();
         let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(err)?;
-        let expr = super::lower::lower(tree, self.ctx(), &df_schema).map_err(err)?;
+        let expr = super::lower::lower(tree, ctx, &df_schema).map_err(err)?;
         // Function calls built directly (coalesce, ...) rely on DataFusion's
         // simplifier, as its optimizer would run it over a query.
         let simplifier = ExprSimplifier::new(
             SimplifyContext::builder()
                 .with_schema(Arc::new(df_schema.clone()))
-                .with_config_options(Arc::clone(self.ctx().state().config_options()))
+                .with_config_options(Arc::clone(ctx.state().config_options()))
                 .build(),
         );
         let expr = simplifier.coerce(expr, &df_schema).map_err(err)?;
         let expr = simplifier.simplify(expr).map_err(err)?;
-        self.ctx()
-            .create_physical_expr(expr, &df_schema)
-            .map_err(err)
+        ctx.create_physical_expr(expr, &df_schema).map_err(err)
     }
 }
 

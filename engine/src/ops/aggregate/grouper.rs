@@ -1,8 +1,5 @@
 //! One task's grouping: each input row's group found by a batch-local key.
 //!
-//! A key of a window start alone (a windowed count over all rows) is
-//! compared with the last row's: rows of a time-ordered source come in
-//! runs of one window and are looked up only when the window changes.
 //! The key is packed into two 128-bit words when the key columns fit: one
 //! string (or binary) column's value in the first, in place when it is
 //! shorter than 16 bytes; the window start, integers and booleans in place
@@ -12,6 +9,10 @@
 //! columns' bytes. Either way it is local to the task:
 //! the state key is built once per group, from the group's first row, in
 //! Arrow's row format.
+//!
+//! A key of a window start alone (a windowed count over all rows) is
+//! compared with the last row's: rows of a time-ordered source come in
+//! runs of one window and are looked up only when the window changes.
 
 use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, StringArray};
 use arrow::datatypes::{ArrowNativeType, DataType as ArrowType};
@@ -462,7 +463,8 @@ pub(super) trait RowKey {
 /// A key of one window start and nothing else: rows of a time-ordered
 /// source come in runs of one window, so a row finds its group by
 /// comparing with the last row's window start, looked up only when it
-/// changes.
+/// changes. That saves for tumbling windows; a row in several sliding
+/// windows alternates between them and is looked up for each.
 pub(super) struct WindowKey {
     /// Group index by window start.
     index: FastMap<i64, u32>,

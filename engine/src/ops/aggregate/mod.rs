@@ -156,8 +156,9 @@ struct TaskRows<'a> {
     margin: Option<i64>,
     /// Windows a row can fall in (one when tumbling).
     per_row: i64,
-    /// The window's size and slide (µs).
+    /// The window's size (µs).
     size: i64,
+    /// The window's slide (µs; its size when tumbling).
     slide: i64,
     /// Whether a group is evicted at its window's end.
     window_evicts: bool,
@@ -168,7 +169,8 @@ struct TaskRows<'a> {
 impl TaskRows<'_> {
     /// Puts every row in its groups (one per window it falls in) with
     /// `keyer`, folding them in with `fold` every [`grouper::FOLD_EVERY`]
-    /// rows; returns how many rows lost windows near the ends of time.
+    /// (row, window) pairs; returns how many rows lost windows near the
+    /// ends of time.
     /// Generic over the key's shape: the loop is compiled once per shape,
     /// each copy a function of its own (inlined into one, they crowded out
     /// the inlining of the key's hash).
@@ -1278,8 +1280,9 @@ mod tests {
     }
 
     /// With the window as the only key, a row finds its group by the last
-    /// row's window: rows that go back to an earlier window, nulls between
-    /// runs and several windows per row still group as Spark does.
+    /// row's window: rows that go back to an earlier window, nulls and
+    /// rows near the ends of time between runs, and several windows per
+    /// row still group as Spark does, each group evicted at its window's end.
     #[test]
     fn window_only_keys_group_rows_that_return_to_earlier_windows() {
         const SEC: i64 = 1_000_000;
@@ -1294,7 +1297,10 @@ mod tests {
                 Some(12 * SEC),
                 Some(-SEC),
                 Some(25 * SEC),
+                Some(i64::MIN + SEC),
                 Some(4 * SEC),
+                Some(i64::MAX),
+                Some(5 * SEC),
             ])
             .with_timezone("UTC"),
         );
@@ -1325,6 +1331,11 @@ mod tests {
             }];
             let op = AggregateOp::new(0, keys, vec![count_star()], &schema).unwrap();
             let got = op.partial(&batch).unwrap().0.into_groups();
+            for (key, evict_at, _) in &got {
+                // The window end (the second key column) evicts the group.
+                let end = i64::from_be_bytes(key[10..18].try_into().unwrap()) ^ i64::MIN;
+                assert_eq!(*evict_at, end, "size {size} slide {slide}");
+            }
             assert_eq!(got.len(), expected.len(), "size {size} slide {slide}");
             assert_eq!(counts(got), expected, "size {size} slide {slide}");
         }
