@@ -1271,12 +1271,17 @@ mod tests {
         ];
         let op = AggregateOp::new(0, keys, vec![count_star()], &schema).unwrap();
         let got = op.partial(&batch).unwrap().0.into_groups();
-        for (key, evict_at, _) in &got {
-            // The window end (second key column) is the eviction time.
+        assert_evicted_at_window_ends(&got);
+        assert_eq!(counts(got), expected);
+    }
+
+    /// Each group, keyed by a window first, is evicted at its window's end
+    /// (the key's second column).
+    fn assert_evicted_at_window_ends(groups: &[(Vec<u8>, i64, Vec<Acc>)]) {
+        for (key, evict_at, _) in groups {
             let end = i64::from_be_bytes(key[10..18].try_into().unwrap()) ^ i64::MIN;
             assert_eq!(*evict_at, end);
         }
-        assert_eq!(counts(got), expected);
     }
 
     /// With the window as the only key, a row finds its group by the last
@@ -1331,11 +1336,7 @@ mod tests {
             }];
             let op = AggregateOp::new(0, keys, vec![count_star()], &schema).unwrap();
             let got = op.partial(&batch).unwrap().0.into_groups();
-            for (key, evict_at, _) in &got {
-                // The window end (the second key column) evicts the group.
-                let end = i64::from_be_bytes(key[10..18].try_into().unwrap()) ^ i64::MIN;
-                assert_eq!(*evict_at, end, "size {size} slide {slide}");
-            }
+            assert_evicted_at_window_ends(&got);
             assert_eq!(got.len(), expected.len(), "size {size} slide {slide}");
             assert_eq!(counts(got), expected, "size {size} slide {slide}");
         }
