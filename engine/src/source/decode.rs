@@ -388,8 +388,10 @@ impl Decode {
 }
 
 /// `Ok` when `record` is one JSON object and nothing else, by serde_json's
-/// grammar (stricter than Arrow's decoder: it refuses numbers out of range,
-/// lone surrogates, invalid UTF-8, trailing text), without building it.
+/// grammar (stricter than Arrow's decoder, which takes commas as
+/// whitespace, keeps raw control characters in strings and reads numbers
+/// out of range when the schema does not ask for them), without building
+/// it.
 fn check_json_object(record: &[u8]) -> std::result::Result<(), String> {
     use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
@@ -684,9 +686,18 @@ mod tests {
 
     #[test]
     fn a_json_record_serde_refuses_is_malformed_whatever_its_neighbours() {
-        // A number out of range (and a lone surrogate): malformed alone, so
-        // malformed in a batch of good records too.
-        let odd = [r#"{"page":"/b","x":1e400}"#, r#"{"page":"\ud800"}"#];
+        // A number out of range, a lone surrogate, commas missing or out of
+        // place (Arrow's decoder takes commas as whitespace) and a raw tab
+        // in a string: malformed alone, so malformed in a batch of good
+        // records too.
+        let odd = [
+            r#"{"page":"/b","x":1e400}"#,
+            r#"{"page":"\ud800"}"#,
+            r#"{,"page":"/b"}"#,
+            r#"{"page":"/b" "n":1}"#,
+            r#"{"page":"/b","x":[1,,2]}"#,
+            "{\"page\":\"/b\tc\"}",
+        ];
         for rec in odd {
             let alone = payloads(&[Some(rec), Some("oops")]);
             let together = payloads(&[Some(r#"{"page":"/a","n":1}"#), Some(rec)]);
