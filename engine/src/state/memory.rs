@@ -115,8 +115,11 @@ impl StateStore for MemoryStateStore {
         // One lookup finds the key or where it goes.
         match self.map.entry(key) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
-                let key = e.key().clone();
-                change(e.get_mut(), || key, value, &mut self.bytes, &mut self.undo);
+                // The key copied only for the undo log, which takes it at
+                // the key's first change in the batch (`change` asks then).
+                let key = (!e.get().changed).then(|| e.key().clone());
+                let key = || key.unwrap_or_default();
+                change(e.get_mut(), key, value, &mut self.bytes, &mut self.undo);
             }
             std::collections::hash_map::Entry::Vacant(e) => {
                 self.bytes += e.key().len() + value.len() + 48;
