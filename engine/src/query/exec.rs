@@ -596,28 +596,6 @@ impl Runner {
             share.batch(batch_id, entry.batch_watermark_ms);
         }
         self.set_status("Processing new data", !no_data, true);
-        // Read each source's (committed, end].
-        let t = Instant::now();
-        let mut inputs: Vec<Vec<RecordBatch>> = Vec::new();
-        let mut source_rows = Vec::new();
-        // Sources read on the worker pool (the Kafka source reads its
-        // partitions as parallel tasks there).
-        let pool = self.host.workers()?;
-        for (i, (_, s)) in self.sources.iter_mut().enumerate() {
-            let end = entry.sources.get(i).cloned().flatten();
-            let start = self.committed[i].clone();
-            let batches = match &end {
-                Some(e) if Some(e) != start.as_ref() => {
-                    pool.install(|| s.get_batch(start.as_ref(), e))?
-                }
-                _ => vec![],
-            };
-            source_rows.push(batches.iter().map(|b| b.num_rows() as i64).sum::<i64>());
-            inputs.push(batches);
-        }
-        durations.insert("getBatch".into(), t.elapsed().as_millis() as i64);
-        set_current_batch(batch_id);
-        failpoint("after_read", batch_id);
         let watermarks = if has_wm {
             Watermarks {
                 late_ms: Some(self.current_wm.unwrap_or(entry.batch_watermark_ms)),
@@ -633,14 +611,37 @@ impl Runner {
             collect_late: self.late_sink.is_some(),
             late_rows: vec![],
         };
-        let t = Instant::now();
-        // The batch's tasks (partial aggregation, state partitions) run on
-        // the session's worker pool.
-        let pipeline = &mut self.pipeline;
-        let run = self
-            .host
-            .workers()
-            .and_then(|pool| pool.install(|| pipeline.run(&inputs, &mut ctx)));
+        // The sources' reads (the Kafka source reads its partitions as
+        // parallel tasks) and the batch's tasks (partial aggregation, state
+        // partitions) run on the session's worker pool, as one job: each
+        // hand-over to the pool wakes a sleeping worker and then this
+        // thread, which costs tens of microseconds on a virtual machine.
+        let pool = self.host.workers()?;
+        let (sources, committed, pipeline) =
+            (&mut self.sources, &self.committed, &mut self.pipeline);
+        let mut source_rows = Vec::new();
+        let mut run_started = Instant::now();
+        let run = pool.install(|| -> Result<Result<Vec<RecordBatch>>> {
+            // Read each source's (committed, end].
+            let t = Instant::now();
+            let mut inputs: Vec<Vec<RecordBatch>> = Vec::new();
+            for (i, (_, s)) in sources.iter_mut().enumerate() {
+                let end = entry.sources.get(i).cloned().flatten();
+                let start = committed[i].as_ref();
+                let batches = match &end {
+                    Some(e) if Some(e) != start => s.get_batch(start, e)?,
+                    _ => vec![],
+                };
+                source_rows.push(batches.iter().map(|b| b.num_rows() as i64).sum::<i64>());
+                inputs.push(batches);
+            }
+            durations.insert("getBatch".into(), t.elapsed().as_millis() as i64);
+            set_current_batch(batch_id);
+            failpoint("after_read", batch_id);
+            run_started = Instant::now();
+            Ok(pipeline.run(&inputs, &mut ctx))
+        })?;
+        let t = run_started;
         let output = match run {
             Ok(o) => o,
             Err(e) => {

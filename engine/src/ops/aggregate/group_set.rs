@@ -25,6 +25,8 @@ pub(super) struct GroupSet {
     accs: Vec<Acc>,
     /// The groups added by [`GroupSet::merge`], by a hash of their key.
     index: HashTable<u32>,
+    /// Made by [`GroupSet::indexed`].
+    indexed: bool,
     hasher: foldhash::fast::RandomState,
 }
 
@@ -34,6 +36,7 @@ impl GroupSet {
     pub(super) fn indexed(width: usize, groups: usize) -> GroupSet {
         GroupSet {
             index: HashTable::with_capacity(groups),
+            indexed: true,
             ..GroupSet::new(width, groups)
         }
     }
@@ -47,8 +50,15 @@ impl GroupSet {
             evicts: Vec::with_capacity(groups),
             accs: Vec::with_capacity(groups * width),
             index: HashTable::new(),
+            indexed: false,
             hasher: Default::default(),
         }
+    }
+
+    /// True for a set made by [`GroupSet::indexed`], which
+    /// [`GroupSet::merge`] fills; else [`GroupSet::push`] does.
+    pub(super) fn is_indexed(&self) -> bool {
+        self.indexed
     }
 
     /// How many groups.

@@ -259,6 +259,24 @@ struct PartitionOutput {
     counts: PartitionCounts,
 }
 
+/// One task's groups, which of them go to each state partition, and the
+/// rows it found outside any representable window.
+struct TaskShare {
+    groups: TaskGroups,
+    parts: Vec<Vec<u32>>,
+    lost: i64,
+}
+
+/// The batch's groups routed to the state partitions: merged per partition
+/// (`sets`) but for the last wave of tasks, which each partition merges in
+/// its own task.
+struct Routed {
+    sets: Vec<GroupSet>,
+    last: Vec<TaskShare>,
+    /// Rows outside any representable window, in the waves merged.
+    lost: i64,
+}
+
 /// Per-batch watermarks, in ms.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Watermarks {
@@ -648,17 +666,21 @@ impl AggregateOp {
             m.custom_metrics
                 .insert("numRowsOutsideRepresentableWindows".into(), lost);
         }
-        // The union of the partitions' output, sorted by key (keys are
-        // unique: an unstable sort gives the same order, without a buffer).
-        let mut out: Vec<(&[u8], &[Acc])> = Vec::new();
         for p in &parts {
             p.counts.add_to(&mut m);
+        }
+        // The union of the partitions' output, sorted by key: each
+        // partition sorted its own in its task, and the stable sort finds
+        // those runs and merges them.
+        let mut out: Vec<(&[u8], &[Acc])> =
+            Vec::with_capacity(parts.iter().map(|p| p.rows.len()).sum());
+        for p in &parts {
             out.extend(p.rows.iter().map(|&i| {
                 let i = i as usize;
                 (p.groups.key(i), p.groups.accs(i))
             }));
         }
-        out.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        out.sort_by(|a, b| a.0.cmp(b.0));
         m.all_updates_time_ms = started.elapsed().as_millis() as i64;
         m.num_rows_total = total;
         m.memory_used_bytes = memory;
@@ -676,13 +698,15 @@ impl AggregateOp {
     /// partition in input order (so a result never depends on how many
     /// workers computed it). Tasks run in waves of a few per worker, each
     /// wave merged before the next starts, so a large batch holds one wave's
-    /// partial groups at a time, not every slice's.
+    /// partial groups at a time, not every slice's. The last wave is
+    /// returned unmerged: each partition merges it in its own task, right
+    /// before applying it to its store.
     /// Also returns the rows that lost a window that cannot be represented.
-    fn route(&self, input: &[RecordBatch], n: usize) -> Result<(Vec<GroupSet>, i64)> {
+    fn route(&self, input: &[RecordBatch], n: usize) -> Result<Routed> {
         let tasks = crate::ops::tasks::slices(input);
         let width = self.aggs.len();
         // A task's groups, and which of them go to each partition.
-        let task = |b: &RecordBatch| -> Result<(TaskGroups, Vec<Vec<u32>>, i64)> {
+        let task = |b: &RecordBatch| -> Result<TaskShare> {
             let (groups, lost) = self.partial(b)?;
             let mut parts: Vec<Vec<u32>> = (0..n).map(|_| Vec::new()).collect();
             for i in 0..groups.len() {
@@ -693,28 +717,24 @@ impl AggregateOp {
                 };
                 parts[p].push(i as u32);
             }
-            Ok((groups, parts, lost))
+            Ok(TaskShare {
+                groups,
+                parts,
+                lost,
+            })
         };
         if tasks.len() <= 1 {
-            // One task's groups are distinct: copied out, no lookups.
-            return match tasks.first() {
-                Some(b) => {
-                    let (groups, parts, lost) = task(b)?;
-                    let per_part = parts
-                        .into_iter()
-                        .map(|ids| {
-                            let mut set = GroupSet::new(width, ids.len());
-                            for i in ids {
-                                let i = i as usize;
-                                set.push(groups.key(i), groups.evict_at(i), groups.accs(i));
-                            }
-                            set
-                        })
-                        .collect();
-                    Ok((per_part, lost))
-                }
-                None => Ok(((0..n).map(|_| GroupSet::new(width, 0)).collect(), 0)),
-            };
+            // One task's groups are distinct: its partitions copy them out
+            // without lookups (sets without an index).
+            let last: Vec<TaskShare> = tasks.first().map(task).transpose()?.into_iter().collect();
+            let sets = (0..n)
+                .map(|p| GroupSet::new(width, last.first().map_or(0, |t| t.parts[p].len())))
+                .collect();
+            return Ok(Routed {
+                sets,
+                last,
+                lost: 0,
+            });
         }
         let wave = rayon::current_num_threads().max(1) * 2;
         // Each partition holds about its share of a task's groups (the
@@ -723,33 +743,52 @@ impl AggregateOp {
         // must not reserve room for groups this one cannot have.
         let rows: usize = tasks.iter().map(|t| t.num_rows()).sum();
         let share = self.groups_hint.load(Ordering::Relaxed).min(rows) / n.max(1);
-        let mut merged: Vec<GroupSet> = (0..n).map(|_| GroupSet::indexed(width, share)).collect();
+        let mut sets: Vec<GroupSet> = (0..n).map(|_| GroupSet::indexed(width, share)).collect();
         let mut lost = 0;
-        for chunk in tasks.chunks(wave) {
-            let per_task: Vec<(TaskGroups, Vec<Vec<u32>>, i64)> =
-                chunk.par_iter().map(task).collect::<Result<_>>()?;
-            lost += per_task.iter().map(|t| t.2).sum::<i64>();
-            // Each partition takes its groups from every task of the wave,
-            // in input order.
-            let merge = |(p, set): (usize, &mut GroupSet)| -> Result<()> {
-                for (groups, parts, _) in &per_task {
-                    for &i in &parts[p] {
-                        let i = i as usize;
-                        let k = groups.key(i);
-                        set.merge(k, groups.evict_at(i), groups.accs(i), |into, from| {
-                            self.merge_accs(into, from, k)
-                        })?;
-                    }
-                }
-                Ok(())
-            };
+        let mut waves = tasks.chunks(wave).peekable();
+        while let Some(chunk) = waves.next() {
+            let per_task: Vec<TaskShare> = chunk.par_iter().map(task).collect::<Result<_>>()?;
+            if waves.peek().is_none() {
+                return Ok(Routed {
+                    sets,
+                    last: per_task,
+                    lost,
+                });
+            }
+            lost += per_task.iter().map(|t| t.lost).sum::<i64>();
+            let merge =
+                |(p, set): (usize, &mut GroupSet)| Self::merge_wave(self, p, set, &per_task);
             if n > 1 {
-                merged.par_iter_mut().enumerate().try_for_each(merge)?;
+                sets.par_iter_mut().enumerate().try_for_each(merge)?;
             } else {
-                merged.iter_mut().enumerate().try_for_each(merge)?;
+                sets.iter_mut().enumerate().try_for_each(merge)?;
             }
         }
-        Ok((merged, lost))
+        Ok(Routed {
+            sets,
+            last: vec![],
+            lost,
+        })
+    }
+
+    /// Merges partition `p`'s groups from every task of a wave into `set`,
+    /// in input order. A set without an index (one task's groups, which
+    /// are distinct) takes them as they are.
+    fn merge_wave(&self, p: usize, set: &mut GroupSet, wave: &[TaskShare]) -> Result<()> {
+        for t in wave {
+            for &i in &t.parts[p] {
+                let i = i as usize;
+                let k = t.groups.key(i);
+                if !set.is_indexed() {
+                    set.push(k, t.groups.evict_at(i), t.groups.accs(i));
+                    continue;
+                }
+                set.merge(k, t.groups.evict_at(i), t.groups.accs(i), |into, from| {
+                    self.merge_accs(into, from, k)
+                })?;
+            }
+        }
+        Ok(())
     }
 
     fn process_partitions(
@@ -761,13 +800,34 @@ impl AggregateOp {
         no_data: bool,
     ) -> Result<(Vec<PartitionOutput>, i64)> {
         let n = store.partitions();
-        let (mut per_part, lost) = self.route(input, n)?;
+        let Routed {
+            mut sets,
+            last,
+            lost,
+        } = self.route(input, n)?;
+        let lost = lost + last.iter().map(|t| t.lost).sum::<i64>();
         // A global aggregation always has its one group in a data batch.
-        if self.keys.is_empty() && per_part.iter().all(GroupSet::is_empty) && !no_data {
-            per_part[partition_of(&[], n)].push(&[], i64::MAX, &self.new_accs());
+        if self.keys.is_empty()
+            && !no_data
+            && sets.iter().all(GroupSet::is_empty)
+            && last.iter().all(|t| t.groups.len() == 0)
+        {
+            sets[partition_of(&[], n)].push(&[], i64::MAX, &self.new_accs());
         }
-        let outputs = store.map_parts(per_part, |_, store, groups| {
-            self.apply_partition(store, groups, wm, mode)
+        // Each partition merges the last wave, applies its groups to its
+        // store and sorts what it emits, as one task.
+        let outputs = store.map_parts(sets, |p, store, mut groups| {
+            self.merge_wave(p, &mut groups, &last)?;
+            let mut out = self.apply_partition(store, groups, wm, mode)?;
+            let PartitionOutput { groups, rows, .. } = &mut out;
+            // Keys are unique: an unstable sort gives the one order.
+            let mut sorted: Vec<(&[u8], u32)> =
+                rows.iter().map(|&i| (groups.key(i as usize), i)).collect();
+            sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            for (r, (_, i)) in rows.iter_mut().zip(sorted) {
+                *r = i;
+            }
+            Ok(out)
         })?;
         Ok((outputs, lost))
     }
