@@ -706,14 +706,8 @@ fn run_ops(
                 .collect(),
             OpExec::Project(p) => tasks::in_tasks(batches, |b| p.apply(b))?,
             OpExec::Watermark(w) => {
-                // The event times are read while the ops after it run:
-                // they only feed the next batch's watermark.
-                let (seen, out) = rayon::join(
-                    || w.observe_all(&batches),
-                    || run_ops(rest, batches.clone(), outputs, ctx, mode),
-                );
-                ctx.event_time[w.id].merge(&seen?);
-                return out;
+                ctx.event_time[w.id].merge(&w.observe_all(&batches)?);
+                batches
             }
             OpExec::Stateful(op, right) => {
                 let r = match right {
