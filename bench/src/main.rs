@@ -39,6 +39,8 @@ enum Scenario {
     Startup,
     /// A hand-written hash aggregation of the page views: the ceiling.
     Baseline,
+    /// How long a sleeping pool worker takes to start a job handed to it.
+    Wakeup,
 }
 
 /// weir's benchmarks: each run prints one JSON object.
@@ -63,6 +65,7 @@ fn main() {
         Scenario::Tiny => "tiny",
         Scenario::Startup => "startup",
         Scenario::Baseline => "baseline",
+        Scenario::Wakeup => "wakeup",
     };
     match scenarios::run(name, &cli.opts, started) {
         Ok(v) => println!("{v}"),

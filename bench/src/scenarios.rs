@@ -3,7 +3,7 @@
 //! reports what it measured.
 
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
@@ -343,14 +343,66 @@ impl Source for AdSource {
 }
 
 fn rusage() -> (f64, f64) {
-    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF is valid.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let u = rusage_raw();
     let cpu = u.ru_utime.tv_sec as f64
         + u.ru_utime.tv_usec as f64 / 1e6
         + u.ru_stime.tv_sec as f64
         + u.ru_stime.tv_usec as f64 / 1e6;
     (cpu, u.ru_maxrss as f64 / 1024.0)
+}
+
+/// How many times the process's threads have gone to sleep (voluntary
+/// context switches): each is a wake-up some other thread waits for.
+fn sleeps() -> i64 {
+    rusage_raw().ru_nvcsw
+}
+
+fn rusage_raw() -> libc::rusage {
+    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF is valid.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    u
+}
+
+/// How long a pool worker with nothing to do takes to start a job handed
+/// to it, in µs (sorted), after the pool had nothing to do for `idle`: what
+/// a fork-join pays when the worker it needs went to sleep (rayon puts an
+/// idle worker to sleep after a few rounds of looking for work).
+fn wakeup_latencies(idle: Duration, rounds: usize) -> weir::Result<Vec<f64>> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .map_err(|e| WeirError::Config(format!("cannot start a pool: {e}")))?;
+    let mut lat = Vec::with_capacity(rounds);
+    pool.install(|| {
+        let me = rayon::current_thread_index();
+        for _ in 0..rounds {
+            let quiet = Instant::now();
+            while quiet.elapsed() < idle {
+                std::hint::spin_loop();
+            }
+            let handed = Instant::now();
+            let started: OnceLock<(Instant, Option<usize>)> = OnceLock::new();
+            rayon::join(
+                || {
+                    // Waits (busy) for the other worker to take the job.
+                    while started.get().is_none() && handed.elapsed() < Duration::from_millis(5) {
+                        std::hint::spin_loop();
+                    }
+                },
+                || {
+                    let _ = started.set((Instant::now(), rayon::current_thread_index()));
+                },
+            );
+            if let Some((at, by)) = started.get() {
+                if *by != me {
+                    lat.push(at.duration_since(handed).as_secs_f64() * 1e6);
+                }
+            }
+        }
+    });
+    lat.sort_by(|a, b| a.total_cmp(b));
+    Ok(lat)
 }
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
@@ -373,6 +425,7 @@ fn measure(
     let timings = Arc::new(Timings::default());
     session.add_listener(timings.clone());
     let (cpu0, _) = rusage();
+    let sleeps0 = sleeps();
     let requests0 = weir::storage::object_requests();
     let t0 = Instant::now();
     let q = writer.start()?;
@@ -380,6 +433,7 @@ fn measure(
     q.stop()?;
     let secs = t0.elapsed().as_secs_f64();
     let (cpu1, rss) = rusage();
+    let slept = sleeps() - sleeps0;
     let requests = weir::storage::object_requests().since(&requests0);
     let ends = timings.ends.lock().unwrap().clone();
     let rows: i64 = ends.iter().map(|e| e.1).sum();
@@ -404,6 +458,8 @@ fn measure(
         "latency_ms_p50": percentile(&mut lat.clone(), 0.5),
         "latency_ms_p99": percentile(&mut lat, 0.99),
         "peak_rss_mb": rss,
+        // Times a thread went to sleep (a wake-up someone waited for), per batch.
+        "sleeps_per_batch": slept as f64 / ends.len().max(1) as f64,
         "ms_from_process_start_to_first_batch": first_batch_ms,
         "state_rows_max": state.iter().max(),
         "state_rows_last": state.last(),
@@ -590,6 +646,25 @@ pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Valu
                 &chk_path,
             );
             measure("startup", &s, w, 1, json!({}), process_start)
+        }
+        "wakeup" => {
+            // The machine's price of a fork-join whose worker went to sleep:
+            // a job handed to a pool worker after the pool was idle for
+            // 200 µs (the worker sleeps) and after 2 µs (still looking).
+            let q = |v: &[f64], p: f64| v.get(((v.len() as f64 - 1.0) * p) as usize).copied();
+            let slept = wakeup_latencies(Duration::from_micros(200), 2000)?;
+            let awake = wakeup_latencies(Duration::from_micros(2), 2000)?;
+            Ok(json!({
+                "scenario": "wakeup",
+                "after_idle_200us_p10_us": q(&slept, 0.1),
+                "after_idle_200us_p50_us": q(&slept, 0.5),
+                "after_idle_200us_p90_us": q(&slept, 0.9),
+                "after_idle_2us_p10_us": q(&awake, 0.1),
+                "after_idle_2us_p50_us": q(&awake, 0.5),
+                "after_idle_2us_p90_us": q(&awake, 0.9),
+                "taken_by_the_other_worker": [slept.len(), awake.len()],
+                "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+            }))
         }
         "baseline" => {
             // The ceiling: a careful hand-written aggregation of the same
