@@ -352,7 +352,8 @@ fn rusage() -> (f64, f64) {
 }
 
 /// How many times the process's threads have gone to sleep (voluntary
-/// context switches): each is a wake-up some other thread waits for.
+/// context switches): a wait for another thread's work, a lock, I/O or a
+/// trigger; each such sleep ends with a wake-up.
 fn sleeps() -> i64 {
     rusage_raw().ru_nvcsw
 }
@@ -364,11 +365,14 @@ fn rusage_raw() -> libc::rusage {
     u
 }
 
-/// How long a pool worker with nothing to do takes to start a job handed
-/// to it, in µs (sorted), after the pool had nothing to do for `idle`: what
-/// a fork-join pays when the worker it needs went to sleep (rayon puts an
-/// idle worker to sleep after a few rounds of looking for work).
+/// How long the other worker of a 2-thread pool takes to start a job handed
+/// to it, in µs (sorted), when it has had nothing to do for `idle`: what a
+/// fork-join pays when the worker it needs went to sleep (rayon puts an
+/// idle worker to sleep after a few rounds of looking for work). A round
+/// whose job the other worker has not started after 5 ms is run by the
+/// handing thread and counted as 5000 µs.
 fn wakeup_latencies(idle: Duration, rounds: usize) -> weir::Result<Vec<f64>> {
+    const GIVE_UP: Duration = Duration::from_millis(5);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(2)
         .build()
@@ -377,6 +381,7 @@ fn wakeup_latencies(idle: Duration, rounds: usize) -> weir::Result<Vec<f64>> {
     pool.install(|| {
         let me = rayon::current_thread_index();
         for _ in 0..rounds {
+            // This worker stays busy; the other finds nothing to do.
             let quiet = Instant::now();
             while quiet.elapsed() < idle {
                 std::hint::spin_loop();
@@ -386,7 +391,7 @@ fn wakeup_latencies(idle: Duration, rounds: usize) -> weir::Result<Vec<f64>> {
             rayon::join(
                 || {
                     // Waits (busy) for the other worker to take the job.
-                    while started.get().is_none() && handed.elapsed() < Duration::from_millis(5) {
+                    while started.get().is_none() && handed.elapsed() < GIVE_UP {
                         std::hint::spin_loop();
                     }
                 },
@@ -394,11 +399,10 @@ fn wakeup_latencies(idle: Duration, rounds: usize) -> weir::Result<Vec<f64>> {
                     let _ = started.set((Instant::now(), rayon::current_thread_index()));
                 },
             );
-            if let Some((at, by)) = started.get() {
-                if *by != me {
-                    lat.push(at.duration_since(handed).as_secs_f64() * 1e6);
-                }
-            }
+            lat.push(match started.get() {
+                Some((at, by)) if *by != me => at.duration_since(handed).as_secs_f64() * 1e6,
+                _ => GIVE_UP.as_secs_f64() * 1e6,
+            });
         }
     });
     lat.sort_by(|a, b| a.total_cmp(b));
@@ -458,7 +462,8 @@ fn measure(
         "latency_ms_p50": percentile(&mut lat.clone(), 0.5),
         "latency_ms_p99": percentile(&mut lat, 0.99),
         "peak_rss_mb": rss,
-        // Times a thread went to sleep (a wake-up someone waited for), per batch.
+        // Times a thread went to sleep (waiting for another thread, a lock
+        // or I/O), per batch: an upper bound on the wake-ups it waited for.
         "sleeps_per_batch": slept as f64 / ends.len().max(1) as f64,
         "ms_from_process_start_to_first_batch": first_batch_ms,
         "state_rows_max": state.iter().max(),
@@ -649,22 +654,22 @@ pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Valu
         }
         "wakeup" => {
             // The machine's price of a fork-join whose worker went to sleep:
-            // a job handed to a pool worker after the pool was idle for
-            // 200 µs (the worker sleeps) and after 2 µs (still looking).
+            // a job handed to the other worker of a pool after it had
+            // nothing to do for 2, 10, 20 and 200 µs.
             let q = |v: &[f64], p: f64| v.get(((v.len() as f64 - 1.0) * p) as usize).copied();
-            let slept = wakeup_latencies(Duration::from_micros(200), 2000)?;
-            let awake = wakeup_latencies(Duration::from_micros(2), 2000)?;
-            Ok(json!({
+            let mut v = json!({
                 "scenario": "wakeup",
-                "after_idle_200us_p10_us": q(&slept, 0.1),
-                "after_idle_200us_p50_us": q(&slept, 0.5),
-                "after_idle_200us_p90_us": q(&slept, 0.9),
-                "after_idle_2us_p10_us": q(&awake, 0.1),
-                "after_idle_2us_p50_us": q(&awake, 0.5),
-                "after_idle_2us_p90_us": q(&awake, 0.9),
-                "taken_by_the_other_worker": [slept.len(), awake.len()],
                 "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
-            }))
+            });
+            for us in [2u64, 10, 20, 200] {
+                let lat = wakeup_latencies(Duration::from_micros(us), 2000)?;
+                v[format!("after_idle_{us}us_start_us_p10")] = json!(q(&lat, 0.1));
+                v[format!("after_idle_{us}us_start_us_p50")] = json!(q(&lat, 0.5));
+                v[format!("after_idle_{us}us_start_us_p90")] = json!(q(&lat, 0.9));
+                v[format!("after_idle_{us}us_not_started_in_5ms")] =
+                    json!(lat.iter().filter(|&&x| x >= 5000.0).count());
+            }
+            Ok(v)
         }
         "baseline" => {
             // The ceiling: a careful hand-written aggregation of the same

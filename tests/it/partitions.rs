@@ -506,3 +506,77 @@ fn a_batch_split_into_parallel_tasks_aggregates_like_a_fold() {
         assert_eq!(got, fold, "{partitions} partitions, {workers} workers");
     }
 }
+
+/// A batch of many tasks' rows (five slices of 60k: three waves of tasks at
+/// one worker, one wave at four) with rows outside any representable window
+/// in the first slice and in the last: every partition and worker count
+/// gives the same groups, in the same order, and counts every lost row.
+#[test]
+fn a_batch_of_many_tasks_gives_the_same_groups_and_lost_rows_at_any_worker_count() {
+    use std::sync::Arc;
+    use weir::arrow::array::{StringArray, TimestampMicrosecondArray};
+    use weir::arrow::record_batch::RecordBatch;
+    use weir::plan::{DataType, Field};
+
+    let rows = 300_000usize;
+    let lost_at = [7usize, 59_999, 299_990, 299_999];
+    let ts: Vec<i64> = (0..rows)
+        .map(|i| {
+            if lost_at.contains(&i) {
+                if i % 2 == 0 {
+                    i64::MIN
+                } else {
+                    i64::MAX
+                }
+            } else {
+                // Out of order over 50 one-minute windows.
+                ((i * 7919) % 3_000) as i64 * 1_000_000
+            }
+        })
+        .collect();
+    let keys: Vec<String> = (0..rows).map(|i| format!("k{}", (i * 31) % 97)).collect();
+    let schema = [
+        Field::new("key", DataType::String),
+        Field::new("ts", DataType::Timestamp),
+    ];
+    let batch = RecordBatch::try_new(
+        weir::row::arrow_schema(&schema),
+        vec![
+            Arc::new(StringArray::from(keys)),
+            Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
+        ],
+    )
+    .unwrap();
+    let run = |partitions: usize, workers: usize| {
+        let stream = MemoryStream::new(&schema);
+        let sink = MemorySink::new("");
+        let table = sink.table();
+        let q = session_with(Some(partitions), workers)
+            .read_stream(stream.clone())
+            .group_by(vec![window("ts", "1 minute"), col("key")])
+            .agg(vec![count_star("n")])
+            .write_stream()
+            .output_mode(OutputMode::Update)
+            .sink(sink)
+            .start()
+            .unwrap();
+        stream.add_batch(batch.clone()).unwrap();
+        q.process_all_available().unwrap();
+        let lost = q.last_progress().unwrap().state_operators[0].custom_metrics
+            ["numRowsOutsideRepresentableWindows"];
+        q.stop().unwrap();
+        let out = rows_json(&table.rows());
+        (out, lost)
+    };
+    let (one, lost) = run(1, 1);
+    assert_eq!(lost, lost_at.len() as i64);
+    let groups = one.len();
+    assert_eq!(groups, 50 * 97, "every (window, key) seen");
+    let counted: i64 = one.iter().map(|r| r["n"].as_i64().unwrap()).sum();
+    assert_eq!(counted, (rows - lost_at.len()) as i64);
+    for (partitions, workers) in [(3, 1), (3, 4), (1, 4)] {
+        let (got, got_lost) = run(partitions, workers);
+        assert_eq!(got_lost, lost, "{partitions} partitions, {workers} workers");
+        assert_eq!(got, one, "{partitions} partitions, {workers} workers");
+    }
+}

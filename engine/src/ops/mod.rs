@@ -581,13 +581,66 @@ impl Pipeline {
             (0..self.nodes.len()).map(|_| None).collect();
         let mode = self.mode;
         for ni in 0..self.nodes.len() {
-            let batches: Vec<RecordBatch> = match &self.nodes[ni].input {
+            let mut batches: Vec<RecordBatch> = match &self.nodes[ni].input {
                 Input::Source(i) => sources.get(*i).cloned().unwrap_or_default(),
                 Input::Node(j) => outputs[*j].clone().unwrap_or_default(),
                 Input::Static(b) => b.clone(),
             };
-            let ops = &mut self.nodes[ni].ops;
-            let batches = run_ops(ops, batches, &outputs, ctx, mode)?;
+            for op in self.nodes[ni].ops.iter_mut() {
+                batches = match op {
+                    OpExec::Filter(f) => tasks::in_tasks(batches, |b| f.apply(b))?
+                        .into_iter()
+                        .filter(|b| b.num_rows() > 0)
+                        .collect(),
+                    OpExec::Project(p) => tasks::in_tasks(batches, |b| p.apply(b))?,
+                    OpExec::Watermark(w) => {
+                        for b in &batches {
+                            w.observe(b, &mut ctx.event_time[w.id])?;
+                        }
+                        batches
+                    }
+                    OpExec::Stateful(op, right) => {
+                        let r = match right {
+                            Some(k) => outputs[*k].clone().unwrap_or_default(),
+                            None => vec![],
+                        };
+                        op.process(&batches, &r, ctx, mode)?
+                    }
+                    OpExec::StaticJoin(j) => j.process(&batches, &[], ctx.watermarks)?,
+                    OpExec::Sort(keys) => {
+                        if batches.is_empty() {
+                            batches
+                        } else {
+                            let all = concat_batches(&batches[0].schema(), &batches)?;
+                            let cols: Vec<SortColumn> = keys
+                                .iter()
+                                .map(|(i, desc)| SortColumn {
+                                    values: all.column(*i).clone(),
+                                    options: Some(SortOptions {
+                                        descending: *desc,
+                                        nulls_first: !*desc,
+                                    }),
+                                })
+                                .collect();
+                            let idx = lexsort_to_indices(&cols, None)?;
+                            vec![take_record_batch(&all, &idx)?]
+                        }
+                    }
+                    OpExec::Limit(n) => {
+                        let mut left = *n;
+                        let mut out = Vec::new();
+                        for b in batches {
+                            if left == 0 {
+                                break;
+                            }
+                            let k = left.min(b.num_rows());
+                            out.push(b.slice(0, k));
+                            left -= k;
+                        }
+                        out
+                    }
+                };
+            }
             outputs[ni] = Some(batches);
         }
         Ok(outputs[self.result].take().unwrap_or_default())
@@ -687,70 +740,4 @@ fn agg_execs(aggs: &[weir_plan::AggSpec], schema: &SchemaRef) -> Result<Vec<AggE
             })
         })
         .collect()
-}
-/// Runs `ops` in order over `batches` (one node of the pipeline); `outputs`
-/// holds the nodes run before (a join's other side).
-fn run_ops(
-    ops: &mut [OpExec],
-    mut batches: Vec<RecordBatch>,
-    outputs: &[Option<Vec<RecordBatch>>],
-    ctx: &mut BatchContext,
-    mode: OutputMode,
-) -> Result<Vec<RecordBatch>> {
-    let mut ops = ops;
-    while let Some((op, rest)) = ops.split_first_mut() {
-        batches = match op {
-            OpExec::Filter(f) => tasks::in_tasks(batches, |b| f.apply(b))?
-                .into_iter()
-                .filter(|b| b.num_rows() > 0)
-                .collect(),
-            OpExec::Project(p) => tasks::in_tasks(batches, |b| p.apply(b))?,
-            OpExec::Watermark(w) => {
-                ctx.event_time[w.id].merge(&w.observe_all(&batches)?);
-                batches
-            }
-            OpExec::Stateful(op, right) => {
-                let r = match right {
-                    Some(k) => outputs[*k].clone().unwrap_or_default(),
-                    None => vec![],
-                };
-                op.process(&batches, &r, ctx, mode)?
-            }
-            OpExec::StaticJoin(j) => j.process(&batches, &[], ctx.watermarks)?,
-            OpExec::Sort(keys) => {
-                if batches.is_empty() {
-                    batches
-                } else {
-                    let all = concat_batches(&batches[0].schema(), &batches)?;
-                    let cols: Vec<SortColumn> = keys
-                        .iter()
-                        .map(|(i, desc)| SortColumn {
-                            values: all.column(*i).clone(),
-                            options: Some(SortOptions {
-                                descending: *desc,
-                                nulls_first: !*desc,
-                            }),
-                        })
-                        .collect();
-                    let idx = lexsort_to_indices(&cols, None)?;
-                    vec![take_record_batch(&all, &idx)?]
-                }
-            }
-            OpExec::Limit(n) => {
-                let mut left = *n;
-                let mut out = Vec::new();
-                for b in batches {
-                    if left == 0 {
-                        break;
-                    }
-                    let k = left.min(b.num_rows());
-                    out.push(b.slice(0, k));
-                    left -= k;
-                }
-                out
-            }
-        };
-        ops = rest;
-    }
-    Ok(batches)
 }

@@ -67,15 +67,6 @@ impl WatermarkOp {
         }
     }
 
-    /// The event-time statistics of `batches`.
-    pub fn observe_all(&self, batches: &[RecordBatch]) -> Result<EventTimeStats> {
-        let mut stats = EventTimeStats::default();
-        for b in batches {
-            self.observe(b, &mut stats)?;
-        }
-        Ok(stats)
-    }
-
     /// Records the statistics of `batch` into `stats`. A batch of more
     /// than one task's rows is read as tasks on the worker pool this runs
     /// in, their exact partial sums added before the one rounding, so the

@@ -118,6 +118,7 @@ impl GroupSet {
         accs: &[Acc],
         fold: impl FnOnce(&mut [Acc], &[Acc]) -> Result<()>,
     ) -> Result<()> {
+        debug_assert!(self.indexed, "merge into a set made by GroupSet::new");
         debug_assert_eq!(self.index.len(), self.len(), "push and merge mixed");
         let hash = self.hasher.hash_one(key);
         let GroupSet {
@@ -167,7 +168,7 @@ mod tests {
 
     #[test]
     fn merge_finds_a_key_added_before_and_keeps_first_seen_order() {
-        let mut set = GroupSet::new(1, 0);
+        let mut set = GroupSet::indexed(1, 0);
         let add = |a: &mut [Acc], b: &[Acc]| a[0].merge(&b[0]);
         set.merge(b"b", 5, &[count(1)], add).unwrap();
         set.merge(b"", 7, &[count(2)], add).unwrap();
@@ -187,7 +188,7 @@ mod tests {
 
     #[test]
     fn many_keys_survive_the_index_growing() {
-        let mut set = GroupSet::new(1, 0);
+        let mut set = GroupSet::indexed(1, 0);
         for round in 0..2 {
             for k in 0..10_000u32 {
                 set.merge(&k.to_be_bytes(), 0, &[count(k as i64)], |a, b| {
@@ -205,7 +206,7 @@ mod tests {
 
     #[test]
     fn a_failed_fold_is_the_merge_error() {
-        let mut set = GroupSet::new(1, 0);
+        let mut set = GroupSet::indexed(1, 0);
         set.merge(b"k", 0, &[count(1)], |_, _| Ok(())).unwrap();
         let e = set
             .merge(b"k", 0, &[count(1)], |_, _| {

@@ -273,7 +273,7 @@ struct TaskShare {
 struct Routed {
     sets: Vec<GroupSet>,
     last: Vec<TaskShare>,
-    /// Rows outside any representable window, in the waves merged.
+    /// Rows outside any representable window, in every wave.
     lost: i64,
 }
 
@@ -730,11 +730,8 @@ impl AggregateOp {
             let sets = (0..n)
                 .map(|p| GroupSet::new(width, last.first().map_or(0, |t| t.parts[p].len())))
                 .collect();
-            return Ok(Routed {
-                sets,
-                last,
-                lost: 0,
-            });
+            let lost = last.iter().map(|t| t.lost).sum();
+            return Ok(Routed { sets, last, lost });
         }
         let wave = rayon::current_num_threads().max(1) * 2;
         // Each partition holds about its share of a task's groups (the
@@ -745,44 +742,42 @@ impl AggregateOp {
         let share = self.groups_hint.load(Ordering::Relaxed).min(rows) / n.max(1);
         let mut sets: Vec<GroupSet> = (0..n).map(|_| GroupSet::indexed(width, share)).collect();
         let mut lost = 0;
-        let mut waves = tasks.chunks(wave).peekable();
-        while let Some(chunk) = waves.next() {
+        let mut waves: Vec<&[RecordBatch]> = tasks.chunks(wave).collect();
+        // More than one task here, so at least one wave.
+        let last_wave = waves.pop().unwrap_or_default();
+        for chunk in waves {
             let per_task: Vec<TaskShare> = chunk.par_iter().map(task).collect::<Result<_>>()?;
-            if waves.peek().is_none() {
-                return Ok(Routed {
-                    sets,
-                    last: per_task,
-                    lost,
-                });
-            }
             lost += per_task.iter().map(|t| t.lost).sum::<i64>();
-            let merge =
-                |(p, set): (usize, &mut GroupSet)| Self::merge_wave(self, p, set, &per_task);
+            let merge = |(p, set): (usize, &mut GroupSet)| self.merge_wave(p, set, &per_task);
             if n > 1 {
                 sets.par_iter_mut().enumerate().try_for_each(merge)?;
             } else {
                 sets.iter_mut().enumerate().try_for_each(merge)?;
             }
         }
-        Ok(Routed {
-            sets,
-            last: vec![],
-            lost,
-        })
+        let last: Vec<TaskShare> = last_wave.par_iter().map(task).collect::<Result<_>>()?;
+        lost += last.iter().map(|t| t.lost).sum::<i64>();
+        Ok(Routed { sets, last, lost })
     }
 
     /// Merges partition `p`'s groups from every task of a wave into `set`,
     /// in input order. A set without an index (one task's groups, which
     /// are distinct) takes them as they are.
     fn merge_wave(&self, p: usize, set: &mut GroupSet, wave: &[TaskShare]) -> Result<()> {
+        if !set.is_indexed() {
+            debug_assert!(wave.len() <= 1, "a set without an index takes one task");
+            for t in wave {
+                for &i in &t.parts[p] {
+                    let i = i as usize;
+                    set.push(t.groups.key(i), t.groups.evict_at(i), t.groups.accs(i));
+                }
+            }
+            return Ok(());
+        }
         for t in wave {
             for &i in &t.parts[p] {
                 let i = i as usize;
                 let k = t.groups.key(i);
-                if !set.is_indexed() {
-                    set.push(k, t.groups.evict_at(i), t.groups.accs(i));
-                    continue;
-                }
                 set.merge(k, t.groups.evict_at(i), t.groups.accs(i), |into, from| {
                     self.merge_accs(into, from, k)
                 })?;
@@ -805,7 +800,6 @@ impl AggregateOp {
             last,
             lost,
         } = self.route(input, n)?;
-        let lost = lost + last.iter().map(|t| t.lost).sum::<i64>();
         // A global aggregation always has its one group in a data batch.
         if self.keys.is_empty()
             && !no_data
