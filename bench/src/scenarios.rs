@@ -366,7 +366,7 @@ fn rusage_raw() -> libc::rusage {
 }
 
 /// How long the other worker of a 2-thread pool takes to start a job handed
-/// to it, in µs (sorted), when it has had nothing to do for `idle`: what a
+/// to it, in µs, when it has had nothing to do for `idle`: what a
 /// fork-join pays when the worker it needs went to sleep (rayon puts an
 /// idle worker to sleep after a few rounds of looking for work). A round
 /// whose job the other worker has not started after 5 ms is run by the
@@ -405,7 +405,6 @@ fn wakeup_latencies(idle: Duration, rounds: usize) -> weir::Result<Vec<f64>> {
             });
         }
     });
-    lat.sort_by(|a, b| a.total_cmp(b));
     Ok(lat)
 }
 
@@ -656,16 +655,16 @@ pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Valu
             // The machine's price of a fork-join whose worker went to sleep:
             // a job handed to the other worker of a pool after it had
             // nothing to do for 2, 10, 20 and 200 µs.
-            let q = |v: &[f64], p: f64| v.get(((v.len() as f64 - 1.0) * p) as usize).copied();
             let mut v = json!({
                 "scenario": "wakeup",
                 "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
             });
             for us in [2u64, 10, 20, 200] {
-                let lat = wakeup_latencies(Duration::from_micros(us), 2000)?;
-                v[format!("after_idle_{us}us_start_us_p10")] = json!(q(&lat, 0.1));
-                v[format!("after_idle_{us}us_start_us_p50")] = json!(q(&lat, 0.5));
-                v[format!("after_idle_{us}us_start_us_p90")] = json!(q(&lat, 0.9));
+                let mut lat = wakeup_latencies(Duration::from_micros(us), 2000)?;
+                for p in [10, 50, 90] {
+                    v[format!("after_idle_{us}us_start_us_p{p}")] =
+                        json!(percentile(&mut lat, p as f64 / 100.0));
+                }
                 v[format!("after_idle_{us}us_not_started_in_5ms")] =
                     json!(lat.iter().filter(|&&x| x >= 5000.0).count());
             }
