@@ -6,6 +6,7 @@ pub mod dedup;
 pub mod functions;
 pub mod join;
 pub mod lower;
+pub mod narrow;
 pub mod operator;
 pub mod session_window;
 pub mod stateless;
@@ -31,6 +32,7 @@ use crate::state::PartitionedStore;
 use aggregate::{AggExec, AggregateOp, KeyExec, Watermarks};
 use dedup::DedupOp;
 use join::JoinOp;
+use narrow::Narrow;
 use operator::StatefulOperator;
 use session_window::SessionAggregateOp;
 use stateless::{ExprPlanner, FilterOp, ProjectOp};
@@ -586,26 +588,35 @@ impl Pipeline {
                 Input::Node(j) => outputs[*j].clone().unwrap_or_default(),
                 Input::Static(b) => b.clone(),
             };
-            for op in self.nodes[ni].ops.iter_mut() {
+            let ops = &mut self.nodes[ni].ops;
+            let mut at = 0;
+            while at < ops.len() {
+                // A run of narrow steps goes into the tasks of the stateful
+                // operator after it, or else runs as one task per slice.
+                let steps = Narrow::count(&ops[at..]);
+                let (before, rest) = ops.split_at_mut(at + steps);
+                let narrow = Narrow::of(&before[at..]);
+                at += steps;
+                let Some(op) = rest.first_mut() else {
+                    batches = narrow.run(batches, ctx)?;
+                    break;
+                };
+                at += 1;
+                if let OpExec::Stateful(op, right) = op {
+                    let r = match right {
+                        Some(k) => outputs[*k].clone().unwrap_or_default(),
+                        None => vec![],
+                    };
+                    batches = op.process_after(&narrow, &batches, &r, ctx, mode)?;
+                    continue;
+                }
+                batches = narrow.run(batches, ctx)?;
                 batches = match op {
-                    OpExec::Filter(f) => tasks::in_tasks(batches, |b| f.apply(b))?
-                        .into_iter()
-                        .filter(|b| b.num_rows() > 0)
-                        .collect(),
-                    OpExec::Project(p) => tasks::in_tasks(batches, |b| p.apply(b))?,
-                    OpExec::Watermark(w) => {
-                        for b in &batches {
-                            w.observe(b, &mut ctx.event_time[w.id])?;
-                        }
-                        batches
+                    // (Not met: a run of narrow steps is taken whole.)
+                    OpExec::Filter(_) | OpExec::Project(_) | OpExec::Watermark(_) => {
+                        Narrow::of(std::slice::from_ref(op)).run(batches, ctx)?
                     }
-                    OpExec::Stateful(op, right) => {
-                        let r = match right {
-                            Some(k) => outputs[*k].clone().unwrap_or_default(),
-                            None => vec![],
-                        };
-                        op.process(&batches, &r, ctx, mode)?
-                    }
+                    OpExec::Stateful(op, _) => op.process(&batches, &[], ctx, mode)?,
                     OpExec::StaticJoin(j) => j.process(&batches, &[], ctx.watermarks)?,
                     OpExec::Sort(keys) => {
                         if batches.is_empty() {

@@ -8,6 +8,7 @@ use arrow::array::{ArrayRef, RecordBatch, StructArray};
 use arrow::datatypes::Field;
 use weir_plan::OutputMode;
 
+use super::narrow::Narrow;
 use super::BatchContext;
 use std::sync::Mutex;
 
@@ -43,6 +44,23 @@ pub trait StatefulOperator: Send {
         ctx: &mut BatchContext,
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>>;
+
+    /// Runs one micro-batch whose `input` rows still have to go through
+    /// the narrow steps (filters, projections, watermarks) before it. An
+    /// operator that cuts its input into tasks runs them in those tasks
+    /// ([`Narrow::apply`] on each slice, [`Narrow::record`] after); by
+    /// default they run as tasks of their own first.
+    fn process_after(
+        &mut self,
+        narrow: &Narrow,
+        input: &[RecordBatch],
+        right: &[RecordBatch],
+        ctx: &mut BatchContext,
+        mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        let input = narrow.run(input.to_vec(), ctx)?;
+        self.process(&input, right, ctx, mode)
+    }
 
     /// Makes this batch's state changes durable as `version`.
     fn commit(&mut self, version: u64) -> Result<()>;

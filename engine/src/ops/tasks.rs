@@ -43,17 +43,3 @@ pub fn map_tasks<T: Send>(
         tasks.iter().map(f).collect()
     }
 }
-
-/// Applies a stateless step (filter, projection) as tasks on the worker
-/// pool it is called in; the output keeps the input's order. A single
-/// batch of at most one task's rows runs on the calling thread.
-pub fn in_tasks(
-    batches: Vec<RecordBatch>,
-    f: impl Fn(&RecordBatch) -> Result<RecordBatch> + Sync + Send,
-) -> Result<Vec<RecordBatch>> {
-    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    if batches.len() <= 1 && rows <= ROWS_PER_TASK {
-        return batches.iter().map(f).collect();
-    }
-    slices(&batches).par_iter().map(&f).collect()
-}

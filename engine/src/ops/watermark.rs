@@ -67,21 +67,16 @@ impl WatermarkOp {
         }
     }
 
-    /// Records the statistics of `batch` into `stats`. A batch of more
-    /// than one task's rows is read as tasks on the worker pool this runs
-    /// in, their exact partial sums added before the one rounding, so the
-    /// statistics are the same whatever the worker count.
-    pub fn observe(&self, batch: &RecordBatch, stats: &mut EventTimeStats) -> Result<()> {
-        let parts = crate::ops::tasks::map_tasks(std::slice::from_ref(batch), |b| {
-            let ts = arrow::compute::cast(b.column(self.column), &crate::row::timestamp_type())
-                .map_err(|e| {
-                    WeirError::Config(format!("watermark column is not a timestamp: {e}"))
-                })?;
-            Ok(Exact::of(ts.as_primitive::<TimestampMicrosecondType>()))
-        })?;
-        let exact = parts.into_iter().fold(Exact::default(), Exact::add);
-        stats.merge(&exact.stats());
-        Ok(())
+    /// The event-time sums of one slice of the batch (a task's): added
+    /// over the batch's slices ([`EventTimeSums::merged`]) and rounded once
+    /// ([`EventTimeSums::stats`]), so the statistics are the same however
+    /// the batch was cut and whatever the worker count.
+    pub fn observe(&self, slice: &RecordBatch) -> Result<EventTimeSums> {
+        let ts = arrow::compute::cast(slice.column(self.column), &crate::row::timestamp_type())
+            .map_err(|e| WeirError::Config(format!("watermark column is not a timestamp: {e}")))?;
+        Ok(EventTimeSums::of(
+            ts.as_primitive::<TimestampMicrosecondType>(),
+        ))
     }
 }
 
@@ -90,8 +85,8 @@ impl WatermarkOp {
 const SUM_RUN: usize = 512;
 
 /// Event-time statistics of some rows, the sum exact (in i128).
-#[derive(Clone, Copy)]
-struct Exact {
+#[derive(Debug, Clone, Copy)]
+pub struct EventTimeSums {
     /// Earliest event time, µs.
     min_us: i64,
     /// Latest event time, µs.
@@ -102,9 +97,9 @@ struct Exact {
     count: u64,
 }
 
-impl Default for Exact {
-    fn default() -> Exact {
-        Exact {
+impl Default for EventTimeSums {
+    fn default() -> EventTimeSums {
+        EventTimeSums {
             min_us: i64::MAX,
             max_us: i64::MIN,
             sum_ms: 0,
@@ -113,18 +108,18 @@ impl Default for Exact {
     }
 }
 
-impl Exact {
+impl EventTimeSums {
     /// One pass over `a`'s valid values, without branches per row. The
     /// sum is kept in `i64` over runs of [`SUM_RUN`] values (which cannot
     /// overflow it) and in `i128` across them.
-    fn of(a: &arrow::array::TimestampMicrosecondArray) -> Exact {
+    fn of(a: &arrow::array::TimestampMicrosecondArray) -> EventTimeSums {
         #[inline(always)]
-        fn fold(e: &mut Exact, sum: &mut i64, v: i64) {
+        fn fold(e: &mut EventTimeSums, sum: &mut i64, v: i64) {
             e.min_us = e.min_us.min(v);
             e.max_us = e.max_us.max(v);
             *sum += v.div_euclid(1000);
         }
-        let mut e = Exact::default();
+        let mut e = EventTimeSums::default();
         let mut sum = 0i64;
         if arrow::array::Array::null_count(a) == 0 {
             for run in a.values().chunks(SUM_RUN) {
@@ -144,8 +139,9 @@ impl Exact {
         e
     }
 
-    fn add(self, o: Exact) -> Exact {
-        Exact {
+    /// These and `o`'s, together.
+    pub fn merged(self, o: EventTimeSums) -> EventTimeSums {
+        EventTimeSums {
             min_us: self.min_us.min(o.min_us),
             max_us: self.max_us.max(o.max_us),
             sum_ms: self.sum_ms + o.sum_ms,
@@ -154,7 +150,7 @@ impl Exact {
     }
 
     /// In milliseconds (rounded down, as each row is), the sum rounded once.
-    fn stats(self) -> EventTimeStats {
+    pub fn stats(self) -> EventTimeStats {
         if self.count == 0 {
             return EventTimeStats::default();
         }
@@ -192,6 +188,8 @@ pub fn late_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::narrow::Narrow;
+    use crate::ops::{BatchContext, OpExec};
     use arrow::array::TimestampMicrosecondArray;
     use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
     use std::sync::Arc;
@@ -205,6 +203,19 @@ mod tests {
         )]);
         let a = Arc::new(times.with_timezone("UTC"));
         RecordBatch::try_new(Arc::new(schema), vec![a]).unwrap()
+    }
+
+    /// What a watermark on column 0 records for `batch`, read as the
+    /// pipeline reads it (one task per slice on the pool this runs in).
+    fn observed(batch: &RecordBatch) -> EventTimeStats {
+        let ops = [OpExec::Watermark(WatermarkOp::new(0, 0, 0))];
+        let narrow = Narrow::of(&ops);
+        let mut ctx = BatchContext {
+            event_time: vec![EventTimeStats::default()],
+            ..BatchContext::default()
+        };
+        narrow.run(vec![batch.clone()], &mut ctx).unwrap();
+        ctx.event_time[0]
     }
 
     #[test]
@@ -221,8 +232,7 @@ mod tests {
             })
             .collect();
         let batch = batch_of(TimestampMicrosecondArray::from(times.clone()));
-        let mut got = EventTimeStats::default();
-        WatermarkOp::new(0, 0, 0).observe(&batch, &mut got).unwrap();
+        let got = observed(&batch);
         let ms: Vec<i64> = times.iter().flatten().map(|t| t.div_euclid(1000)).collect();
         let sum: i128 = ms.iter().map(|&m| m as i128).sum();
         assert_eq!(
@@ -239,10 +249,7 @@ mod tests {
             .num_threads(1)
             .build()
             .unwrap();
-        let mut again = EventTimeStats::default();
-        one.install(|| WatermarkOp::new(0, 0, 0).observe(&batch, &mut again))
-            .unwrap();
-        assert_eq!(again, got);
+        assert_eq!(one.install(|| observed(&batch)), got);
     }
 
     #[test]
@@ -264,9 +271,7 @@ mod tests {
                 .num_threads(workers)
                 .build()
                 .unwrap();
-            let mut got = EventTimeStats::default();
-            pool.install(|| WatermarkOp::new(0, 0, 0).observe(&batch, &mut got))
-                .unwrap();
+            let got = pool.install(|| observed(&batch));
             assert_eq!(got.sum, exact, "{workers} workers");
             assert_eq!((got.min, got.max, got.count), (0, 1i64 << 53, 200_000));
         }
@@ -289,8 +294,7 @@ mod tests {
                     .map(|(i, &t)| (!nulls || i % 7 != 3).then_some(t))
                     .collect();
                 let batch = batch_of(TimestampMicrosecondArray::from(values.clone()));
-                let mut got = EventTimeStats::default();
-                WatermarkOp::new(0, 0, 0).observe(&batch, &mut got).unwrap();
+                let got = observed(&batch);
                 let valid: Vec<i64> = values.into_iter().flatten().collect();
                 let sum: i128 = valid.iter().map(|t| t.div_euclid(1000) as i128).sum();
                 assert_eq!(got.sum, sum as f64, "nulls: {nulls}");

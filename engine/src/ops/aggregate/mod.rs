@@ -33,6 +33,7 @@ mod grouper;
 pub(crate) use accumulators::{agg_arrays, kind_of, output_type, Acc, Kind, Reader};
 
 use crate::error::{Result, WeirError};
+use crate::ops::narrow::{Narrow, SliceEventTimes};
 use crate::ops::operator::{
     single_store, unknown_store, DecodedState, OperatorState, PartitionCounts, StatefulOperator,
 };
@@ -265,6 +266,8 @@ struct TaskShare {
     groups: TaskGroups,
     parts: Vec<Vec<u32>>,
     lost: i64,
+    /// What the narrow steps' watermarks saw in the task's slice.
+    seen: SliceEventTimes,
 }
 
 /// The batch's groups routed to the state partitions: merged per partition
@@ -275,6 +278,8 @@ struct Routed {
     last: Vec<TaskShare>,
     /// Rows outside any representable window, in every wave.
     lost: i64,
+    /// What the narrow steps' watermarks saw, in every wave but the last.
+    seen: Vec<SliceEventTimes>,
 }
 
 /// Per-batch watermarks, in ms.
@@ -648,16 +653,18 @@ impl AggregateOp {
     /// partition merges its groups in input order, applies them to its
     /// store, evicts behind the watermark and produces its output, in
     /// parallel. The output is the union of the partitions', sorted by key.
+    /// `narrow` steps run on each slice in its task before it is
+    /// aggregated, and what their watermarks saw goes into `ctx`.
     pub fn process(
         &mut self,
+        narrow: &Narrow,
         input: &[RecordBatch],
-        wm: Watermarks,
+        ctx: &mut BatchContext,
         mode: OutputMode,
-        no_data: bool,
     ) -> Result<Vec<RecordBatch>> {
         let started = Instant::now();
         let mut store = self.store.take()?;
-        let result = self.process_partitions(&mut store, input, wm, mode, no_data);
+        let result = self.process_partitions(&mut store, narrow, input, ctx, mode);
         let (total, memory) = (store.len() as i64, store.memory_used_bytes() as i64);
         self.store.put(store);
         let (parts, lost) = result?;
@@ -702,12 +709,13 @@ impl AggregateOp {
     /// returned unmerged: each partition merges it in its own task, right
     /// before applying it to its store.
     /// Also returns the rows that lost a window that cannot be represented.
-    fn route(&self, input: &[RecordBatch], n: usize) -> Result<Routed> {
+    fn route(&self, narrow: &Narrow, input: &[RecordBatch], n: usize) -> Result<Routed> {
         let tasks = crate::ops::tasks::slices(input);
         let width = self.aggs.len();
         // A task's groups, and which of them go to each partition.
-        let task = |b: &RecordBatch| -> Result<TaskShare> {
-            let (groups, lost) = self.partial(b)?;
+        let task = |slice: &RecordBatch| -> Result<TaskShare> {
+            let (b, seen) = narrow.apply(slice)?;
+            let (groups, lost) = self.partial(&b)?;
             let mut parts: Vec<Vec<u32>> = (0..n).map(|_| Vec::new()).collect();
             for i in 0..groups.len() {
                 let p = if n == 1 {
@@ -721,6 +729,7 @@ impl AggregateOp {
                 groups,
                 parts,
                 lost,
+                seen,
             })
         };
         if tasks.len() <= 1 {
@@ -731,7 +740,12 @@ impl AggregateOp {
                 .map(|p| GroupSet::new(width, last.first().map_or(0, |t| t.parts[p].len())))
                 .collect();
             let lost = last.iter().map(|t| t.lost).sum();
-            return Ok(Routed { sets, last, lost });
+            return Ok(Routed {
+                sets,
+                last,
+                lost,
+                seen: vec![],
+            });
         }
         let wave = rayon::current_num_threads().max(1) * 2;
         // Each partition holds about its share of a task's groups (the
@@ -742,6 +756,7 @@ impl AggregateOp {
         let share = self.groups_hint.load(Ordering::Relaxed).min(rows) / n.max(1);
         let mut sets: Vec<GroupSet> = (0..n).map(|_| GroupSet::indexed(width, share)).collect();
         let mut lost = 0;
+        let mut seen = Vec::new();
         let mut waves: Vec<&[RecordBatch]> = tasks.chunks(wave).collect();
         // More than one task here, so at least one wave.
         let last_wave = waves.pop().unwrap_or_default();
@@ -754,10 +769,16 @@ impl AggregateOp {
             } else {
                 sets.iter_mut().enumerate().try_for_each(merge)?;
             }
+            seen.extend(per_task.into_iter().map(|t| t.seen));
         }
         let last: Vec<TaskShare> = last_wave.par_iter().map(task).collect::<Result<_>>()?;
         lost += last.iter().map(|t| t.lost).sum::<i64>();
-        Ok(Routed { sets, last, lost })
+        Ok(Routed {
+            sets,
+            last,
+            lost,
+            seen,
+        })
     }
 
     /// Merges partition `p`'s groups from every task of a wave into `set`,
@@ -789,17 +810,20 @@ impl AggregateOp {
     fn process_partitions(
         &self,
         store: &mut PartitionedStore,
+        narrow: &Narrow,
         input: &[RecordBatch],
-        wm: Watermarks,
+        ctx: &mut BatchContext,
         mode: OutputMode,
-        no_data: bool,
     ) -> Result<(Vec<PartitionOutput>, i64)> {
         let n = store.partitions();
         let Routed {
             mut sets,
             last,
             lost,
-        } = self.route(input, n)?;
+            seen,
+        } = self.route(narrow, input, n)?;
+        narrow.record(seen.iter().chain(last.iter().map(|t| &t.seen)), ctx);
+        let (wm, no_data) = (ctx.watermarks, ctx.no_data);
         // A global aggregation always has its one group in a data batch.
         if self.keys.is_empty()
             && !no_data
@@ -1063,11 +1087,26 @@ impl StatefulOperator for AggregateOp {
     ) -> Result<Vec<RecordBatch>> {
         let wm = ctx.watermarks;
         let late = ctx.collect_late(|| self.late_rows(input, wm, mode))?;
-        let out = AggregateOp::process(self, input, ctx.watermarks, mode, ctx.no_data)?;
+        let out = AggregateOp::process(self, &Narrow::none(), input, ctx, mode)?;
         if let Some(rows) = late {
             crate::progress::held::note_late_rows(&mut self.metrics, rows);
         }
         Ok(out)
+    }
+    fn process_after(
+        &mut self,
+        narrow: &Narrow,
+        input: &[RecordBatch],
+        right: &[RecordBatch],
+        ctx: &mut BatchContext,
+        mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        if ctx.collect_late {
+            // The late rows are read from the rows after the steps.
+            let input = narrow.run(input.to_vec(), ctx)?;
+            return StatefulOperator::process(self, &input, right, ctx, mode);
+        }
+        AggregateOp::process(self, narrow, input, ctx, mode)
     }
     fn set_collect_max_values(&mut self, n: usize) {
         AggregateOp::set_collect_max_values(self, n);

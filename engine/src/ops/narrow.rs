@@ -1,0 +1,115 @@
+//! The narrow steps of a node: filters, projections and watermarks, each
+//! of which reads one slice of the batch at a time. A run of them is
+//! pipelined into one task per slice (as Spark pipelines a stage's narrow
+//! transformations into one task per partition), not one task per step:
+//! each hand-over to the worker pool may find a worker asleep, and the
+//! slice stays in one core's cache from the first step to the last. A
+//! stateful operator may take the steps into its own tasks as well
+//! ([`crate::ops::operator::StatefulOperator::process_after`]).
+
+use arrow::record_batch::RecordBatch;
+
+use super::stateless::{FilterOp, ProjectOp};
+use super::watermark::{EventTimeSums, WatermarkOp};
+use super::{BatchContext, OpExec};
+use crate::error::Result;
+
+/// One narrow step.
+enum Step<'a> {
+    Filter(&'a FilterOp),
+    Project(&'a ProjectOp),
+    Watermark(&'a WatermarkOp),
+}
+
+/// A run of narrow steps, applied to each slice in order.
+pub struct Narrow<'a> {
+    steps: Vec<Step<'a>>,
+}
+
+/// What one slice's watermark steps saw: each step's event-time sums, in
+/// step order, to be added over the batch's slices before one rounding.
+#[derive(Default)]
+pub struct SliceEventTimes(Vec<(usize, EventTimeSums)>);
+
+impl<'a> Narrow<'a> {
+    /// No steps: slices pass through unchanged.
+    pub fn none() -> Narrow<'static> {
+        Narrow { steps: vec![] }
+    }
+
+    /// How many of the first operators of `ops` are narrow.
+    pub(super) fn count(ops: &[OpExec]) -> usize {
+        Narrow::of(ops).steps.len()
+    }
+
+    /// The leading narrow operators of `ops`.
+    pub(super) fn of(ops: &'a [OpExec]) -> Narrow<'a> {
+        let steps = ops
+            .iter()
+            .map_while(|o| match o {
+                OpExec::Filter(f) => Some(Step::Filter(f)),
+                OpExec::Project(p) => Some(Step::Project(p)),
+                OpExec::Watermark(w) => Some(Step::Watermark(w)),
+                _ => None,
+            })
+            .collect();
+        Narrow { steps }
+    }
+
+    /// True when there is no step.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Applies the steps to one slice: the rows after them and what their
+    /// watermarks saw.
+    pub fn apply(&self, slice: &RecordBatch) -> Result<(RecordBatch, SliceEventTimes)> {
+        let mut b = slice.clone();
+        let mut seen = SliceEventTimes::default();
+        for s in &self.steps {
+            match s {
+                Step::Filter(f) => b = f.apply(&b)?,
+                Step::Project(p) => b = p.apply(&b)?,
+                Step::Watermark(w) => seen.0.push((w.id, w.observe(&b)?)),
+            }
+        }
+        Ok((b, seen))
+    }
+
+    /// Adds the event times the batch's slices saw (in any order: the
+    /// sums are exact) into `ctx`'s statistics, rounding once.
+    pub fn record<'s>(
+        &self,
+        slices: impl IntoIterator<Item = &'s SliceEventTimes>,
+        ctx: &mut BatchContext,
+    ) {
+        let mut total: Vec<Option<EventTimeSums>> = vec![None; ctx.event_time.len()];
+        for (id, sums) in slices.into_iter().flat_map(|s| &s.0) {
+            let t = total[*id].get_or_insert_with(EventTimeSums::default);
+            *t = t.merged(*sums);
+        }
+        for (stats, sums) in ctx.event_time.iter_mut().zip(total) {
+            if let Some(s) = sums {
+                stats.merge(&s.stats());
+            }
+        }
+    }
+
+    /// Runs the steps over `input` as one task per slice on the worker
+    /// pool it is called in ([`crate::ops::tasks::map_tasks`]); the output
+    /// keeps the input's order (without the batches a filter emptied).
+    pub fn run(&self, input: Vec<RecordBatch>, ctx: &mut BatchContext) -> Result<Vec<RecordBatch>> {
+        if self.is_empty() {
+            return Ok(input);
+        }
+        let done = crate::ops::tasks::map_tasks(&input, |b| self.apply(b))?;
+        self.record(done.iter().map(|(_, s)| s), ctx);
+        // A filter leaves out the batches it emptied.
+        let filters = self.steps.iter().any(|s| matches!(s, Step::Filter(_)));
+        Ok(done
+            .into_iter()
+            .map(|(b, _)| b)
+            .filter(|b| !filters || b.num_rows() > 0)
+            .collect())
+    }
+}
