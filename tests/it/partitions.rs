@@ -581,47 +581,15 @@ fn a_batch_of_many_tasks_gives_the_same_groups_and_lost_rows_at_any_worker_count
     }
 }
 
-/// Filters, a projection and a watermark before an aggregation run inside
-/// the aggregation's tasks: a row the filter drops moves neither a count
-/// nor the watermark, and every worker count, with or without a late-rows
-/// side output (which runs those steps as tasks of their own first), gives
-/// the same rows, the same event-time statistics and the same late rows.
-#[test]
-fn steps_before_an_aggregation_see_only_the_rows_they_pass_in_its_tasks() {
-    use std::collections::BTreeMap;
-    use std::sync::Arc;
-    use weir::arrow::array::{Int64Array, StringArray, TimestampMicrosecondArray};
-    use weir::arrow::record_batch::RecordBatch;
-    use weir::plan::{DataType, Field};
-
+/// Events for the steps-before-an-operator tests: 300k rows (five tasks)
+/// over an hour, moving forward with ten minutes of disorder (so each task
+/// sees other times), every tenth in the year 2100 (`value % 10 = 0`, which
+/// the queries filter out); then 1000 rows, half behind the watermark
+/// (minute 1) and half ahead of it (minute 55).
+fn events_with_a_far_future() -> [Vec<(String, i64, i64)>; 2] {
     let noon_us = 1_704_110_400i64 * 1_000_000;
     let far_future_us = 4_102_444_800i64 * 1_000_000; // 2100-01-01
-    let schema = [
-        Field::new("key", DataType::String),
-        Field::new("ts", DataType::Timestamp),
-        Field::new("value", DataType::Int64),
-    ];
-    let batch_of = |rows: Vec<(String, i64, i64)>| {
-        let (mut k, mut t, mut v) = (vec![], vec![], vec![]);
-        for (key, ts, value) in rows {
-            k.push(key);
-            t.push(ts);
-            v.push(value);
-        }
-        RecordBatch::try_new(
-            weir::row::arrow_schema(&schema),
-            vec![
-                Arc::new(StringArray::from(k)),
-                Arc::new(TimestampMicrosecondArray::from(t).with_timezone("UTC")),
-                Arc::new(Int64Array::from(v)),
-            ],
-        )
-        .unwrap()
-    };
-    // 300k rows (five tasks) over an hour, moving forward with ten
-    // minutes of disorder (so each task sees other times); every tenth
-    // row lies in the year 2100 and is filtered out.
-    let first: Vec<(String, i64, i64)> = (0..300_000i64)
+    let first = (0..300_000i64)
         .map(|i| {
             let ts = if i % 10 == 0 {
                 far_future_us + i
@@ -631,8 +599,7 @@ fn steps_before_an_aggregation_see_only_the_rows_they_pass_in_its_tasks() {
             (format!("k{}", i % 7), ts, i)
         })
         .collect();
-    // Then rows behind the watermark (minute 1) and ahead of it (minute 55).
-    let second: Vec<(String, i64, i64)> = (0..1_000i64)
+    let second = (0..1_000i64)
         .map(|i| {
             let minute = if i % 2 == 0 { 1 } else { 55 };
             (
@@ -642,53 +609,144 @@ fn steps_before_an_aggregation_see_only_the_rows_they_pass_in_its_tasks() {
             )
         })
         .collect();
-    let kept = |rows: &[(String, i64, i64)]| -> Vec<(String, i64)> {
-        rows.iter()
-            .filter(|(_, _, v)| v % 10 != 0)
-            .map(|(k, t, _)| (k.clone(), *t))
-            .collect()
-    };
-    let run = |workers: usize, late_aside: bool| {
-        let stream = MemoryStream::new(&schema);
-        let sink = MemorySink::new("");
-        let table = sink.table();
-        let late = MemorySink::new("late");
-        let late_table = late.table();
-        let mut w = session_with(Some(3), workers)
-            .read_stream(stream.clone())
-            .filter("value % 10 <> 0")
-            .select(vec![("key", "key"), ("ts", "et")])
-            .with_watermark("et", "10 minutes")
-            .group_by(vec![window("et", "10 minutes"), col("key")])
-            .agg(vec![count_star("n")])
-            .write_stream()
-            .output_mode(OutputMode::Update)
-            .sink(sink);
-        if late_aside {
-            w = w.late_rows_to(late);
-        }
-        let q = w.start().unwrap();
-        for rows in [&first, &second] {
-            stream.add_batch(batch_of(rows.clone())).unwrap();
-            q.process_all_available().unwrap();
-        }
-        q.stop().unwrap();
-        // Each data batch's event times (no-data batches run between).
-        let seen: Vec<_> = q
-            .recent_progress()
-            .into_iter()
-            .filter(|p| p.num_input_rows > 0)
-            .map(|p| p.event_time)
-            .collect();
-        assert_eq!(seen.len(), 2);
-        (
-            rows_json(&table.rows()),
-            seen,
-            rows_json(&late_table.rows()).len(),
+    [first, second]
+}
+
+/// The (key, time) of the rows the filter keeps.
+fn kept(rows: &[(String, i64, i64)]) -> Vec<(String, i64)> {
+    rows.iter()
+        .filter(|(_, _, v)| v % 10 != 0)
+        .map(|(k, t, _)| (k.clone(), *t))
+        .collect()
+}
+
+/// Runs [`events_with_a_far_future`] through a filter (`value % 10 <> 0`),
+/// a projection (`key`, `ts AS et`), a watermark (`et`, 10 minutes) and then
+/// `op`, on 3 state partitions and `workers` workers, with or without a
+/// late-rows side output: the rows emitted, each data batch's event-time
+/// statistics, and how many rows were sent aside as late.
+#[allow(clippy::type_complexity)]
+fn run_steps_then(
+    op: impl Fn(DataStream) -> DataStream,
+    mode: OutputMode,
+    workers: usize,
+    late_aside: bool,
+) -> (
+    Vec<Value>,
+    Vec<std::collections::BTreeMap<String, String>>,
+    usize,
+) {
+    use std::sync::Arc;
+    use weir::arrow::array::{Int64Array, StringArray, TimestampMicrosecondArray};
+    use weir::arrow::record_batch::RecordBatch;
+    use weir::plan::{DataType, Field};
+
+    let schema = [
+        Field::new("key", DataType::String),
+        Field::new("ts", DataType::Timestamp),
+        Field::new("value", DataType::Int64),
+    ];
+    let batch_of = |rows: &[(String, i64, i64)]| {
+        RecordBatch::try_new(
+            weir::row::arrow_schema(&schema),
+            vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.0))),
+                Arc::new(
+                    TimestampMicrosecondArray::from_iter_values(rows.iter().map(|r| r.1))
+                        .with_timezone("UTC"),
+                ),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
+            ],
         )
+        .unwrap()
     };
-    let (out, seen, _) = run(1, false);
-    // The counts are those of the rows the filter kept.
+    let stream = MemoryStream::new(&schema);
+    let sink = MemorySink::new("");
+    let table = sink.table();
+    let late = MemorySink::new("late");
+    let late_table = late.table();
+    let steps = session_with(Some(3), workers)
+        .read_stream(stream.clone())
+        .filter("value % 10 <> 0")
+        .select(vec![("key", "key"), ("ts", "et")])
+        .with_watermark("et", "10 minutes");
+    let mut w = op(steps).write_stream().output_mode(mode).sink(sink);
+    if late_aside {
+        w = w.late_rows_to(late);
+    }
+    let q = w.start().unwrap();
+    for rows in events_with_a_far_future() {
+        stream.add_batch(batch_of(&rows)).unwrap();
+        q.process_all_available().unwrap();
+    }
+    q.stop().unwrap();
+    // Each data batch's event times (no-data batches run between).
+    let seen: Vec<_> = q
+        .recent_progress()
+        .into_iter()
+        .filter(|p| p.num_input_rows > 0)
+        .map(|p| p.event_time)
+        .collect();
+    assert_eq!(seen.len(), 2);
+    (
+        rows_json(&table.rows()),
+        seen,
+        rows_json(&late_table.rows()).len(),
+    )
+}
+
+/// Checks what every operator after [`run_steps_then`]'s steps must give:
+/// the event times of the kept rows only (the year 2100 moves no
+/// watermark), and the same rows, statistics and late rows at 1 and 4
+/// workers, with a late-rows side output (the steps then run as tasks of
+/// their own first) or without (inside the operator's tasks). Returns the
+/// rows emitted.
+fn same_with_steps_inside_or_before(
+    op: impl Fn(DataStream) -> DataStream + Copy,
+    mode: OutputMode,
+) -> Vec<Value> {
+    let (out, seen, _) = run_steps_then(op, mode, 1, false);
+    let [first, _] = events_with_a_far_future();
+    let first_ms: Vec<i64> = kept(&first).iter().map(|(_, t)| t / 1000).collect();
+    let max_ms = *first_ms.iter().max().unwrap();
+    assert_eq!(crate::common::iso_ms(&seen[0]["max"]), max_ms);
+    assert_eq!(
+        crate::common::iso_ms(&seen[0]["min"]),
+        *first_ms.iter().min().unwrap()
+    );
+    assert_eq!(
+        crate::common::iso_ms(&seen[1]["watermark"]),
+        max_ms - 600_000
+    );
+    for (workers, late_aside) in [(4, false), (1, true), (4, true)] {
+        let (o, s, late) = run_steps_then(op, mode, workers, late_aside);
+        let case = format!("{workers} workers, late rows aside: {late_aside}");
+        assert_eq!(o, out, "{case}");
+        assert_eq!(s, seen, "{case}");
+        if late_aside {
+            // The 500 rows of minute 1, behind the watermark.
+            assert_eq!(late, 500, "{case}");
+        }
+    }
+    out
+}
+
+/// Filters, a projection and a watermark before an aggregation run inside
+/// the aggregation's tasks: a row the filter drops moves neither a count
+/// nor the watermark, whatever the worker count and whether late rows are
+/// sent aside.
+#[test]
+fn steps_before_an_aggregation_see_only_the_rows_they_pass_in_its_tasks() {
+    use std::collections::BTreeMap;
+    let out = same_with_steps_inside_or_before(
+        |s| {
+            s.group_by(vec![window("et", "10 minutes"), col("key")])
+                .agg(vec![count_star("n")])
+        },
+        OutputMode::Update,
+    );
+    // The first batch's counts are those of the rows the filter kept.
+    let [first, _] = events_with_a_far_future();
     let mut fold: BTreeMap<(i64, String), i64> = BTreeMap::new();
     for (k, t) in kept(&first) {
         let start_ms = (t / 1000).div_euclid(600_000) * 600_000;
@@ -706,27 +764,35 @@ fn steps_before_an_aggregation_see_only_the_rows_they_pass_in_its_tasks() {
         })
         .collect();
     assert_eq!(got, fold);
-    // The event times are those of the kept rows: the year 2100 is not
-    // among them, and the watermark is the kept maximum minus the delay.
-    let first_ms: Vec<i64> = kept(&first).iter().map(|(_, t)| t / 1000).collect();
-    let max_ms = *first_ms.iter().max().unwrap();
-    assert_eq!(crate::common::iso_ms(&seen[0]["max"]), max_ms);
-    assert_eq!(
-        crate::common::iso_ms(&seen[0]["min"]),
-        *first_ms.iter().min().unwrap()
-    );
-    assert_eq!(
-        crate::common::iso_ms(&seen[1]["watermark"]),
-        max_ms - 600_000
-    );
-    for (workers, late_aside) in [(4, false), (1, true), (4, true)] {
-        let (o, s, late) = run(workers, late_aside);
-        let case = format!("{workers} workers, late rows aside: {late_aside}");
-        assert_eq!(o, out, "{case}");
-        assert_eq!(s, seen, "{case}");
-        if late_aside {
-            // The rows of minute 1 whose window (12:00-12:10) had closed.
-            assert_eq!(late, 500, "{case}");
-        }
-    }
+}
+
+/// The same steps before a deduplication run inside the tasks that encode
+/// its keys: it keeps the first of each (key, time) among the rows the
+/// filter passed, in input order.
+#[test]
+fn steps_before_a_deduplication_see_only_the_rows_they_pass_in_its_tasks() {
+    let out =
+        same_with_steps_inside_or_before(|s| s.drop_duplicates(&["key", "et"]), OutputMode::Append);
+    let [first, second] = events_with_a_far_future();
+    let mut seen = std::collections::HashSet::new();
+    let want: Vec<(String, i64)> = kept(&first)
+        .into_iter()
+        .chain(
+            // Of the second batch, only the rows ahead of the watermark.
+            kept(&second)
+                .into_iter()
+                .filter(|(_, t)| *t > 1_704_110_400_000_000 + 120 * 1_000_000),
+        )
+        .filter(|r| seen.insert(r.clone()))
+        .collect();
+    let got: Vec<(String, i64)> = out
+        .iter()
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap().to_string(),
+                crate::common::iso_ms(r["et"].as_str().unwrap()) * 1000,
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
 }

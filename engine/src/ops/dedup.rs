@@ -27,6 +27,7 @@ use arrow::row::{RowConverter, SortField};
 
 use crate::error::{Result, WeirError};
 use crate::ops::aggregate::Watermarks;
+use crate::ops::narrow::Narrow;
 use crate::ops::operator::{
     single_store, unknown_store, DecodedState, OperatorState, StatefulOperator,
 };
@@ -125,11 +126,18 @@ impl DedupOp {
     /// before (in state or earlier in the batch) and is not behind the
     /// watermark, in input order. Keys are routed by hash to the state
     /// partitions, which decide their rows and evict in parallel on the
-    /// worker pool the batch runs in.
-    pub fn process(&mut self, input: &[RecordBatch], wm: Watermarks) -> Result<Vec<RecordBatch>> {
+    /// worker pool the batch runs in. `narrow` steps run on each slice of
+    /// the input in the task that encodes its keys; what their watermarks
+    /// saw goes into `ctx`.
+    pub fn process(
+        &mut self,
+        narrow: &Narrow,
+        input: &[RecordBatch],
+        ctx: &mut BatchContext,
+    ) -> Result<Vec<RecordBatch>> {
         let started = Instant::now();
         let mut store = self.store.take()?;
-        let result = self.process_partitions(&mut store, input, wm);
+        let result = self.process_partitions(&mut store, narrow, input, ctx);
         let (total, memory) = (store.len() as i64, store.memory_used_bytes() as i64);
         self.store.put(store);
         let (out, counts) = result?;
@@ -149,14 +157,19 @@ impl DedupOp {
     fn process_partitions(
         &self,
         store: &mut PartitionedStore,
+        narrow: &Narrow,
         input: &[RecordBatch],
-        wm: Watermarks,
+        ctx: &mut BatchContext,
     ) -> Result<(Vec<RecordBatch>, Vec<PartitionCounts>)> {
         let n = store.partitions();
+        let wm = ctx.watermarks;
         let late_us = wm.late_ms.map(|w| w.saturating_mul(1000));
-        // Each batch's keys (row format) and event times, and each row's partition.
-        let mut encoded = Vec::with_capacity(input.len());
-        for batch in input.iter().filter(|b| b.num_rows() > 0) {
+        // Each slice's keys (row format) and event times, and each row's
+        // partition, as a task per slice.
+        let encoded = narrow.map_tasks(input, ctx, |batch| {
+            if batch.num_rows() == 0 {
+                return Ok(None);
+            }
             let times = match self.event_time {
                 Some((i, _)) => {
                     let a = cast(batch.column(i), &timestamp_type())?;
@@ -175,9 +188,9 @@ impl DedupOp {
             for r in 0..batch.num_rows() {
                 parts[partition_of(rows.row(r).data(), n)].push(r as u32);
             }
-            encoded.push((batch, times, rows, parts));
-        }
-        let encoded = &encoded;
+            Ok(Some((batch, times, rows, parts)))
+        })?;
+        let encoded: &Vec<_> = &encoded.into_iter().flatten().collect();
         // One partition: the rows it keeps (per batch) and its counts.
         type Kept = Vec<Vec<u32>>;
         let run =
@@ -283,11 +296,26 @@ impl StatefulOperator for DedupOp {
     ) -> Result<Vec<RecordBatch>> {
         let wm = ctx.watermarks;
         let late = ctx.collect_late(|| self.late_rows(input, wm))?;
-        let out = DedupOp::process(self, input, ctx.watermarks)?;
+        let out = DedupOp::process(self, &Narrow::none(), input, ctx)?;
         if let Some(rows) = late {
             crate::progress::held::note_late_rows(&mut self.metrics, rows);
         }
         Ok(out)
+    }
+    fn process_after(
+        &mut self,
+        narrow: &Narrow,
+        input: &[RecordBatch],
+        right: &[RecordBatch],
+        ctx: &mut BatchContext,
+        mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        if ctx.collect_late {
+            // The late rows are read from the rows after the steps.
+            let input = narrow.run(input.to_vec(), ctx)?;
+            return StatefulOperator::process(self, &input, right, ctx, mode);
+        }
+        DedupOp::process(self, narrow, input, ctx)
     }
     fn commit(&mut self, version: u64) -> Result<()> {
         DedupOp::commit(self, version)

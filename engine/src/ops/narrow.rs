@@ -95,20 +95,37 @@ impl<'a> Narrow<'a> {
         }
     }
 
-    /// Runs the steps over `input` as one task per slice on the worker
-    /// pool it is called in ([`crate::ops::tasks::map_tasks`]); the output
-    /// keeps the input's order (without the batches a filter emptied).
+    /// Runs the steps and then `f` on each slice of `input`, as one task
+    /// per slice on the worker pool it is called in
+    /// ([`crate::ops::tasks::map_tasks`]): `f` gets the slice's rows after
+    /// the steps. What the watermarks saw goes into `ctx`; the results
+    /// keep the input's order.
+    pub fn map_tasks<T: Send>(
+        &self,
+        input: &[RecordBatch],
+        ctx: &mut BatchContext,
+        f: impl Fn(RecordBatch) -> Result<T> + Sync + Send,
+    ) -> Result<Vec<T>> {
+        let done = crate::ops::tasks::map_tasks(input, |slice| {
+            let (b, seen) = self.apply(slice)?;
+            Ok((f(b)?, seen))
+        })?;
+        self.record(done.iter().map(|(_, s)| s), ctx);
+        Ok(done.into_iter().map(|(t, _)| t).collect())
+    }
+
+    /// Runs the steps over `input` as one task per slice ([`Narrow::map_tasks`]);
+    /// the output keeps the input's order (without the batches a filter
+    /// emptied).
     pub fn run(&self, input: Vec<RecordBatch>, ctx: &mut BatchContext) -> Result<Vec<RecordBatch>> {
         if self.is_empty() {
             return Ok(input);
         }
-        let done = crate::ops::tasks::map_tasks(&input, |b| self.apply(b))?;
-        self.record(done.iter().map(|(_, s)| s), ctx);
+        let done = self.map_tasks(&input, ctx, Ok)?;
         // A filter leaves out the batches it emptied.
         let filters = self.steps.iter().any(|s| matches!(s, Step::Filter(_)));
         Ok(done
             .into_iter()
-            .map(|(b, _)| b)
             .filter(|b| !filters || b.num_rows() > 0)
             .collect())
     }

@@ -25,6 +25,7 @@ use crate::error::{Result, WeirError};
 use crate::ops::aggregate::{
     agg_arrays, kind_of, output_type, Acc, AggExec, Kind, Reader, Watermarks,
 };
+use crate::ops::narrow::Narrow;
 use crate::ops::operator::{
     length_prefixed_key, rehome, set_update_time, single_store, unknown_store, DecodedState,
     OperatorState, PartitionCounts, StatefulOperator,
@@ -225,16 +226,19 @@ impl SessionAggregateOp {
     /// then each partition merges its keys' sessions, closes and evicts
     /// them behind the watermark and produces its output, in parallel. The
     /// output is the union of the partitions', sorted by key and start.
+    /// `narrow` steps run on each slice in its task first, and what their
+    /// watermarks saw goes into `ctx`.
     pub fn process(
         &mut self,
+        narrow: &Narrow,
         input: &[RecordBatch],
-        wm: Watermarks,
+        ctx: &mut BatchContext,
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
         let started = Instant::now();
         let mut store = self.store.take()?;
         let mut index = std::mem::take(&mut self.index);
-        let result = self.process_partitions(&mut store, &mut index, input, wm, mode);
+        let result = self.process_partitions(&mut store, &mut index, narrow, input, ctx, mode);
         let memory = store.memory_used_bytes() as i64;
         self.store.put(store);
         self.index = index;
@@ -341,10 +345,12 @@ impl SessionAggregateOp {
         &self,
         store: &mut PartitionedStore,
         index: &mut [Index],
+        narrow: &Narrow,
         input: &[RecordBatch],
-        wm: Watermarks,
+        ctx: &mut BatchContext,
         mode: OutputMode,
     ) -> Result<(Vec<PartitionOutput>, i64)> {
+        let wm = ctx.watermarks;
         let n = store.partitions();
         if index.len() != n {
             return Err(WeirError::Config(
@@ -357,7 +363,7 @@ impl SessionAggregateOp {
             None
         };
         let per_task: Vec<(Vec<Routed>, i64)> =
-            crate::ops::tasks::map_tasks(input, |b| self.route_slice(b, late_us, n))?;
+            narrow.map_tasks(input, ctx, |b| self.route_slice(&b, late_us, n))?;
         // Per partition, the tasks' sessions in input order.
         let mut per_part: Vec<Routed> = (0..n).map(|_| Vec::new()).collect();
         let mut dropped = 0;
@@ -500,7 +506,17 @@ impl StatefulOperator for SessionAggregateOp {
         ctx: &mut BatchContext,
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
-        SessionAggregateOp::process(self, input, ctx.watermarks, mode)
+        SessionAggregateOp::process(self, &Narrow::none(), input, ctx, mode)
+    }
+    fn process_after(
+        &mut self,
+        narrow: &Narrow,
+        input: &[RecordBatch],
+        _right: &[RecordBatch],
+        ctx: &mut BatchContext,
+        mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        SessionAggregateOp::process(self, narrow, input, ctx, mode)
     }
     fn set_collect_max_values(&mut self, n: usize) {
         self.collect_max_values = n.max(1);
@@ -639,13 +655,23 @@ mod tests {
         out
     }
 
+    /// One batch of `input` under watermarks `wm`, in append mode.
+    fn run(op: &mut SessionAggregateOp, input: &[RecordBatch], wm: Watermarks) -> Vec<RecordBatch> {
+        let mut ctx = BatchContext {
+            watermarks: wm,
+            ..BatchContext::default()
+        };
+        op.process(&Narrow::none(), input, &mut ctx, OutputMode::Append)
+            .unwrap()
+    }
+
     /// Closes every session: the rows it emits, printed.
     fn close_all(op: &mut SessionAggregateOp) -> String {
         let wm = Watermarks {
             late_ms: None,
             evict_ms: Some(i64::MAX / 1000),
         };
-        let out = op.process(&[], wm, OutputMode::Append).unwrap();
+        let out = run(op, &[], wm);
         arrow::util::pretty::pretty_format_batches(&out)
             .unwrap()
             .to_string()
@@ -664,8 +690,7 @@ mod tests {
             .collect();
         let mut now = op();
         now.set_store(partitioned(3)).unwrap();
-        now.process(&[input(&events)], Watermarks::default(), OutputMode::Append)
-            .unwrap();
+        run(&mut now, &[input(&events)], Watermarks::default());
         let stored = entries(&mut now);
         assert_eq!(stored.len(), 16, "two sessions per user");
         for (p, k, _) in &stored {
@@ -698,8 +723,7 @@ mod tests {
             .flat_map(|(i, u)| [4, 8, 12, 16].map(|m| (i as i64 + m, *u)))
             .collect();
         for o in [&mut now, &mut moved] {
-            o.process(&[input(&bridge)], Watermarks::default(), OutputMode::Append)
-                .unwrap();
+            run(o, &[input(&bridge)], Watermarks::default());
         }
         let (want, got) = (close_all(&mut now), close_all(&mut moved));
         assert_eq!(got, want);
@@ -722,8 +746,7 @@ mod tests {
             evict_ms: Some(m * 60_000),
         };
         let events = [(0, "a"), (1, "a"), (10, "b"), (12, "c"), (30, "d")];
-        o.process(&[input(&events)], wm(7), OutputMode::Append)
-            .unwrap();
+        run(&mut o, &[input(&events)], wm(7));
         // a's session [0, 6) closed; b's [10, 15) is the earliest open.
         let m = o.metrics();
         assert_eq!(m.custom_metrics[NEXT_EVICTION_TIME_MS], 15 * 60_000);
