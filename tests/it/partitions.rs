@@ -623,8 +623,9 @@ fn kept(rows: &[(String, i64, i64)]) -> Vec<(String, i64)> {
 /// Runs [`events_with_a_far_future`] through a filter (`value % 10 <> 0`),
 /// a projection (`key`, `ts AS et`), a watermark (`et`, 10 minutes) and then
 /// `op`, on 3 state partitions and `workers` workers, with or without a
-/// late-rows side output: the rows emitted, each data batch's event-time
-/// statistics, and how many rows were sent aside as late.
+/// late-rows side output: the rows emitted by each batch (by batch id),
+/// each data batch's event-time statistics, and how many rows were sent
+/// aside as late.
 #[allow(clippy::type_complexity)]
 fn run_steps_then(
     op: impl Fn(DataStream) -> DataStream,
@@ -632,7 +633,7 @@ fn run_steps_then(
     workers: usize,
     late_aside: bool,
 ) -> (
-    Vec<Value>,
+    Vec<(i64, Vec<Value>)>,
     Vec<std::collections::BTreeMap<String, String>>,
     usize,
 ) {
@@ -688,23 +689,25 @@ fn run_steps_then(
         .map(|p| p.event_time)
         .collect();
     assert_eq!(seen.len(), 2);
-    (
-        rows_json(&table.rows()),
-        seen,
-        rows_json(&late_table.rows()).len(),
-    )
+    let out = table
+        .batches()
+        .iter()
+        .map(|(id, b)| (*id, rows_json(b)))
+        .collect();
+    (out, seen, rows_json(&late_table.rows()).len())
 }
 
 /// Checks what every operator after [`run_steps_then`]'s steps must give:
 /// the event times of the kept rows only (the year 2100 moves no
 /// watermark), and the same rows, statistics and late rows at 1 and 4
 /// workers, with a late-rows side output (the steps then run as tasks of
-/// their own first) or without (inside the operator's tasks). Returns the
-/// rows emitted.
+/// their own first) or without (inside the operator's tasks), with `late`
+/// rows sent aside when given. Returns the rows each batch emitted.
 fn same_with_steps_inside_or_before(
     op: impl Fn(DataStream) -> DataStream + Copy,
     mode: OutputMode,
-) -> Vec<Value> {
+    late: Option<usize>,
+) -> Vec<(i64, Vec<Value>)> {
     let (out, seen, _) = run_steps_then(op, mode, 1, false);
     let [first, _] = events_with_a_far_future();
     let first_ms: Vec<i64> = kept(&first).iter().map(|(_, t)| t / 1000).collect();
@@ -719,13 +722,12 @@ fn same_with_steps_inside_or_before(
         max_ms - 600_000
     );
     for (workers, late_aside) in [(4, false), (1, true), (4, true)] {
-        let (o, s, late) = run_steps_then(op, mode, workers, late_aside);
+        let (o, s, aside) = run_steps_then(op, mode, workers, late_aside);
         let case = format!("{workers} workers, late rows aside: {late_aside}");
         assert_eq!(o, out, "{case}");
         assert_eq!(s, seen, "{case}");
-        if late_aside {
-            // The 500 rows of minute 1, behind the watermark.
-            assert_eq!(late, 500, "{case}");
+        if let (true, Some(late)) = (late_aside, late) {
+            assert_eq!(aside, late, "{case}");
         }
     }
     out
@@ -744,6 +746,8 @@ fn steps_before_an_aggregation_see_only_the_rows_they_pass_in_its_tasks() {
                 .agg(vec![count_star("n")])
         },
         OutputMode::Update,
+        // The 500 rows of minute 1, whose window had closed.
+        Some(500),
     );
     // The first batch's counts are those of the rows the filter kept.
     let [first, _] = events_with_a_far_future();
@@ -752,9 +756,11 @@ fn steps_before_an_aggregation_see_only_the_rows_they_pass_in_its_tasks() {
         let start_ms = (t / 1000).div_euclid(600_000) * 600_000;
         *fold.entry((start_ms, k)).or_default() += 1;
     }
-    let got: BTreeMap<(i64, String), i64> = out
+    assert_eq!(out[0].0, 0);
+    assert_eq!(out[0].1.len(), fold.len(), "one row per group");
+    let got: BTreeMap<(i64, String), i64> = out[0]
+        .1
         .iter()
-        .take(fold.len())
         .map(|r| {
             let start = crate::common::iso_ms(r["window"]["start"].as_str().unwrap());
             (
@@ -771,8 +777,12 @@ fn steps_before_an_aggregation_see_only_the_rows_they_pass_in_its_tasks() {
 /// filter passed, in input order.
 #[test]
 fn steps_before_a_deduplication_see_only_the_rows_they_pass_in_its_tasks() {
-    let out =
-        same_with_steps_inside_or_before(|s| s.drop_duplicates(&["key", "et"]), OutputMode::Append);
+    let out = same_with_steps_inside_or_before(
+        |s| s.drop_duplicates(&["key", "et"]),
+        OutputMode::Append,
+        // The 500 rows of minute 1, behind the watermark.
+        Some(500),
+    );
     let [first, second] = events_with_a_far_future();
     let mut seen = std::collections::HashSet::new();
     let want: Vec<(String, i64)> = kept(&first)
@@ -787,6 +797,7 @@ fn steps_before_a_deduplication_see_only_the_rows_they_pass_in_its_tasks() {
         .collect();
     let got: Vec<(String, i64)> = out
         .iter()
+        .flat_map(|(_, rows)| rows)
         .map(|r| {
             (
                 r["key"].as_str().unwrap().to_string(),
@@ -795,4 +806,35 @@ fn steps_before_a_deduplication_see_only_the_rows_they_pass_in_its_tasks() {
         })
         .collect();
     assert_eq!(got, want);
+}
+
+/// The same steps before session windows run inside the tasks that route
+/// their events: the first batch's sessions hold every row the filter
+/// kept, and none of the year 2100.
+#[test]
+fn steps_before_session_windows_see_only_the_rows_they_pass_in_its_tasks() {
+    let out = same_with_steps_inside_or_before(
+        |s| {
+            s.group_by(vec![session_window("et", "5 minutes"), col("key")])
+                .agg(vec![count_star("n")])
+        },
+        // (Session windows run in append or complete mode; complete emits
+        // every session each batch.)
+        OutputMode::Complete,
+        None,
+    );
+    let [first, _] = events_with_a_far_future();
+    assert_eq!(out[0].0, 0);
+    let counted: i64 = out[0].1.iter().map(|r| r["n"].as_i64().unwrap()).sum();
+    assert_eq!(counted, kept(&first).len() as i64);
+    let latest = out[0]
+        .1
+        .iter()
+        .map(|r| crate::common::iso_ms(r["session_window"]["end"].as_str().unwrap()))
+        .max()
+        .unwrap();
+    assert!(
+        latest < 1_704_110_400_000 + 2 * 3_600_000,
+        "no session in 2100"
+    );
 }

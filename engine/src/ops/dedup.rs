@@ -306,15 +306,10 @@ impl StatefulOperator for DedupOp {
         &mut self,
         narrow: &Narrow,
         input: &[RecordBatch],
-        right: &[RecordBatch],
+        _right: &[RecordBatch],
         ctx: &mut BatchContext,
-        mode: OutputMode,
+        _mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
-        if ctx.collect_late {
-            // The late rows are read from the rows after the steps.
-            let input = narrow.run(input.to_vec(), ctx)?;
-            return StatefulOperator::process(self, &input, right, ctx, mode);
-        }
         DedupOp::process(self, narrow, input, ctx)
     }
     fn commit(&mut self, version: u64) -> Result<()> {

@@ -593,30 +593,36 @@ impl Pipeline {
             while at < ops.len() {
                 // A run of narrow steps goes into the tasks of the stateful
                 // operator after it, or else runs as one task per slice.
+                // (Late rows sent aside are read after the steps: then the
+                // steps run first.)
                 let steps = Narrow::count(&ops[at..]);
                 let (before, rest) = ops.split_at_mut(at + steps);
                 let narrow = Narrow::of(&before[at..]);
-                at += steps;
+                at += steps + 1;
                 let Some(op) = rest.first_mut() else {
                     batches = narrow.run(batches, ctx)?;
                     break;
                 };
-                at += 1;
-                if let OpExec::Stateful(op, right) = op {
-                    let r = match right {
-                        Some(k) => outputs[*k].clone().unwrap_or_default(),
-                        None => vec![],
-                    };
-                    batches = op.process_after(&narrow, &batches, &r, ctx, mode)?;
-                    continue;
+                let inside = matches!(op, OpExec::Stateful(..)) && !ctx.collect_late;
+                if !inside {
+                    batches = narrow.run(batches, ctx)?;
                 }
-                batches = narrow.run(batches, ctx)?;
                 batches = match op {
-                    // (Not met: a run of narrow steps is taken whole.)
+                    OpExec::Stateful(op, right) => {
+                        let r = match right {
+                            Some(k) => outputs[*k].clone().unwrap_or_default(),
+                            None => vec![],
+                        };
+                        if inside {
+                            op.process_after(&narrow, &batches, &r, ctx, mode)?
+                        } else {
+                            op.process(&batches, &r, ctx, mode)?
+                        }
+                    }
+                    // (Not met: `Narrow::count` takes a run whole.)
                     OpExec::Filter(_) | OpExec::Project(_) | OpExec::Watermark(_) => {
                         Narrow::of(std::slice::from_ref(op)).run(batches, ctx)?
                     }
-                    OpExec::Stateful(op, _) => op.process(&batches, &[], ctx, mode)?,
                     OpExec::StaticJoin(j) => j.process(&batches, &[], ctx.watermarks)?,
                     OpExec::Sort(keys) => {
                         if batches.is_empty() {

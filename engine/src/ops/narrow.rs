@@ -39,7 +39,14 @@ impl<'a> Narrow<'a> {
 
     /// How many of the first operators of `ops` are narrow.
     pub(super) fn count(ops: &[OpExec]) -> usize {
-        Narrow::of(ops).steps.len()
+        ops.iter()
+            .take_while(|o| {
+                matches!(
+                    o,
+                    OpExec::Filter(_) | OpExec::Project(_) | OpExec::Watermark(_)
+                )
+            })
+            .count()
     }
 
     /// The leading narrow operators of `ops`.
@@ -83,15 +90,16 @@ impl<'a> Narrow<'a> {
         slices: impl IntoIterator<Item = &'s SliceEventTimes>,
         ctx: &mut BatchContext,
     ) {
-        let mut total: Vec<Option<EventTimeSums>> = vec![None; ctx.event_time.len()];
+        let mut total = vec![EventTimeSums::default(); ctx.event_time.len()];
         for (id, sums) in slices.into_iter().flat_map(|s| &s.0) {
-            let t = total[*id].get_or_insert_with(EventTimeSums::default);
-            *t = t.merged(*sums);
+            // The batch's statistics are sized for every watermark.
+            debug_assert!(*id < total.len(), "watermark {id} has no statistics");
+            if let Some(t) = total.get_mut(*id) {
+                *t = t.merged(*sums);
+            }
         }
         for (stats, sums) in ctx.event_time.iter_mut().zip(total) {
-            if let Some(s) = sums {
-                stats.merge(&s.stats());
-            }
+            stats.merge(&sums.stats());
         }
     }
 
@@ -116,9 +124,14 @@ impl<'a> Narrow<'a> {
 
     /// Runs the steps over `input` as one task per slice ([`Narrow::map_tasks`]);
     /// the output keeps the input's order (without the batches a filter
-    /// emptied).
+    /// emptied; watermarks alone pass the batches through as they came).
     pub fn run(&self, input: Vec<RecordBatch>, ctx: &mut BatchContext) -> Result<Vec<RecordBatch>> {
         if self.is_empty() {
+            return Ok(input);
+        }
+        if self.steps.iter().all(|s| matches!(s, Step::Watermark(_))) {
+            // Watermarks only read: the batches pass as they came.
+            self.map_tasks(&input, ctx, |_| Ok(()))?;
             return Ok(input);
         }
         let done = self.map_tasks(&input, ctx, Ok)?;

@@ -48,8 +48,10 @@ pub trait StatefulOperator: Send {
     /// Runs one micro-batch whose `input` rows still have to go through
     /// the narrow steps (filters, projections, watermarks) before it. An
     /// operator that cuts its input into tasks runs them in those tasks
-    /// ([`Narrow::apply`] on each slice, [`Narrow::record`] after); by
-    /// default they run as tasks of their own first.
+    /// ([`Narrow::map_tasks`], or [`Narrow::apply`] on each slice and
+    /// [`Narrow::record`] after); by default they run as tasks of their
+    /// own first. Not called when late rows are sent aside
+    /// (`ctx.collect_late`): `process` then gets the rows after the steps.
     fn process_after(
         &mut self,
         narrow: &Narrow,

@@ -1097,15 +1097,10 @@ impl StatefulOperator for AggregateOp {
         &mut self,
         narrow: &Narrow,
         input: &[RecordBatch],
-        right: &[RecordBatch],
+        _right: &[RecordBatch],
         ctx: &mut BatchContext,
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
-        if ctx.collect_late {
-            // The late rows are read from the rows after the steps.
-            let input = narrow.run(input.to_vec(), ctx)?;
-            return StatefulOperator::process(self, &input, right, ctx, mode);
-        }
         AggregateOp::process(self, narrow, input, ctx, mode)
     }
     fn set_collect_max_values(&mut self, n: usize) {
