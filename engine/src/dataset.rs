@@ -451,7 +451,9 @@ impl StreamWriter {
     /// and both sides' columns. A query whose
     /// operators drop rows of different columns (a join and an aggregation
     /// after it) is refused at `start()`. For an aggregation, a row is sent
-    /// here when every window it falls in had closed.
+    /// here when every window it falls in had closed; for session windows,
+    /// when its own session (its time plus the gap) ends at or before the
+    /// watermark.
     pub fn late_rows_to(mut self, s: impl Into<BoxSink>) -> Self {
         self.late_sink = Some(s.into());
         self

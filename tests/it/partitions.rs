@@ -819,9 +819,10 @@ fn steps_before_session_windows_see_only_the_rows_they_pass_in_its_tasks() {
                 .agg(vec![count_star("n")])
         },
         // (Session windows run in append or complete mode; complete emits
-        // every session each batch.)
+        // every session each batch, and moves no watermark between
+        // batches, so nothing is late there.)
         OutputMode::Complete,
-        None,
+        Some(0),
     );
     let [first, _] = events_with_a_far_future();
     assert_eq!(out[0].0, 0);
@@ -837,4 +838,20 @@ fn steps_before_session_windows_see_only_the_rows_they_pass_in_its_tasks() {
         latest < 1_704_110_400_000 + 2 * 3_600_000,
         "no session in 2100"
     );
+}
+
+/// Session windows send the rows they drop as late to the late-rows side
+/// output, as the aggregation and the deduplication do: in append mode the
+/// second batch's rows of minute 1 (their one-event sessions end at minute
+/// 6, long before the watermark) go aside, and the metric counts them.
+#[test]
+fn session_windows_send_their_late_rows_aside() {
+    let session = |s: DataStream| {
+        s.group_by(vec![session_window("et", "5 minutes"), col("key")])
+            .agg(vec![count_star("n")])
+    };
+    for workers in [1, 4] {
+        let (_, _, aside) = run_steps_then(session, OutputMode::Append, workers, true);
+        assert_eq!(aside, 500, "{workers} workers");
+    }
 }

@@ -285,6 +285,26 @@ impl SessionAggregateOp {
         Ok(vec![RecordBatch::try_new(self.schema.clone(), cols)?])
     }
 
+    /// The input rows this batch drops as late (their one-event session
+    /// ends at or before the watermark, as `route_slice` decides), for the
+    /// late-rows side output.
+    pub fn late_rows(&self, input: &[RecordBatch], wm: Watermarks) -> Result<Vec<RecordBatch>> {
+        let (true, Some(late)) = (self.watermarked, wm.late_ms) else {
+            return Ok(vec![]);
+        };
+        let gap = self.gap_us;
+        let mut out = Vec::new();
+        for b in input {
+            out.extend(crate::ops::watermark::late_rows(
+                b,
+                self.time_col,
+                late,
+                |t| t.saturating_add(gap),
+            )?);
+        }
+        Ok(out)
+    }
+
     /// One task's events as one-event sessions, per state partition in
     /// input order, and how many it dropped as late.
     fn route_slice(
@@ -506,7 +526,13 @@ impl StatefulOperator for SessionAggregateOp {
         ctx: &mut BatchContext,
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
-        SessionAggregateOp::process(self, &Narrow::none(), input, ctx, mode)
+        let wm = ctx.watermarks;
+        let late = ctx.collect_late(|| self.late_rows(input, wm))?;
+        let out = SessionAggregateOp::process(self, &Narrow::none(), input, ctx, mode)?;
+        if let Some(rows) = late {
+            crate::progress::held::note_late_rows(&mut self.metrics, rows);
+        }
+        Ok(out)
     }
     fn process_after(
         &mut self,
