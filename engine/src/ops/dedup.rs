@@ -287,22 +287,7 @@ impl StatefulOperator for DedupOp {
         self.set_store(single_store("deduplication", stores)?);
         Ok(())
     }
-    fn process(
-        &mut self,
-        input: &[RecordBatch],
-        _right: &[RecordBatch],
-        ctx: &mut BatchContext,
-        _mode: OutputMode,
-    ) -> Result<Vec<RecordBatch>> {
-        let wm = ctx.watermarks;
-        let late = ctx.collect_late(|| self.late_rows(input, wm))?;
-        let out = DedupOp::process(self, &Narrow::none(), input, ctx)?;
-        if let Some(rows) = late {
-            crate::progress::held::note_late_rows(&mut self.metrics, rows);
-        }
-        Ok(out)
-    }
-    fn process_after(
+    fn run(
         &mut self,
         narrow: &Narrow,
         input: &[RecordBatch],
@@ -311,6 +296,18 @@ impl StatefulOperator for DedupOp {
         _mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
         DedupOp::process(self, narrow, input, ctx)
+    }
+    fn late_rows(
+        &self,
+        input: &[RecordBatch],
+        _right: &[RecordBatch],
+        wm: Watermarks,
+        _mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        DedupOp::late_rows(self, input, wm)
+    }
+    fn metrics_mut(&mut self) -> &mut StateOperatorProgress {
+        &mut self.metrics
     }
     fn commit(&mut self, version: u64) -> Result<()> {
         DedupOp::commit(self, version)

@@ -40,6 +40,7 @@ use weir_plan::{JoinType, OutputMode};
 
 use crate::error::{Result, WeirError};
 use crate::ops::aggregate::Watermarks;
+use crate::ops::narrow::Narrow;
 use crate::ops::operator::{
     length_prefixed_key, rehome, set_update_time, unknown_store, DecodedState, OperatorState,
     PartitionCounts, StatefulOperator,
@@ -1487,20 +1488,29 @@ impl StatefulOperator for JoinOp {
         })?;
         self.set_stores(left, right)
     }
-    fn process(
+    fn run(
         &mut self,
+        narrow: &Narrow,
         input: &[RecordBatch],
         right: &[RecordBatch],
         ctx: &mut BatchContext,
         _mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
-        let wm = ctx.watermarks;
-        let late = ctx.collect_late(|| self.late_rows(input, right, wm))?;
-        let out = JoinOp::process(self, input, right, ctx.watermarks)?;
-        if let Some(rows) = late {
-            crate::progress::held::note_late_rows(&mut self.metrics, rows);
-        }
-        Ok(out)
+        // (A join starts a node of its own: no steps come before it.)
+        let input = narrow.run(input.to_vec(), ctx)?;
+        JoinOp::process(self, &input, right, ctx.watermarks)
+    }
+    fn late_rows(
+        &self,
+        input: &[RecordBatch],
+        right: &[RecordBatch],
+        wm: Watermarks,
+        _mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        JoinOp::late_rows(self, input, right, wm)
+    }
+    fn metrics_mut(&mut self) -> &mut StateOperatorProgress {
+        &mut self.metrics
     }
     fn commit(&mut self, version: u64) -> Result<()> {
         JoinOp::commit(self, version)

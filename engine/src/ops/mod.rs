@@ -593,8 +593,6 @@ impl Pipeline {
             while at < ops.len() {
                 // A run of narrow steps goes into the tasks of the stateful
                 // operator after it, or else runs as one task per slice.
-                // (Late rows sent aside are read after the steps: then the
-                // steps run first.)
                 let steps = Narrow::count(&ops[at..]);
                 let (before, rest) = ops.split_at_mut(at + steps);
                 let narrow = Narrow::of(&before[at..]);
@@ -603,8 +601,8 @@ impl Pipeline {
                     batches = narrow.run(batches, ctx)?;
                     break;
                 };
-                let inside = matches!(op, OpExec::Stateful(..)) && !ctx.collect_late;
-                if !inside {
+                // A stateful operator takes the steps; before any other they run.
+                if !matches!(op, OpExec::Stateful(..)) {
                     batches = narrow.run(batches, ctx)?;
                 }
                 batches = match op {
@@ -613,11 +611,7 @@ impl Pipeline {
                             Some(k) => outputs[*k].clone().unwrap_or_default(),
                             None => vec![],
                         };
-                        if inside {
-                            op.process_after(&narrow, &batches, &r, ctx, mode)?
-                        } else {
-                            op.process(&batches, &r, ctx, mode)?
-                        }
+                        op.process(&narrow, &batches, &r, ctx, mode)?
                     }
                     // (Not met: `Narrow::count` takes a run whole.)
                     OpExec::Filter(_) | OpExec::Project(_) | OpExec::Watermark(_) => {

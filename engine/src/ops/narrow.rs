@@ -5,7 +5,7 @@
 //! each hand-over to the worker pool may find a worker asleep, and the
 //! slice stays in one core's cache from the first step to the last. A
 //! stateful operator may take the steps into its own tasks as well
-//! ([`crate::ops::operator::StatefulOperator::process_after`]).
+//! ([`crate::ops::operator::StatefulOperator::run`]).
 
 use arrow::record_batch::RecordBatch;
 

@@ -8,6 +8,7 @@ use arrow::array::{ArrayRef, RecordBatch, StructArray};
 use arrow::datatypes::Field;
 use weir_plan::OutputMode;
 
+use super::aggregate::Watermarks;
 use super::narrow::Narrow;
 use super::BatchContext;
 use std::sync::Mutex;
@@ -33,26 +34,42 @@ pub trait StatefulOperator: Send {
     /// ([`PartitionedStore::into_store`]).
     fn open_state(&mut self, stores: Vec<PartitionedStore>) -> Result<()>;
 
-    /// Runs one micro-batch: `input` rows (and a stream-stream join's
-    /// `right` rows; empty otherwise) against its state, producing output
-    /// per `mode`. Rows it drops as late go to `ctx.late_rows` when
-    /// `ctx.collect_late` is set.
-    fn process(
+    /// Runs one micro-batch's work: `input` rows, which still have to go
+    /// through the `narrow` steps (filters, projections, watermarks), and
+    /// a stream-stream join's `right` rows (empty otherwise), against its
+    /// state, producing output per `mode`. An operator that cuts its input
+    /// into tasks runs the steps in those tasks ([`Narrow::map_tasks`], or
+    /// [`Narrow::apply`] on each slice and [`Narrow::record`] after);
+    /// another runs them first ([`Narrow::run`]). Called through
+    /// [`StatefulOperator::process`].
+    fn run(
         &mut self,
+        narrow: &Narrow,
         input: &[RecordBatch],
         right: &[RecordBatch],
         ctx: &mut BatchContext,
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>>;
 
-    /// Runs one micro-batch whose `input` rows still have to go through
-    /// the narrow steps (filters, projections, watermarks) before it. An
-    /// operator that cuts its input into tasks runs them in those tasks
-    /// ([`Narrow::map_tasks`], or [`Narrow::apply`] on each slice and
-    /// [`Narrow::record`] after); by default they run as tasks of their
-    /// own first. Not called when late rows are sent aside
-    /// (`ctx.collect_late`): `process` then gets the rows after the steps.
-    fn process_after(
+    /// The rows of `input` (and `right`) that this batch drops as late
+    /// under `wm`, for the late-rows side output.
+    fn late_rows(
+        &self,
+        input: &[RecordBatch],
+        right: &[RecordBatch],
+        wm: Watermarks,
+        mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>>;
+
+    /// Its metrics of the last batch, to be completed.
+    fn metrics_mut(&mut self) -> &mut StateOperatorProgress;
+
+    /// Runs one micro-batch ([`StatefulOperator::run`]). When late rows
+    /// are sent aside (`ctx.collect_late`) the steps run first, the rows it
+    /// drops as late ([`StatefulOperator::late_rows`], read from the rows
+    /// after the steps) go to `ctx.late_rows` and their count to its
+    /// `numLateRowsToSideOutput`.
+    fn process(
         &mut self,
         narrow: &Narrow,
         input: &[RecordBatch],
@@ -60,8 +77,17 @@ pub trait StatefulOperator: Send {
         ctx: &mut BatchContext,
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
+        if !ctx.collect_late {
+            return self.run(narrow, input, right, ctx, mode);
+        }
         let input = narrow.run(input.to_vec(), ctx)?;
-        self.process(&input, right, ctx, mode)
+        let wm = ctx.watermarks;
+        let late = ctx.collect_late(|| self.late_rows(&input, right, wm, mode))?;
+        let out = self.run(&Narrow::none(), &input, right, ctx, mode)?;
+        if let Some(rows) = late {
+            crate::progress::held::note_late_rows(self.metrics_mut(), rows);
+        }
+        Ok(out)
     }
 
     /// Makes this batch's state changes durable as `version`.

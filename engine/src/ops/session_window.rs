@@ -519,22 +519,7 @@ impl StatefulOperator for SessionAggregateOp {
     fn open_state(&mut self, stores: Vec<PartitionedStore>) -> Result<()> {
         self.set_store(single_store("session window", stores)?)
     }
-    fn process(
-        &mut self,
-        input: &[RecordBatch],
-        _right: &[RecordBatch],
-        ctx: &mut BatchContext,
-        mode: OutputMode,
-    ) -> Result<Vec<RecordBatch>> {
-        let wm = ctx.watermarks;
-        let late = ctx.collect_late(|| self.late_rows(input, wm))?;
-        let out = SessionAggregateOp::process(self, &Narrow::none(), input, ctx, mode)?;
-        if let Some(rows) = late {
-            crate::progress::held::note_late_rows(&mut self.metrics, rows);
-        }
-        Ok(out)
-    }
-    fn process_after(
+    fn run(
         &mut self,
         narrow: &Narrow,
         input: &[RecordBatch],
@@ -543,6 +528,18 @@ impl StatefulOperator for SessionAggregateOp {
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
         SessionAggregateOp::process(self, narrow, input, ctx, mode)
+    }
+    fn late_rows(
+        &self,
+        input: &[RecordBatch],
+        _right: &[RecordBatch],
+        wm: Watermarks,
+        _mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        SessionAggregateOp::late_rows(self, input, wm)
+    }
+    fn metrics_mut(&mut self) -> &mut StateOperatorProgress {
+        &mut self.metrics
     }
     fn set_collect_max_values(&mut self, n: usize) {
         self.collect_max_values = n.max(1);

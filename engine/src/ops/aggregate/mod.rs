@@ -1078,22 +1078,7 @@ impl StatefulOperator for AggregateOp {
         self.set_store(single_store("aggregation", stores)?);
         Ok(())
     }
-    fn process(
-        &mut self,
-        input: &[RecordBatch],
-        _right: &[RecordBatch],
-        ctx: &mut BatchContext,
-        mode: OutputMode,
-    ) -> Result<Vec<RecordBatch>> {
-        let wm = ctx.watermarks;
-        let late = ctx.collect_late(|| self.late_rows(input, wm, mode))?;
-        let out = AggregateOp::process(self, &Narrow::none(), input, ctx, mode)?;
-        if let Some(rows) = late {
-            crate::progress::held::note_late_rows(&mut self.metrics, rows);
-        }
-        Ok(out)
-    }
-    fn process_after(
+    fn run(
         &mut self,
         narrow: &Narrow,
         input: &[RecordBatch],
@@ -1102,6 +1087,18 @@ impl StatefulOperator for AggregateOp {
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
         AggregateOp::process(self, narrow, input, ctx, mode)
+    }
+    fn late_rows(
+        &self,
+        input: &[RecordBatch],
+        _right: &[RecordBatch],
+        wm: Watermarks,
+        mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        AggregateOp::late_rows(self, input, wm, mode)
+    }
+    fn metrics_mut(&mut self) -> &mut StateOperatorProgress {
+        &mut self.metrics
     }
     fn set_collect_max_values(&mut self, n: usize) {
         AggregateOp::set_collect_max_values(self, n);
@@ -1480,7 +1477,9 @@ mod tests {
                 ..BatchContext::default()
             };
             let input = [batch(rows)];
-            StatefulOperator::process(&mut op, &input, &[], &mut ctx, OutputMode::Append).unwrap();
+            let none = Narrow::none();
+            StatefulOperator::process(&mut op, &none, &input, &[], &mut ctx, OutputMode::Append)
+                .unwrap();
             let late_rows: usize = ctx.late_rows.iter().map(RecordBatch::num_rows).sum();
             (StatefulOperator::metrics(&op), late_rows)
         };
