@@ -244,7 +244,8 @@ impl DedupOp {
                 store.check()?;
                 Ok((keeps, c))
             };
-        let results: Vec<(Kept, PartitionCounts)> = store.map_parts(vec![(); n], run)?;
+        let results: Vec<(Kept, PartitionCounts)> =
+            store.map_parts(vec![(); n], ctx.state_version, run)?;
         // A row is kept by its partition; rows keep their input order.
         let mut out = Vec::new();
         for (bi, (batch, ..)) in encoded.iter().enumerate() {
@@ -264,9 +265,7 @@ impl DedupOp {
 
     /// Commits this batch's state as `version`.
     pub fn commit(&mut self, version: u64) -> Result<()> {
-        let t = Instant::now();
-        self.store.commit(version)?;
-        self.metrics.commit_time_ms = t.elapsed().as_millis() as i64;
+        self.metrics.commit_time_ms = self.store.commit(version)?.as_millis() as i64;
         Ok(())
     }
 
@@ -311,6 +310,9 @@ impl StatefulOperator for DedupOp {
     }
     fn commit(&mut self, version: u64) -> Result<()> {
         DedupOp::commit(self, version)
+    }
+    fn commit_pending(&mut self, version: u64) -> bool {
+        self.store.commit_pending(version)
     }
     fn abort(&mut self) -> Result<()> {
         DedupOp::abort(self);

@@ -86,6 +86,12 @@ pub struct BatchContext {
     pub collect_late: bool,
     /// The rows dropped as late in this batch (when collected).
     pub late_rows: Vec<RecordBatch>,
+    /// The state version this batch commits, when its state partitions may
+    /// commit it in their own tasks, right after the operator's last
+    /// change to them (see `PartitionedStore::map_parts`); `None`: every
+    /// partition commits after the sink (as a scale-out task's must, so a
+    /// zombie's fenced sink write stops it before it writes state).
+    pub state_version: Option<u64>,
 }
 
 impl BatchContext {
@@ -655,6 +661,13 @@ impl Pipeline {
             outputs[ni] = Some(batches);
         }
         Ok(outputs[self.result].take().unwrap_or_default())
+    }
+
+    /// True when some stateful operator has state partitions still to
+    /// commit at `version` (not committed in their tasks): `commit_state`
+    /// then runs tasks, so it is called on the worker pool.
+    pub fn commit_pending(&mut self, version: u64) -> bool {
+        self.stateful_mut().any(|op| op.commit_pending(version))
     }
 
     /// Commits every stateful operator's state as `version`.

@@ -93,6 +93,13 @@ pub trait StatefulOperator: Send {
     /// Makes this batch's state changes durable as `version`.
     fn commit(&mut self, version: u64) -> Result<()>;
 
+    /// False when every state partition already committed `version` in its
+    /// task (`BatchContext::state_version`): `commit` then writes nothing
+    /// and needs no tasks.
+    fn commit_pending(&mut self, _version: u64) -> bool {
+        true
+    }
+
     /// Bounds what one group may collect (`collect_list`/`collect_set`),
     /// from `spark.sql.streaming.weir.collectMaxValues`; operators that
     /// collect nothing ignore it.
@@ -271,12 +278,21 @@ impl OperatorState {
         *self.slot() = Some(store);
     }
 
-    /// Commits the batch's changes as `version`.
-    pub(crate) fn commit(&mut self, version: u64) -> Result<()> {
+    /// Commits the batch's changes as `version` (in the partitions not
+    /// committed in their tasks); returns the partitions' commit time,
+    /// summed ([`PartitionedStore::commit_timed`]).
+    pub(crate) fn commit(&mut self, version: u64) -> Result<std::time::Duration> {
         match self.slot() {
-            Some(s) => crate::state::StateStore::commit(s, version),
-            None => Ok(()),
+            Some(s) => s.commit_timed(version),
+            None => Ok(std::time::Duration::ZERO),
         }
+    }
+
+    /// True unless every partition committed `version` in its task.
+    pub(crate) fn commit_pending(&mut self, version: u64) -> bool {
+        self.slot()
+            .as_ref()
+            .is_some_and(|s| s.commit_pending(version))
     }
 
     /// Undoes the batch's changes.

@@ -394,7 +394,7 @@ impl SessionAggregateOp {
             }
         }
         let inputs: Vec<_> = index.iter_mut().zip(per_part).collect();
-        let outputs = store.map_parts(inputs, |_, store, (index, new)| {
+        let outputs = store.map_parts(inputs, ctx.state_version, |_, store, (index, new)| {
             self.apply_partition(store, index, new, wm, mode)
         })?;
         Ok((outputs, dropped))
@@ -492,9 +492,7 @@ impl SessionAggregateOp {
 
     /// Commits this batch's state as `version`, in every partition.
     pub fn commit(&mut self, version: u64) -> Result<()> {
-        let t = Instant::now();
-        self.store.commit(version)?;
-        self.metrics.commit_time_ms = t.elapsed().as_millis() as i64;
+        self.metrics.commit_time_ms = self.store.commit(version)?.as_millis() as i64;
         Ok(())
     }
 
@@ -547,6 +545,9 @@ impl StatefulOperator for SessionAggregateOp {
 
     fn commit(&mut self, version: u64) -> Result<()> {
         SessionAggregateOp::commit(self, version)
+    }
+    fn commit_pending(&mut self, version: u64) -> bool {
+        self.store.commit_pending(version)
     }
     fn abort(&mut self) -> Result<()> {
         SessionAggregateOp::abort(self)

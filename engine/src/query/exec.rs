@@ -610,6 +610,12 @@ impl Runner {
             event_time: vec![],
             collect_late: self.late_sink.is_some(),
             late_rows: vec![],
+            // A scale-out task (it shares watermarks) writes its state after
+            // its sink: a zombie is fenced at the sink before it writes any.
+            state_version: self
+                .watermark_share
+                .is_none()
+                .then_some(batch_id as u64 + 1),
         };
         // The sources' reads (the Kafka source reads its partitions as
         // parallel tasks) and the batch's tasks (partial aggregation, state
@@ -662,11 +668,18 @@ impl Runner {
         durations.insert("addBatch".into(), t.elapsed().as_millis() as i64);
         failpoint("after_sink", batch_id);
         let t = Instant::now();
-        // State partitions commit in parallel on the worker pool.
+        // State partitions not committed in their tasks (see
+        // `BatchContext::state_version`) commit in parallel on the pool.
         let pipeline = &mut self.pipeline;
-        self.host
-            .workers()
-            .and_then(|pool| pool.install(|| pipeline.commit_state(batch_id as u64 + 1)))?;
+        let version = batch_id as u64 + 1;
+        if pipeline.commit_pending(version) {
+            self.host
+                .workers()
+                .and_then(|pool| pool.install(|| pipeline.commit_state(version)))?;
+        } else {
+            // Nothing left to write: no hand-over to the pool.
+            pipeline.commit_state(version)?;
+        }
         failpoint("after_state_commit", batch_id);
         // The next watermark from this batch's event times.
         let mut op_wms = self.op_wms.clone();

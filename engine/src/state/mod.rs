@@ -13,6 +13,7 @@ pub mod read;
 pub mod rocksdb;
 
 use std::borrow::Cow;
+use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::storage::Storage;
@@ -76,6 +77,9 @@ pub trait StateStore: Send {
 /// machines, so a restarted query finds every key in its partition.
 pub struct PartitionedStore {
     parts: Vec<Box<dyn StateStore>>,
+    /// Per partition: committed in its task by [`PartitionedStore::map_parts`]
+    /// at this version, and how long that commit took.
+    committed_in_task: Vec<Option<(u64, Duration)>>,
 }
 
 /// 64-bit FNV-1a of `bytes`: a hash that is the same in every process and
@@ -98,7 +102,11 @@ pub fn partition_of(key: &[u8], n: usize) -> usize {
 impl PartitionedStore {
     /// Partition stores in key-hash order.
     pub fn new(parts: Vec<Box<dyn StateStore>>) -> PartitionedStore {
-        PartitionedStore { parts }
+        let committed_in_task = vec![None; parts.len()];
+        PartitionedStore {
+            parts,
+            committed_in_task,
+        }
     }
 
     fn part(&self, key: &[u8]) -> usize {
@@ -119,22 +127,74 @@ impl PartitionedStore {
     /// Runs `f(partition, its store, inputs[partition])` for every partition,
     /// as parallel tasks on the worker pool this runs in when there are
     /// several; the results come in partition order.
+    ///
+    /// `commit_at`: `f` is the operator's last change to its state in this
+    /// batch, and each partition commits that version in its own task right
+    /// after it (as a Spark task commits its state store), instead of in a
+    /// second round of tasks after the sink ([`StateStore::commit`] then
+    /// skips it). A failure after that leaves the version written ahead of
+    /// `commits/N`, as a crash between two partitions' commits does: the
+    /// batch runs again on restart and writes it again.
     pub fn map_parts<I: Send, R: Send>(
         &mut self,
         inputs: Vec<I>,
+        commit_at: Option<u64>,
         f: impl Fn(usize, &mut dyn StateStore, I) -> Result<R> + Sync + Send,
     ) -> Result<Vec<R>> {
         use rayon::prelude::*;
-        let parallel = self.parts.len() > 1;
-        let jobs = self.parts.iter_mut().zip(inputs).enumerate();
-        let run = |(p, (store, input)): (usize, (&mut Box<dyn StateStore>, I))| {
-            f(p, store.as_mut(), input)
+        let many = self.parts.len() > 1;
+        // Each partition's store, its in-task commit mark and its input.
+        type Job<'a, I> = (
+            &'a mut Box<dyn StateStore>,
+            &'a mut Option<(u64, Duration)>,
+            I,
+        );
+        let jobs = self
+            .parts
+            .iter_mut()
+            .zip(self.committed_in_task.iter_mut())
+            .zip(inputs)
+            .map(|((store, committed), input)| (store, committed, input))
+            .enumerate();
+        let run = |(p, (store, committed, input)): (usize, Job<'_, I>)| {
+            let out = f(p, store.as_mut(), input)?;
+            if let Some(version) = commit_at {
+                let t = Instant::now();
+                store.commit(version)?;
+                *committed = Some((version, t.elapsed()));
+                if many {
+                    crate::failpoint::failpoint_here("between_state_partitions");
+                }
+            }
+            Ok(out)
         };
-        if parallel {
+        if many {
             jobs.collect::<Vec<_>>().into_par_iter().map(run).collect()
         } else {
             jobs.map(run).collect()
         }
+    }
+
+    /// True unless every partition committed `version` in its task.
+    pub fn commit_pending(&self, version: u64) -> bool {
+        !self
+            .committed_in_task
+            .iter()
+            .all(|c| matches!(c, Some((v, _)) if *v == version))
+    }
+
+    /// Commits `version` in every partition not committed at it in its task
+    /// ([`PartitionedStore::map_parts`]); returns the time the partitions'
+    /// commits took, summed (as Spark sums its tasks' `commitTimeMs`).
+    pub fn commit_timed(&mut self, version: u64) -> Result<Duration> {
+        let in_tasks: Duration = self
+            .committed_in_task
+            .iter()
+            .filter_map(|c| c.filter(|(v, _)| *v == version).map(|(_, d)| d))
+            .sum();
+        let t = Instant::now();
+        self.commit(version)?;
+        Ok(in_tasks + t.elapsed())
     }
 
     /// The partition stores, in key-hash order.
@@ -185,17 +245,34 @@ impl StateStore for PartitionedStore {
         // writes and fsyncs its own files): one step of latency whatever the
         // partition count. A crash between two partitions' commits (the
         // failpoint fires after the first one done) re-runs the batch.
+        // Partitions that committed in their task are skipped (none left:
+        // no tasks).
         let many = self.parts.len() > 1;
-        use rayon::prelude::*;
-        self.parts.par_iter_mut().try_for_each(|p| {
+        let mut left: Vec<&mut Box<dyn StateStore>> = self
+            .parts
+            .iter_mut()
+            .zip(&self.committed_in_task)
+            .filter(|(_, c)| !matches!(c, Some((v, _)) if *v == version))
+            .map(|(p, _)| p)
+            .collect();
+        let commit = |p: &mut Box<dyn StateStore>| {
             p.commit(version)?;
             if many {
                 crate::failpoint::failpoint_here("between_state_partitions");
             }
             Ok(())
-        })
+        };
+        let result = if left.len() > 1 {
+            use rayon::prelude::*;
+            left.par_iter_mut().try_for_each(|p| commit(p))
+        } else {
+            left.into_iter().try_for_each(commit)
+        };
+        self.committed_in_task.fill(None);
+        result
     }
     fn abort(&mut self) {
+        self.committed_in_task.fill(None);
         for p in &mut self.parts {
             p.abort();
         }
@@ -265,5 +342,60 @@ mod tests {
             (0x85944171f73967e8u64 % 7) as usize
         );
         assert_eq!(partition_of(b"a", 0), 0);
+    }
+
+    /// Two memory partitions under `dir`, opened at `version`.
+    fn two_parts(dir: &std::path::Path, version: u64) -> PartitionedStore {
+        PartitionedStore::new(
+            (0..2)
+                .map(|p| {
+                    let store =
+                        MemoryStateStore::open(&dir.join(p.to_string()), version, 10, false)
+                            .unwrap();
+                    Box::new(store) as Box<dyn StateStore>
+                })
+                .collect(),
+        )
+    }
+
+    /// Puts `key` = `value` into every partition as its batch's change.
+    fn put_everywhere(store: &mut PartitionedStore, commit_at: Option<u64>, value: &[u8]) {
+        store
+            .map_parts(vec![(); 2], commit_at, |p, s, ()| {
+                s.put(format!("k{p}").into_bytes(), value.to_vec());
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn partitions_commit_in_their_tasks_once_and_the_commit_after_the_sink_writes_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = two_parts(dir.path(), 0);
+        // Committed in the tasks: durable before the commit after the sink.
+        put_everywhere(&mut store, Some(1), b"a");
+        assert!(!store.commit_pending(1));
+        for p in 0..2 {
+            assert!(dir.path().join(format!("{p}/1.delta")).exists());
+        }
+        // That commit skips them (committing a version twice would fail).
+        store.commit_timed(1).unwrap();
+        // Not committed in the tasks: the commit after the sink writes them.
+        put_everywhere(&mut store, None, b"b");
+        assert!(store.commit_pending(2));
+        assert!(!dir.path().join("0/2.delta").exists());
+        store.commit_timed(2).unwrap();
+        assert!(dir.path().join("0/2.delta").exists());
+        // A version committed in tasks but never confirmed (the batch failed
+        // after them) is written again by the batch's rerun after a restart.
+        put_everywhere(&mut store, Some(3), b"c");
+        drop(store);
+        let mut again = two_parts(dir.path(), 2);
+        assert_eq!(again.get(b"k0").as_deref(), Some(&b"b"[..]));
+        put_everywhere(&mut again, Some(3), b"d");
+        again.commit_timed(3).unwrap();
+        let reopened = two_parts(dir.path(), 3);
+        assert_eq!(reopened.get(b"k0").as_deref(), Some(&b"d"[..]));
+        assert_eq!(reopened.get(b"k1").as_deref(), Some(&b"d"[..]));
     }
 }

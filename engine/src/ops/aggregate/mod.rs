@@ -834,7 +834,7 @@ impl AggregateOp {
         }
         // Each partition merges the last wave, applies its groups to its
         // store and sorts what it emits, as one task.
-        let outputs = store.map_parts(sets, |p, store, mut groups| {
+        let outputs = store.map_parts(sets, ctx.state_version, |p, store, mut groups| {
             self.merge_wave(p, &mut groups, &last)?;
             let mut out = self.apply_partition(store, groups, wm, mode)?;
             let PartitionOutput { groups, rows, .. } = &mut out;
@@ -976,9 +976,7 @@ impl AggregateOp {
 
     /// Commits this batch's state as `version`.
     pub fn commit(&mut self, version: u64) -> Result<()> {
-        let t = Instant::now();
-        self.store.commit(version)?;
-        self.metrics.commit_time_ms = t.elapsed().as_millis() as i64;
+        self.metrics.commit_time_ms = self.store.commit(version)?.as_millis() as i64;
         Ok(())
     }
 
@@ -1106,6 +1104,9 @@ impl StatefulOperator for AggregateOp {
 
     fn commit(&mut self, version: u64) -> Result<()> {
         AggregateOp::commit(self, version)
+    }
+    fn commit_pending(&mut self, version: u64) -> bool {
+        self.store.commit_pending(version)
     }
     fn abort(&mut self) -> Result<()> {
         AggregateOp::abort(self);
