@@ -60,6 +60,10 @@ pub struct Opts {
     /// `weir.workerThreads` (default: the engine's, one per core).
     #[arg(long)]
     workers: Option<usize>,
+    /// The lab's rate source's `numPartitions` (its batch generated as
+    /// that many partitions in parallel; default 1, the source's default).
+    #[arg(long, default_value_t = 1)]
+    source_partitions: u32,
     /// Where checkpoints go: a directory or an object store prefix such as
     /// `s3://bucket/bench` (S3 settings from the `AWS_*` environment); each
     /// run makes its own checkpoint under it. Default: a temp directory.
@@ -537,6 +541,7 @@ pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Valu
         "lab" => {
             let (batches, rows) = opts.or(50, 200_000);
             let source = RateMicroBatchSource::new(rows)
+                .num_partitions(opts.source_partitions)
                 .advance_millis_per_batch(1000)
                 .max_batches(batches);
             let w = rate_window_count(&s, source, sink_rows, &chk_path);

@@ -201,11 +201,13 @@ pub enum Source {
     },
     /// `memory`: the stream is handed in at run time.
     Memory,
-    /// `rate_micro_batch(rows_per_batch, start_timestamp, advance_millis_per_batch)`:
+    /// `rate_micro_batch(rows_per_batch, num_partitions, start_timestamp, advance_millis_per_batch)`:
     /// Spark's `rate-micro-batch`, a fixed number of rows per micro-batch.
     RateMicroBatch {
         /// Rows per micro-batch.
         rows_per_batch: u64,
+        /// Partitions a batch's rows are generated in.
+        num_partitions: Option<u64>,
         /// The first batch's timestamp, ms since the epoch.
         start_timestamp: Option<u64>,
         /// Event time advance per batch, ms.

@@ -239,10 +239,15 @@ fn source_expr(s: &Source, schema: Option<&syn::Ident>) -> Option<TokenStream> {
         Source::Memory => return None,
         Source::RateMicroBatch {
             rows_per_batch,
+            num_partitions,
             start_timestamp,
             advance_millis_per_batch,
         } => {
             let mut t = quote!(::weir::source::RateMicroBatchSource::new(#rows_per_batch));
+            if let Some(v) = num_partitions {
+                let v = *v as u32;
+                t.extend(quote!(.num_partitions(#v)));
+            }
             if let Some(v) = start_timestamp {
                 let v = *v as i64;
                 t.extend(quote!(.start_timestamp(#v)));

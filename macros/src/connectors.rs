@@ -173,6 +173,7 @@ pub fn parse_source(tokens: TokenStream, errs: &mut Errors) -> syn::Result<Optio
         },
         "rate_micro_batch" => Source::RateMicroBatch {
             rows_per_batch: take_int(&mut v, "rows_per_batch").unwrap_or(1),
+            num_partitions: take_int(&mut v, "num_partitions"),
             start_timestamp: take_int(&mut v, "start_timestamp"),
             advance_millis_per_batch: take_int(&mut v, "advance_millis_per_batch"),
         },

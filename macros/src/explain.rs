@@ -136,10 +136,14 @@ fn source_text(s: &Source) -> String {
         Source::Memory => return "memory (rows handed in at run time)".into(),
         Source::RateMicroBatch {
             rows_per_batch,
+            num_partitions,
             start_timestamp,
             advance_millis_per_batch,
         } => {
             o.push(format!("rows_per_batch = {rows_per_batch}"));
+            if let Some(v) = num_partitions {
+                o.push(format!("num_partitions = {v}"));
+            }
             if let Some(v) = start_timestamp {
                 o.push(format!("start_timestamp = {v}"));
             }

@@ -187,10 +187,11 @@ fn float_keys_group_minus_zero_with_zero_and_nan_with_nan() {
 }
 
 weir::stream_query! {
-    /// Spark's rate-micro-batch source, declared: 10 rows per micro-batch,
-    /// event time 500 ms further each batch, one batch per run.
+    /// Spark's rate-micro-batch source, declared: 10 rows per micro-batch
+    /// generated in 3 partitions, event time 500 ms further each batch,
+    /// one batch per run.
     query MicroBatchCount {
-        source: rate_micro_batch(rows_per_batch = 10, start_timestamp = 1704110400000, advance_millis_per_batch = 500),
+        source: rate_micro_batch(rows_per_batch = 10, num_partitions = 3, start_timestamp = 1704110400000, advance_millis_per_batch = 500),
         aggregate: { n: count(), first: min(value), last: max(value), from: min(timestamp), to: max(timestamp) },
         output_mode: complete,
         trigger: once,

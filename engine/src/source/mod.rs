@@ -11,6 +11,7 @@ pub mod kafka;
 pub mod memory;
 pub mod rate;
 pub mod rate_micro_batch;
+mod rate_partitions;
 pub mod socket;
 
 use std::collections::BTreeMap;

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Int64Array, TimestampMicrosecondArray};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use weir_plan::connectors;
@@ -70,8 +69,10 @@ impl RateSource {
         self
     }
 
-    /// Partitions (kept for Spark compatibility; rows are generated in one batch per trigger).
-    /// At least 1 (Spark's `numPartitions`).
+    /// Partitions a batch's rows are generated in, at least 1 (Spark's
+    /// `numPartitions`): partition `p` of `n` takes every `n`th value from
+    /// the batch's first plus `p`, each partition a batch of its own,
+    /// generated in parallel on the query's worker pool.
     pub fn num_partitions(mut self, n: u32) -> Self {
         if let Some(n) = self.check(connectors::count(
             "numPartitions",
@@ -197,19 +198,9 @@ impl Source for RateSource {
         let created = self.creation_ms.unwrap_or(0);
         let local_start = created + s * 1000;
         let ms_per_value = ((e - s) * 1000) as f64 / (to - from).max(1) as f64;
-        let values: Vec<i64> = (from..to).collect();
-        let ts: Vec<i64> = values
-            .iter()
-            .map(|v| (local_start + ((v - from) as f64 * ms_per_value).round() as i64) * 1000)
-            .collect();
-        let batch = RecordBatch::try_new(
-            self.schema(),
-            vec![
-                Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
-                Arc::new(Int64Array::from(values)),
-            ],
-        )?;
-        Ok(vec![batch])
+        super::rate_partitions::strided(self.schema(), from..to, self.num_partitions, |v| {
+            (local_start + ((v - from) as f64 * ms_per_value).round() as i64) * 1000
+        })
     }
 }
 
@@ -234,6 +225,7 @@ pub(super) fn from_options(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::{Int64Array, TimestampMicrosecondArray};
 
     #[test]
     fn options_are_checked_by_the_connector_table() {
@@ -295,6 +287,26 @@ mod tests {
             .unwrap();
         assert_eq!(t.value(0), 1_002_000_000);
         assert_eq!(t.value(1), 1_002_200_000);
+        // Two partitions: Spark's split, every value keeping its timestamp.
+        let mut r = RateSource::new().rows_per_second(5).num_partitions(2);
+        r.creation_ms = Some(1_000_000);
+        let b = r
+            .get_batch(Some(&Offset::from(2)), &Offset::from(4))
+            .unwrap();
+        let v = |i: usize| {
+            let a = b[i].column(1).as_any().downcast_ref::<Int64Array>();
+            a.unwrap().values().to_vec()
+        };
+        assert_eq!(
+            (v(0), v(1)),
+            (vec![10, 12, 14, 16, 18], vec![11, 13, 15, 17, 19])
+        );
+        let t = b[1]
+            .column(0)
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .unwrap();
+        assert_eq!(t.value(0), 1_002_200_000);
     }
 
     #[test]

@@ -4,9 +4,6 @@
 //! always available, so batches run back to back: the source for
 //! throughput benchmarks. Replayable: batch N's rows depend only on N.
 
-use std::sync::Arc;
-
-use arrow::array::{Int64Array, TimestampMicrosecondArray};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
@@ -18,6 +15,7 @@ use crate::error::Result;
 /// Spark's `rate-micro-batch` source.
 pub struct RateMicroBatchSource {
     rows_per_batch: u64,
+    num_partitions: u32,
     start_ms: i64,
     advance_ms: i64,
     /// Stop offering batches after this many (None: forever).
@@ -36,6 +34,7 @@ impl RateMicroBatchSource {
     pub fn new(rows_per_batch: u64) -> RateMicroBatchSource {
         let mut s = RateMicroBatchSource {
             rows_per_batch,
+            num_partitions: 1,
             start_ms: 0,
             advance_ms: 1000,
             max_batches: None,
@@ -57,6 +56,16 @@ impl RateMicroBatchSource {
                 self.error.get_or_insert(e.to_string());
             }
         }
+    }
+
+    /// Partitions a batch's rows are generated in (Spark's `numPartitions`,
+    /// at least 1; default 1): partition `p` of `n` takes every `n`th value
+    /// from the batch's first plus `p`, each partition a batch of its own,
+    /// generated in parallel on the query's worker pool.
+    pub fn num_partitions(mut self, n: u32) -> Self {
+        self.num_partitions = n;
+        self.check(n, "numPartitions");
+        self
     }
 
     /// The first batch's timestamp (ms since the epoch; Spark's `startTimestamp`).
@@ -128,20 +137,17 @@ impl Source for RateMicroBatchSource {
         let mut out = Vec::new();
         for b in from..=to {
             let n = i64::try_from(self.rows_per_batch).unwrap_or(i64::MAX);
+            // Every row of a batch has the batch's timestamp.
             let ts = self
                 .start_ms
                 .saturating_add(b.saturating_mul(self.advance_ms))
                 .saturating_mul(1000);
-            out.push(RecordBatch::try_new(
+            let values = b.saturating_mul(n)..b.saturating_add(1).saturating_mul(n);
+            out.extend(super::rate_partitions::strided(
                 self.schema(),
-                vec![
-                    Arc::new(
-                        TimestampMicrosecondArray::from(vec![ts; n as usize]).with_timezone("UTC"),
-                    ),
-                    Arc::new(Int64Array::from_iter_values(
-                        b.saturating_mul(n)..b.saturating_add(1).saturating_mul(n),
-                    )),
-                ],
+                values,
+                self.num_partitions,
+                |_| ts,
             )?);
         }
         Ok(out)
@@ -155,6 +161,9 @@ pub(super) fn from_options(
 ) -> std::result::Result<super::BoxSource, connectors::OptionError> {
     let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let mut s = RateMicroBatchSource::new(o.number("rowsPerBatch")?.unwrap_or(1));
+    if let Some(n) = o.number("numPartitions")? {
+        s = s.num_partitions(u32::try_from(n).unwrap_or(u32::MAX));
+    }
     if let Some(ms) = o.number("startTimestamp")? {
         s = s.start_timestamp(signed(ms));
     }
@@ -196,5 +205,33 @@ mod tests {
         let e = open(RateMicroBatchSource::new(1).advance_millis_per_batch(-5)).unwrap_err();
         assert!(e.ends_with(&rule("advanceMillisPerBatch", "-5")), "{e}");
         assert!(open(RateMicroBatchSource::new(10).advance_millis_per_batch(0)).is_ok());
+        let e = open(RateMicroBatchSource::new(10).num_partitions(0)).unwrap_err();
+        assert!(e.ends_with(&rule("numPartitions", "0")), "{e}");
+    }
+
+    /// Batch `b`'s values `b * rows .. (b + 1) * rows`, each partition `p`
+    /// of `n` every `n`th from the first plus `p` (Spark's split), all at
+    /// the batch's timestamp.
+    #[test]
+    fn a_batch_is_split_over_its_partitions_as_spark_splits_it() {
+        let mut s = RateMicroBatchSource::new(10)
+            .num_partitions(3)
+            .start_timestamp(1_000)
+            .advance_millis_per_batch(500);
+        let batches = s
+            .get_batch(Some(&Offset::from(0)), &Offset::from(1))
+            .unwrap();
+        let col = |b: &RecordBatch, i: usize| -> Vec<i64> {
+            let a = b.column(i).to_data();
+            a.buffers()[0].typed_data::<i64>()[a.offset()..a.offset() + a.len()].to_vec()
+        };
+        let values: Vec<Vec<i64>> = batches.iter().map(|b| col(b, 1)).collect();
+        assert_eq!(
+            values,
+            vec![vec![10, 13, 16, 19], vec![11, 14, 17], vec![12, 15, 18]]
+        );
+        for b in &batches {
+            assert!(col(b, 0).iter().all(|&t| t == 1_500_000), "{b:?}");
+        }
     }
 }
