@@ -12,12 +12,16 @@
 //! The hook is compiled into every build (the crash matrix kills the real
 //! binary), so never set `WEIR_FAILPOINT` in a production environment.
 //!
-//! The points, in the order a batch meets them, are listed in [`POINTS`].
+//! The points, in the order a batch meets them (see its note on the state
+//! partitions), are listed in [`POINTS`].
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-/// Every failpoint name, in the order a batch reaches them.
+/// Every failpoint name, in the order a batch reaches them (state
+/// partitions that commit in their tasks reach `between_state_partitions`
+/// before the sink's points; a stream-stream join's and a scale-out
+/// task's, after them).
 pub const POINTS: &[&str] = &[
     // a source's own log (files seen, rate start) written, offsets/N not yet
     "after_source_log",
@@ -41,7 +45,7 @@ pub const POINTS: &[&str] = &[
     "redis_before_script",
     // Redis sink: after the batch's script ran
     "redis_after_script",
-    // the sink committed batch N, state not yet
+    // the sink committed batch N, state committed after the sink not yet
     "after_sink",
     // one state partition committed, the next not yet
     "between_state_partitions",

@@ -240,6 +240,8 @@ impl SessionAggregateOp {
         let mut index = std::mem::take(&mut self.index);
         let result = self.process_partitions(&mut store, &mut index, narrow, input, ctx, mode);
         let memory = store.memory_used_bytes() as i64;
+        // The updates' time leaves out the partitions' commits (`commitTimeMs`).
+        let started = started + store.in_task_commit_time();
         self.store.put(store);
         self.index = index;
         let (parts, dropped) = result?;

@@ -4,9 +4,12 @@
 //! 2. each source reports its latest offset;
 //! 3. `offsets/N` is written before any work;
 //! 4. sources return the rows in `(start, end]`;
-//! 5. the pipeline runs: stateless ops, then stateful ones against state version N;
+//! 5. the pipeline runs: stateless ops, then stateful ones against state
+//!    version N, each state partition committing version N+1 in its own
+//!    task (`BatchContext::state_version`);
 //! 6. the sink commits batch N;
-//! 7. state version N+1 is committed, then `commits/N`;
+//! 7. the state partitions not committed in their tasks (a stream-stream
+//!    join's, a scale-out task's) commit version N+1, then `commits/N`;
 //! 8. the next watermark is computed and, if a stateful operator waits on it,
 //!    a no-data batch runs next.
 //!

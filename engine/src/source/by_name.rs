@@ -102,13 +102,18 @@ mod tests {
         );
         let s = from_options(
             "rate-micro-batch",
-            [("rowsPerBatch", "5"), ("advanceMillisPerBatch", "10")],
+            [
+                ("rowsPerBatch", "5"),
+                ("numPartitions", "3"),
+                ("advanceMillisPerBatch", "10"),
+            ],
             vec![],
         )
         .unwrap();
+        // Spark's description of the source.
         assert_eq!(
             s.description(),
-            "RatePerMicroBatchStream[rowsPerBatch=5, advanceMillisPerBatch=10]"
+            "RatePerMicroBatchStream[rowsPerBatch=5, numPartitions=3, startTimestamp=0, advanceMsPerBatch=10]"
         );
         let fields = vec![Field::new("page", DataType::String)];
         let s = from_options(

@@ -108,8 +108,8 @@ impl Source for RateMicroBatchSource {
 
     fn description(&self) -> String {
         format!(
-            "RatePerMicroBatchStream[rowsPerBatch={}, advanceMillisPerBatch={}]",
-            self.rows_per_batch, self.advance_ms
+            "RatePerMicroBatchStream[rowsPerBatch={}, numPartitions={}, startTimestamp={}, advanceMsPerBatch={}]",
+            self.rows_per_batch, self.num_partitions, self.start_ms, self.advance_ms
         )
     }
 

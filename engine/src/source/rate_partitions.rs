@@ -40,8 +40,13 @@ pub(super) fn strided(
             ],
         )?))
     };
+    // Partitions past the number of values are empty: not even made.
+    let len = values.end.saturating_sub(values.start).max(0);
     let parts: Vec<Option<RecordBatch>> = if n > 1 {
-        (0..n).into_par_iter().map(part).collect::<Result<_>>()?
+        (0..n.min(len))
+            .into_par_iter()
+            .map(part)
+            .collect::<Result<_>>()?
     } else {
         vec![part(0)?]
     };

@@ -157,6 +157,15 @@ impl PartitionedStore {
             .map(|((store, committed), input)| (store, committed, input))
             .enumerate();
         let run = |(p, (store, committed, input)): (usize, Job<'_, I>)| {
+            if let (Some(v), Some((done, _))) = (commit_at, *committed) {
+                if v == done {
+                    // A second commit of the version would write only the
+                    // second call's changes over the first's.
+                    return Err(crate::error::WeirError::Config(format!(
+                        "state partition {p} was asked to commit version {v} twice in one batch: an operator commits its state in the tasks of its last change only"
+                    )));
+                }
+            }
             let out = f(p, store.as_mut(), input)?;
             if let Some(version) = commit_at {
                 let t = Instant::now();
@@ -173,6 +182,17 @@ impl PartitionedStore {
         } else {
             jobs.map(run).collect()
         }
+    }
+
+    /// The longest of this batch's in-task commits (their share of the
+    /// operator's wall time, which its `allUpdatesTimeMs` leaves out, as
+    /// Spark times updates before the commit).
+    pub fn in_task_commit_time(&self) -> Duration {
+        self.committed_in_task
+            .iter()
+            .filter_map(|c| c.map(|(_, d)| d))
+            .max()
+            .unwrap_or_default()
     }
 
     /// True unless every partition committed `version` in its task.
@@ -239,7 +259,9 @@ impl StateStore for PartitionedStore {
         self.parts.iter().try_for_each(|p| p.check())
     }
     fn commit(&mut self, version: u64) -> Result<()> {
-        // A failed read in any partition: no partition commits.
+        // A failed read in any partition: no partition commits here (one
+        // that committed in its task already wrote the version; the
+        // batch's rerun after a restart writes it again).
         self.check()?;
         // Every partition at once on the worker pool this runs in (each
         // writes and fsyncs its own files): one step of latency whatever the
@@ -378,8 +400,12 @@ mod tests {
         for p in 0..2 {
             assert!(dir.path().join(format!("{p}/1.delta")).exists());
         }
-        // That commit skips them (committing a version twice would fail).
+        // That commit skips them: version 1 keeps the batch's changes (a
+        // second commit would write an empty delta over them).
         store.commit_timed(1).unwrap();
+        let at_1 = two_parts(dir.path(), 1);
+        assert_eq!(at_1.get(b"k0").as_deref(), Some(&b"a"[..]));
+        assert_eq!(at_1.get(b"k1").as_deref(), Some(&b"a"[..]));
         // Not committed in the tasks: the commit after the sink writes them.
         put_everywhere(&mut store, None, b"b");
         assert!(store.commit_pending(2));
@@ -393,6 +419,15 @@ mod tests {
         let mut again = two_parts(dir.path(), 2);
         assert_eq!(again.get(b"k0").as_deref(), Some(&b"b"[..]));
         put_everywhere(&mut again, Some(3), b"d");
+        // A second in-task commit of the version in one batch is refused.
+        let twice = again.map_parts(vec![(); 2], Some(3), |_, _, ()| Ok(()));
+        assert!(
+            twice
+                .unwrap_err()
+                .to_string()
+                .contains("twice in one batch"),
+            "a second commit would write only its own changes"
+        );
         again.commit_timed(3).unwrap();
         let reopened = two_parts(dir.path(), 3);
         assert_eq!(reopened.get(b"k0").as_deref(), Some(&b"d"[..]));

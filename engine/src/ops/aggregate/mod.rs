@@ -666,6 +666,8 @@ impl AggregateOp {
         let mut store = self.store.take()?;
         let result = self.process_partitions(&mut store, narrow, input, ctx, mode);
         let (total, memory) = (store.len() as i64, store.memory_used_bytes() as i64);
+        // The updates' time leaves out the partitions' commits (`commitTimeMs`).
+        let started = started + store.in_task_commit_time();
         self.store.put(store);
         let (parts, lost) = result?;
         let mut m = StateOperatorProgress::new("stateStoreSave");
