@@ -855,3 +855,80 @@ fn session_windows_send_their_late_rows_aside() {
         assert_eq!(aside, 500, "{workers} workers");
     }
 }
+
+/// The state files of version `version` under `chk`'s `state/` directory
+/// (every operator, partition and store).
+fn state_versions_written(chk: &std::path::Path, version: i64) -> usize {
+    fn walk(dir: &std::path::Path, name: &str, n: &mut usize) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, name, n);
+            } else if e.file_name().to_str() == Some(name) {
+                *n += 1;
+            }
+        }
+    }
+    let mut n = 0;
+    walk(&chk.join("state"), &format!("{version}.delta"), &mut n);
+    n
+}
+
+/// When the sink sees batch N, how many of state version N+1's files
+/// exist, per batch; and how many once the query stopped.
+fn state_files_when_the_sink_runs(shape: Shape) -> (Vec<usize>, Vec<usize>) {
+    let chk = tempfile::tempdir().unwrap();
+    let path = chk.path().to_path_buf();
+    let s = session_with(Some(3), 2);
+    let stream = MemoryStream::new(&fields());
+    let right = MemoryStream::new(&fields());
+    let (d, mode) = build(&s, &stream, &right, shape);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen_by_sink = seen.clone();
+    let q = d
+        .write_stream()
+        .output_mode(mode)
+        .checkpoint_location(path.to_str().unwrap())
+        .foreach_batch(move |id, _| {
+            let n = state_versions_written(&path, id + 1);
+            seen_by_sink.lock().unwrap().push(n);
+            Ok(())
+        })
+        .start()
+        .unwrap();
+    q.process_all_available().unwrap();
+    for input in fixed_inputs().iter().take(3) {
+        let (l, r): (Vec<Value>, Vec<Value>) = input
+            .iter()
+            .cloned()
+            .partition(|e| e["value"].as_i64().unwrap() % 2 == 0);
+        stream.add_json(&l).unwrap();
+        right.add_json(&r).unwrap();
+        q.process_all_available().unwrap();
+    }
+    q.stop().unwrap();
+    assert!(q.exception().is_none(), "{:?}", q.exception());
+    let seen = seen.lock().unwrap().clone();
+    let after = (0..seen.len() as i64)
+        .map(|b| state_versions_written(chk.path(), b + 1))
+        .collect();
+    (seen, after)
+}
+
+/// An aggregation's state partitions commit in their own tasks, as Spark's
+/// tasks commit their state stores: every partition's version is written
+/// before the sink sees the batch. A stream-stream join (whose partition
+/// task changes both sides' stores) commits after the sink. Either way
+/// every version is written by the time the batch is done.
+#[test]
+fn an_aggregation_commits_its_state_in_its_tasks_and_a_join_after_the_sink() {
+    let (agg_seen, agg_after) =
+        state_files_when_the_sink_runs(Shape::WindowAgg(OutputMode::Update));
+    assert!(!agg_seen.is_empty());
+    assert!(agg_seen.iter().all(|&n| n == 3), "{agg_seen:?}");
+    assert_eq!(agg_seen, agg_after);
+    let (join_seen, join_after) = state_files_when_the_sink_runs(Shape::Join(JoinType::Inner));
+    assert!(!join_seen.is_empty());
+    assert!(join_seen.iter().all(|&n| n == 0), "{join_seen:?}");
+    assert!(join_after.iter().all(|&n| n > 0), "{join_after:?}");
+}
