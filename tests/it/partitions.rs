@@ -186,12 +186,7 @@ fn run_from(
     let right = MemoryStream::new(&fields());
     let add = |input: &[Value]| {
         if shape.is_join() {
-            let (l, r): (Vec<Value>, Vec<Value>) = input
-                .iter()
-                .cloned()
-                .partition(|e| e["value"].as_i64().unwrap() % 2 == 0);
-            stream.add_json(&l).unwrap();
-            right.add_json(&r).unwrap();
+            add_even_odd(&stream, &right, input);
         } else {
             stream.add_json(input).unwrap();
         }
@@ -250,6 +245,17 @@ fn run_from(
         .collect();
     out.sort_by_key(|(id, ..)| *id);
     (out, last_batch)
+}
+
+/// Adds `input`'s even-valued events to `left`, its odd-valued ones to
+/// `right` (a join's two sides).
+fn add_even_odd(left: &MemoryStream, right: &MemoryStream, input: &[Value]) {
+    let (l, r): (Vec<Value>, Vec<Value>) = input
+        .iter()
+        .cloned()
+        .partition(|e| e["value"].as_i64().unwrap() % 2 == 0);
+    left.add_json(&l).unwrap();
+    right.add_json(&r).unwrap();
 }
 
 /// One event: minutes after 12:00, a key, a value.
@@ -898,12 +904,7 @@ fn state_files_when_the_sink_runs(shape: Shape) -> (Vec<usize>, Vec<usize>) {
         .unwrap();
     q.process_all_available().unwrap();
     for input in fixed_inputs().iter().take(3) {
-        let (l, r): (Vec<Value>, Vec<Value>) = input
-            .iter()
-            .cloned()
-            .partition(|e| e["value"].as_i64().unwrap() % 2 == 0);
-        stream.add_json(&l).unwrap();
-        right.add_json(&r).unwrap();
+        add_even_odd(&stream, &right, input);
         q.process_all_available().unwrap();
     }
     q.stop().unwrap();
