@@ -225,7 +225,6 @@ pub(super) fn from_options(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Int64Array, TimestampMicrosecondArray};
 
     #[test]
     fn options_are_checked_by_the_connector_table() {
@@ -274,39 +273,21 @@ mod tests {
         let b = r
             .get_batch(Some(&Offset::from(2)), &Offset::from(4))
             .unwrap();
-        let v = b[0]
-            .column(1)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .unwrap();
-        assert_eq!(v.values().to_vec(), (10..20).collect::<Vec<_>>());
-        let t = b[0]
-            .column(0)
-            .as_any()
-            .downcast_ref::<TimestampMicrosecondArray>()
-            .unwrap();
-        assert_eq!(t.value(0), 1_002_000_000);
-        assert_eq!(t.value(1), 1_002_200_000);
+        let cols = super::super::rate_partitions::columns(&b);
+        assert_eq!(cols[0].1, (10..20).collect::<Vec<_>>());
+        assert_eq!(cols[0].0[..2], [1_002_000_000, 1_002_200_000]);
         // Two partitions: Spark's split, every value keeping its timestamp.
         let mut r = RateSource::new().rows_per_second(5).num_partitions(2);
         r.creation_ms = Some(1_000_000);
         let b = r
             .get_batch(Some(&Offset::from(2)), &Offset::from(4))
             .unwrap();
-        let v = |i: usize| {
-            let a = b[i].column(1).as_any().downcast_ref::<Int64Array>();
-            a.unwrap().values().to_vec()
-        };
+        let cols = super::super::rate_partitions::columns(&b);
         assert_eq!(
-            (v(0), v(1)),
-            (vec![10, 12, 14, 16, 18], vec![11, 13, 15, 17, 19])
+            (&cols[0].1, &cols[1].1),
+            (&vec![10, 12, 14, 16, 18], &vec![11, 13, 15, 17, 19])
         );
-        let t = b[1]
-            .column(0)
-            .as_any()
-            .downcast_ref::<TimestampMicrosecondArray>()
-            .unwrap();
-        assert_eq!(t.value(0), 1_002_200_000);
+        assert_eq!(cols[1].0[0], 1_002_200_000);
     }
 
     #[test]

@@ -221,17 +221,14 @@ mod tests {
         let batches = s
             .get_batch(Some(&Offset::from(0)), &Offset::from(1))
             .unwrap();
-        let col = |b: &RecordBatch, i: usize| -> Vec<i64> {
-            let a = b.column(i).to_data();
-            a.buffers()[0].typed_data::<i64>()[a.offset()..a.offset() + a.len()].to_vec()
-        };
-        let values: Vec<Vec<i64>> = batches.iter().map(|b| col(b, 1)).collect();
+        let cols = super::super::rate_partitions::columns(&batches);
+        let values: Vec<&Vec<i64>> = cols.iter().map(|(_, v)| v).collect();
         assert_eq!(
             values,
-            vec![vec![10, 13, 16, 19], vec![11, 14, 17], vec![12, 15, 18]]
+            vec![&vec![10, 13, 16, 19], &vec![11, 14, 17], &vec![12, 15, 18]]
         );
-        for b in &batches {
-            assert!(col(b, 0).iter().all(|&t| t == 1_500_000), "{b:?}");
+        for (ts, _) in &cols {
+            assert!(ts.iter().all(|&t| t == 1_500_000), "{ts:?}");
         }
     }
 }

@@ -53,6 +53,21 @@ pub(super) fn strided(
     Ok(parts.into_iter().flatten().collect())
 }
 
+/// Each batch's `(timestamp µs, value)` columns, for the rate sources' tests.
+#[cfg(test)]
+pub(super) fn columns(batches: &[RecordBatch]) -> Vec<(Vec<i64>, Vec<i64>)> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{Int64Type, TimestampMicrosecondType};
+    batches
+        .iter()
+        .map(|b| {
+            let ts = b.column(0).as_primitive::<TimestampMicrosecondType>();
+            let v = b.column(1).as_primitive::<Int64Type>();
+            (ts.values().to_vec(), v.values().to_vec())
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,17 +77,7 @@ mod tests {
     }
 
     fn values(batches: &[RecordBatch]) -> Vec<Vec<i64>> {
-        batches
-            .iter()
-            .map(|b| {
-                b.column(1)
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .unwrap()
-                    .values()
-                    .to_vec()
-            })
-            .collect()
+        columns(batches).into_iter().map(|(_, v)| v).collect()
     }
 
     #[test]
@@ -82,12 +87,7 @@ mod tests {
             values(&b),
             vec![vec![10, 13, 16], vec![11, 14], vec![12, 15]]
         );
-        let ts = b[1]
-            .column(0)
-            .as_any()
-            .downcast_ref::<TimestampMicrosecondArray>()
-            .unwrap();
-        assert_eq!(ts.values().to_vec(), vec![11_000, 14_000]);
+        assert_eq!(columns(&b)[1].0, vec![11_000, 14_000]);
         // One partition: the values in order; more partitions than values:
         // the empty ones left out.
         assert_eq!(
