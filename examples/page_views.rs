@@ -22,7 +22,8 @@
 //! offsets to group G so Kafka's tools show the lag), `--source-option
 //! KEY=VALUE` (a Kafka source option by Spark's name, e.g.
 //! `kafka.fetch.max.bytes=52428800`), `--verbose` (each batch's phase
-//! durations on stderr). At the end it prints
+//! durations on stderr). Log lines go to stderr (`RUST_LOG`; by default
+//! warnings and a scale-out group's task moves). At the end it prints
 //! the throughput: events in, rows out, events per second.
 //!
 //! Scale-out (see README, "Running on many machines"): start the same
@@ -280,6 +281,16 @@ struct Args {
 
 fn main() -> weir::Result<()> {
     let a = <Args as clap::Parser>::parse();
+    // Log lines on stderr: by default the engine's warnings and a scale-out
+    // group's task moves (`RUST_LOG` overrides, e.g. `RUST_LOG=debug`).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,weir_engine::scale=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let checkpoint = a.checkpoint.clone().unwrap_or_else(|| {
         let name = if a.sink == SinkKind::Kafka {
             "weir-page-views-chk-kafka"

@@ -36,6 +36,12 @@
 #   page  the declared page views (per minute and page): a first stage per
 #         input partition writes rows to a repartition topic keyed by page,
 #         a second stage per repartition partition aggregates
+# WEIR_SCALE_PIN=1 runs process i on core i mod (cores) alone (its affinity
+# set before it starts; the broker is left free): each process is then a
+# one-core machine, as `--executor-cores 1`, instead of one process spreading
+# its task threads and its Kafka clients' threads over every core (one
+# unpinned process already uses more than one core here, so on two cores two
+# unpinned processes cannot reach twice its rate however well they scale).
 # Other settings: WEIR_SCALE_PROCS (default "1 2 3"), WEIR_SCALE_REPEAT (runs
 # of each configuration, default 2, interleaved), WEIR_SCALE_ARGS (more
 # page_views arguments for every process), WEIR_SCALE_TIMEOUT (s per
@@ -75,7 +81,8 @@ if [[ -z "${KAFKA_BOOTSTRAP:-}" ]]; then
 fi
 export KAFKA_BOOTSTRAP
 work=$(mktemp -d)
-trap 'rm -rf "$work"; [[ -z "$started" ]] || bash scripts/kafka.sh stop' EXIT
+# WEIR_SCALE_KEEP=1 keeps the work dir (each process's log and stats file).
+trap '[[ -n "${WEIR_SCALE_KEEP:-}" ]] && echo "== kept $work" >&2 || rm -rf "$work"; [[ -z "$started" ]] || bash scripts/kafka.sh stop' EXIT
 
 if [[ -n "${WEIR_BENCH_BIN:-}" ]]; then
   dir="$WEIR_BENCH_BIN"
@@ -129,6 +136,8 @@ confs = sys.argv[13:]
 events, repeat, timeout = int(events), int(repeat), float(timeout)
 variants, procs = variants.split(), [int(p) for p in procs.split()]
 tck = os.sysconf("SC_CLK_TCK")
+pin = os.environ.get("WEIR_SCALE_PIN", "") not in ("", "0")
+cores = sorted(os.sched_getaffinity(0))
 broker = os.environ.get("WEIR_SCALE_BROKER_PID", "").strip()
 
 def cpu_s(pid):
@@ -162,7 +171,9 @@ def one_run(variant, n, rep):
          "--max-offsets", max_offsets, "--sink", "kafka", "--out-topic", out,
          "--checkpoint", chk, "--scale-out", group, "--group-by", variant,
          "--stats-file", files[i], *confs],
-        stdout=logs[i], stderr=subprocess.STDOUT) for i in range(n)]
+        stdout=logs[i], stderr=subprocess.STDOUT,
+        preexec_fn=(lambda c=cores[i % len(cores)]: os.sched_setaffinity(0, {c})) if pin else None)
+        for i in range(n)]
     cpu = [0.0] * n
     complete, idle_end, error = False, False, None
     while True:
@@ -216,6 +227,7 @@ def one_run(variant, n, rep):
         "bench": "scale_out_page_views", "variant": variant, "processes": n, "run": rep,
         "events": events, "partitions": int(os.environ.get("WEIR_SCALE_PARTITIONS", "6")), "checkpoint": store,
         "max_offsets_per_trigger": int(max_offsets), "worker_threads": 1,
+        "pinned_cores": [cores[i % len(cores)] for i in range(n)] if pin else None,
         "wall_s": round(wall, 3), "span_s": round(last - first, 3),
         "startup_s": round(first - t0, 3),
         "first_busy_s": [round(s["first_busy_ms"] / 1000 - t0, 2) if s.get("first_busy_ms") else None
@@ -259,7 +271,7 @@ for variant in variants:
         eps = [x["events_per_s"] for x in rs]
         print(json.dumps({
             "bench": "scale_out_page_views_summary", "variant": variant, "processes": n,
-            "runs": len(rs), "events_per_s_min": min(eps), "events_per_s_max": max(eps),
+            "runs": len(rs), "pinned": pin, "events_per_s_min": min(eps), "events_per_s_max": max(eps),
             "ratio_to_1_min": round(min(eps) / base, 2) if base else None,
             "ratio_to_1_max": round(max(eps) / base, 2) if base else None,
             "events_per_cpu_s_min": min(x["events_per_cpu_s"] or 0 for x in rs),
