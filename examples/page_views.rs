@@ -23,7 +23,8 @@
 //! KEY=VALUE` (a Kafka source option by Spark's name, e.g.
 //! `kafka.fetch.max.bytes=52428800`), `--verbose` (each batch's phase
 //! durations on stderr). Log lines go to stderr (`RUST_LOG`; by default
-//! warnings and a scale-out group's task moves). At the end it prints
+//! `warn,weir_engine::scale=info`: warnings and a scale-out group's task
+//! moves). At the end it prints
 //! the throughput: events in, rows out, events per second.
 //!
 //! Scale-out (see README, "Running on many machines"): start the same

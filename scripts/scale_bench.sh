@@ -36,12 +36,15 @@
 #   page  the declared page views (per minute and page): a first stage per
 #         input partition writes rows to a repartition topic keyed by page,
 #         a second stage per repartition partition aggregates
-# WEIR_SCALE_PIN=1 runs process i on core i mod (cores) alone (its affinity
-# set before it starts; the broker is left free): each process is then a
-# one-core machine, as `--executor-cores 1`, instead of one process spreading
+# WEIR_SCALE_PIN=1 confines process i to core i mod N (N = the cores this
+# script may use; the affinity is set before it starts; the broker is left
+# free, so it shares those cores): each process then has one core, as
+# `--executor-cores 1`, instead of one process spreading
 # its task threads and its Kafka clients' threads over every core (one
 # unpinned process already uses more than one core here, so on two cores two
 # unpinned processes cannot reach twice its rate however well they scale).
+# WEIR_SCALE_KEEP=1 keeps the work dir (each process's log and stats file,
+# and with the local store the checkpoints) and prints where it is.
 # Other settings: WEIR_SCALE_PROCS (default "1 2 3"), WEIR_SCALE_REPEAT (runs
 # of each configuration, default 2, interleaved), WEIR_SCALE_ARGS (more
 # page_views arguments for every process), WEIR_SCALE_TIMEOUT (s per
@@ -81,8 +84,8 @@ if [[ -z "${KAFKA_BOOTSTRAP:-}" ]]; then
 fi
 export KAFKA_BOOTSTRAP
 work=$(mktemp -d)
-# WEIR_SCALE_KEEP=1 keeps the work dir (each process's log and stats file).
-trap '[[ -n "${WEIR_SCALE_KEEP:-}" ]] && echo "== kept $work" >&2 || rm -rf "$work"; [[ -z "$started" ]] || bash scripts/kafka.sh stop' EXIT
+# WEIR_SCALE_KEEP (see above): anything but empty or 0 keeps the work dir.
+trap '[[ "${WEIR_SCALE_KEEP:-0}" != 0 ]] && echo "== kept $work" >&2 || rm -rf "$work"; [[ -z "$started" ]] || bash scripts/kafka.sh stop' EXIT
 
 if [[ -n "${WEIR_BENCH_BIN:-}" ]]; then
   dir="$WEIR_BENCH_BIN"
