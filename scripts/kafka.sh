@@ -102,6 +102,13 @@ transaction.state.log.num.partitions=4
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# The node's broker holds a lease from its own controller, renewed every 2 s.
+# Under CPU starvation (clients keeping both cores busy, as the scale-out
+# bench's pinned processes do) a controller event took 2 s, the renewal
+# missed the 9 s default, and the broker fenced itself: every partition
+# leaderless for ~100 s, every client waiting. One node has no other broker
+# to fail over to, so a longer lease only waits out such a stall.
+broker.session.timeout.ms=30000
 # Tests delete records and topics.
 delete.topic.enable=true
 # No time-based retention: records keep their producers' timestamps, which in
