@@ -105,7 +105,8 @@ group.initial.rebalance.delay.ms=0
 # The node's broker holds a lease from its own controller, renewed every 2 s.
 # Under CPU starvation (clients keeping both cores busy, as the scale-out
 # bench's pinned processes do) a controller event took 2 s, the renewal
-# missed the 9 s default, and the broker fenced itself: every partition
+# missed the 9 s default, and the broker fenced itself (its log: "Unable to
+# send a heartbeat", then "not the current leader"): every partition
 # leaderless for ~100 s, every client waiting. One node has no other broker
 # to fail over to, so a longer lease only waits out such a stall.
 broker.session.timeout.ms=30000
