@@ -448,10 +448,19 @@ mod tests {
 
     /// The committed lock files the ui tests and `tests/it/query_changes.rs`
     /// compile against are the base declarations' (regenerate them with
-    /// `cargo test -p weir-macros --lib lock::tests::write_the_base_locks -- --ignored`).
+    /// `WEIR_LOCK=update cargo test -p weir-macros --lib
+    /// lock::tests::the_committed_locks_are_the_base_declarations`, as the
+    /// macro writes a query's lock file under `WEIR_LOCK=update`).
     #[test]
     fn the_committed_locks_are_the_base_declarations() {
         let bases = bases();
+        if std::env::var("WEIR_LOCK").as_deref() == Ok("update") {
+            for (name, f) in &bases {
+                let path = committed(name);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(path, lock_text(name, f)).unwrap();
+            }
+        }
         assert_eq!(
             bases.iter().map(|b| b.0.as_str()).collect::<Vec<_>>(),
             [
@@ -469,17 +478,6 @@ mod tests {
                 lock_text(&name, &f),
                 "{name}: as WEIR_LOCK=update writes it"
             );
-        }
-    }
-
-    /// Writes the committed lock files from the base declarations.
-    #[test]
-    #[ignore]
-    fn write_the_base_locks() {
-        for (name, f) in bases() {
-            let path = committed(&name);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, lock_text(&name, &f)).unwrap();
         }
     }
 }
