@@ -102,13 +102,15 @@ transaction.state.log.num.partitions=4
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
-# The node's broker holds a lease from its own controller, renewed every 2 s.
-# Under CPU starvation (clients keeping both cores busy, as the scale-out
-# bench's pinned processes do) a controller event took 2 s, the renewal
-# missed the 9 s default, and the broker fenced itself (its log: "Unable to
-# send a heartbeat", then "not the current leader"): every partition
-# leaderless for ~100 s, every client waiting. One node has no other broker
-# to fail over to, so a longer lease only waits out such a stall.
+# The node's broker holds a lease from its controller (the same JVM),
+# renewed by a heartbeat every 2 s. Starved of CPU (clients keeping both
+# cores busy, as the scale-out bench's pinned processes do), the broker got
+# no heartbeat through for 9 s, the default lease, and the controller fenced
+# it (its log: "Exceptionally slow controller event ... took 2076 ms",
+# "Unable to send a heartbeat because the RPC got timed out", then "not the
+# current leader"): every partition leaderless for ~100 s, every client
+# waiting. One node has no other broker to fail over to, so a longer lease
+# only waits out such a stall.
 broker.session.timeout.ms=30000
 # Tests delete records and topics.
 delete.topic.enable=true

@@ -447,10 +447,12 @@ mod tests {
     }
 
     /// The committed lock files the ui tests and `tests/it/query_changes.rs`
-    /// compile against are the base declarations' (regenerate them with
-    /// `WEIR_LOCK=update cargo test -p weir-macros --lib
-    /// lock::tests::the_committed_locks_are_the_base_declarations`, as the
-    /// macro writes a query's lock file under `WEIR_LOCK=update`).
+    /// compile against are the base declarations'. Under `WEIR_LOCK=update`
+    /// (as the macro writes a query's lock file) it writes them first:
+    ///
+    /// ```text
+    /// WEIR_LOCK=update cargo test -p weir-macros --lib lock::tests::the_committed_locks_are_the_base_declarations
+    /// ```
     #[test]
     fn the_committed_locks_are_the_base_declarations() {
         let bases = bases();
