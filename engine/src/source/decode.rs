@@ -46,7 +46,7 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use weir_plan::Field;
 
 pub use super::file::ParseMode;
-use super::{BoxSource, Offset, Source, SourceContext};
+use super::{json_record, BoxSource, Offset, Source, SourceContext};
 use crate::error::{Result, WeirError};
 
 /// The payload's format.
@@ -253,7 +253,7 @@ impl Decode {
                 // Each record straight from its message: a record that is
                 // one JSON object ends the decoder's row at its last byte.
                 for (k, r) in records.iter().enumerate() {
-                    check_json_object(r)?;
+                    json_record::check_json_object(r)?;
                     let used = dec.decode(r).map_err(|e| e.to_string())?;
                     one_row(k, used, r.len(), dec.len(), dec.has_partial_record())?;
                 }
@@ -385,70 +385,6 @@ impl Decode {
         )?;
         Ok((out, malformed))
     }
-}
-
-/// `Ok` when `record` is one JSON object and nothing else, by serde_json's
-/// grammar (stricter than Arrow's decoder, which takes commas as
-/// whitespace, keeps raw control characters in strings and reads numbers
-/// out of range when the schema does not ask for them), without building
-/// it.
-fn check_json_object(record: &[u8]) -> std::result::Result<(), String> {
-    use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-
-    /// Any JSON value, fully parsed (strings decoded, numbers converted) and dropped.
-    struct Any;
-    /// A JSON object of [`Any`].
-    struct Object;
-    struct AnyVisitor;
-    struct ObjectVisitor;
-
-    macro_rules! accept {
-        ($($f:ident: $t:ty),*) => {
-            $(fn $f<E: serde::de::Error>(self, _: $t) -> std::result::Result<Any, E> {
-                Ok(Any)
-            })*
-        };
-    }
-    impl<'de> Visitor<'de> for AnyVisitor {
-        type Value = Any;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a JSON value")
-        }
-        accept!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64, visit_str: &str);
-        fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Any, E> {
-            Ok(Any)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> std::result::Result<Any, A::Error> {
-            while s.next_element::<Any>()?.is_some() {}
-            Ok(Any)
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> std::result::Result<Any, A::Error> {
-            while m.next_entry::<Any, Any>()?.is_some() {}
-            Ok(Any)
-        }
-    }
-    impl<'de> Deserialize<'de> for Any {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Any, D::Error> {
-            d.deserialize_any(AnyVisitor)
-        }
-    }
-    impl<'de> Visitor<'de> for ObjectVisitor {
-        type Value = Object;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, m: A) -> std::result::Result<Object, A::Error> {
-            AnyVisitor.visit_map(m).map(|_| Object)
-        }
-    }
-    impl<'de> Deserialize<'de> for Object {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Object, D::Error> {
-            d.deserialize_map(ObjectVisitor)
-        }
-    }
-    serde_json::from_slice::<Object>(record)
-        .map(|_| ())
-        .map_err(|e| format!("a record must be one JSON object: {e}"))
 }
 
 impl Source for Decode {

@@ -1,0 +1,333 @@
+//! Whether a record is one JSON object and nothing else, by serde_json's
+//! grammar: the check `from_json` makes of every record before Arrow's
+//! decoder reads it (Arrow's decoder is laxer: it takes commas as
+//! whitespace, keeps raw control characters in strings and reads numbers out
+//! of range when the schema does not ask for them).
+//!
+//! Most records are checked by serde_json's grammar alone (`IgnoredAny`:
+//! nothing decoded, nothing built) plus one UTF-8 pass; only a record that
+//! could fail the full parse where the grammar passes (a `\u` escape, an
+//! exponent, a long run of digits, deep nesting) is parsed in full, and so
+//! is any record the fast check refuses, so that its error is the full
+//! parse's. The fast check accepts only what the full parse accepts (a
+//! property test holds it to that), so the verdict is the full parse's.
+
+/// `Ok` when `record` is one JSON object and nothing else, by serde_json's
+/// full parse (strings decoded, numbers converted), without building it.
+pub(crate) fn check_json_object(record: &[u8]) -> Result<(), String> {
+    if !needs_full_parse(record) && grammar_accepts(record) {
+        return Ok(());
+    }
+    full_check(record)
+}
+
+/// Whether serde_json's full parse could refuse `record` where its grammar
+/// check accepts it: a `\u` escape (a lone surrogate), an exponent or a
+/// run of 64 digits (a number beyond `f64`), or more than 100 brackets (the
+/// parser's recursion limit of 128; the grammar check has none). Bytes
+/// inside strings count too: a false alarm costs only the full parse.
+fn needs_full_parse(record: &[u8]) -> bool {
+    let (mut digits, mut brackets, mut prev) = (0usize, 0usize, 0u8);
+    for &b in record {
+        match b {
+            b'0'..=b'9' => {
+                digits += 1;
+                if digits >= 64 {
+                    return true;
+                }
+            }
+            b'e' | b'E' if prev.is_ascii_digit() => return true,
+            b'u' if prev == b'\\' => return true,
+            b'[' | b'{' => {
+                brackets += 1;
+                if brackets > 100 {
+                    return true;
+                }
+                digits = 0;
+            }
+            _ => digits = 0,
+        }
+        prev = b;
+    }
+    false
+}
+
+/// serde_json's grammar alone: an object first, valid UTF-8, one value.
+fn grammar_accepts(record: &[u8]) -> bool {
+    record
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
+        .is_some_and(|b| *b == b'{')
+        && std::str::from_utf8(record).is_ok()
+        && serde_json::from_slice::<serde::de::IgnoredAny>(record).is_ok()
+}
+
+/// serde_json's full parse of `record` as one object of any values
+/// (strings decoded, numbers converted), nothing kept; its error says why not.
+fn full_check(record: &[u8]) -> Result<(), String> {
+    use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+
+    /// Any JSON value, fully parsed (strings decoded, numbers converted) and dropped.
+    struct Any;
+    /// A JSON object of [`Any`].
+    struct Object;
+    struct AnyVisitor;
+    struct ObjectVisitor;
+
+    macro_rules! accept {
+        ($($f:ident: $t:ty),*) => {
+            $(fn $f<E: serde::de::Error>(self, _: $t) -> Result<Any, E> {
+                Ok(Any)
+            })*
+        };
+    }
+    impl<'de> Visitor<'de> for AnyVisitor {
+        type Value = Any;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+        accept!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64, visit_str: &str);
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Any, E> {
+            Ok(Any)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Any, A::Error> {
+            while s.next_element::<Any>()?.is_some() {}
+            Ok(Any)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Any, A::Error> {
+            while m.next_entry::<Any, Any>()?.is_some() {}
+            Ok(Any)
+        }
+    }
+    impl<'de> Deserialize<'de> for Any {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Any, D::Error> {
+            d.deserialize_any(AnyVisitor)
+        }
+    }
+    impl<'de> Visitor<'de> for ObjectVisitor {
+        type Value = Object;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Object, A::Error> {
+            AnyVisitor.visit_map(m).map(|_| Object)
+        }
+    }
+    impl<'de> Deserialize<'de> for Object {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Object, D::Error> {
+            d.deserialize_map(ObjectVisitor)
+        }
+    }
+    serde_json::from_slice::<Object>(record)
+        .map(|_| ())
+        .map_err(|e| format!("a record must be one JSON object: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_plain_record_takes_the_fast_check() {
+        let click = br#"{"page":"/page/17","event_ts":"2024-01-01T00:00:00.000Z","user":"u42"}"#;
+        assert!(!needs_full_parse(click));
+        assert!(grammar_accepts(click));
+        assert!(check_json_object(click).is_ok());
+    }
+
+    #[test]
+    fn what_only_the_full_parse_refuses_goes_to_it() {
+        // Each passes the grammar check and fails the full parse.
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        let long = format!("{{\"a\":{}}}", "9".repeat(400));
+        for rec in [
+            r#"{"a":1e400}"#,
+            r#"{"a":"\ud800"}"#,
+            r#"{"a":"\udc00x"}"#,
+            deep.as_str(),
+            long.as_str(),
+        ] {
+            let rec = rec.as_bytes();
+            assert!(grammar_accepts(rec), "{}", String::from_utf8_lossy(rec));
+            assert!(needs_full_parse(rec), "{}", String::from_utf8_lossy(rec));
+            assert!(check_json_object(rec).is_err());
+        }
+        for rec in [&b"[1]"[..], b"\"a\"", b"{\"a\":\"\xff\"}", b"{} {}"] {
+            assert!(!grammar_accepts(rec));
+            assert!(check_json_object(rec).is_err());
+        }
+    }
+
+    /// Bits of JSON, right and wrong, that a record is made of.
+    fn piece() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "{",
+                "}",
+                "[",
+                "]",
+                ",",
+                ":",
+                "\"",
+                "\\",
+                "\\u",
+                "\\ud83d",
+                "\\ude00",
+                "\\ud800",
+                "\\n",
+                "\\x",
+                "u",
+                "e",
+                "E",
+                "1e400",
+                "1e308",
+                "-",
+                "+",
+                ".",
+                "0",
+                "7",
+                "12345678901234567890",
+                " ",
+                "\t",
+                "\n",
+                "true",
+                "null",
+                "fals",
+                "\"a\"",
+                "\"page\":",
+                "é",
+                "\u{1}",
+            ])
+            .prop_map(|s| s.as_bytes().to_vec()),
+            any::<u8>().prop_map(|b| vec![b]),
+        ]
+    }
+
+    /// A JSON number as text, by the grammar: up to 400 digits, a fraction,
+    /// an exponent up to 4 digits (so beyond `f64` often).
+    fn number() -> impl Strategy<Value = String> {
+        (
+            any::<bool>(),
+            "[1-9][0-9]{0,399}|0",
+            prop::option::of("[0-9]{1,20}"),
+            prop::option::of(("[eE]", "[+-]?", "[0-9]{1,4}")),
+        )
+            .prop_map(|(neg, int, frac, exp)| {
+                let mut n = String::new();
+                if neg {
+                    n.push('-');
+                }
+                n.push_str(&int);
+                if let Some(f) = frac {
+                    n.push('.');
+                    n.push_str(&f);
+                }
+                if let Some((e, sign, d)) = exp {
+                    n.push_str(&(e + &sign + &d));
+                }
+                n
+            })
+    }
+
+    /// A JSON string as text, by the grammar: any characters but `"`, `\`
+    /// and controls, and every escape, `\u` with any code unit (surrogates
+    /// alone or in pairs).
+    fn string() -> impl Strategy<Value = String> {
+        let part = prop_oneof![
+            "[^\"\\\\\u{0}-\u{1f}]{0,4}",
+            prop::sample::select(vec!["\\n", "\\\"", "\\\\", "\\/", "\\b", "\\t"])
+                .prop_map(String::from),
+            prop_oneof![0u16..=0xffff, 0xd800u16..=0xdfff].prop_map(|u| format!("\\u{u:04x}")),
+        ];
+        prop::collection::vec(part, 0..5).prop_map(|p| format!("\"{}\"", p.concat()))
+    }
+
+    /// A JSON value as text, by the grammar, nested up to 200 deep.
+    fn value() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            number(),
+            string(),
+            prop::sample::select(vec!["true", "false", "null"]).prop_map(String::from),
+        ];
+        let tree = leaf.prop_recursive(4, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec((string(), inner), 0..4).prop_map(|v| {
+                    let kv: Vec<String> =
+                        v.into_iter().map(|(k, v)| format!("{k} : {v}")).collect();
+                    format!("{{ {} }}", kv.join(" ,"))
+                }),
+            ]
+        });
+        (tree, prop_oneof![Just(0usize), 0usize..200])
+            .prop_map(|(t, depth)| format!("{}{t}{}", "[".repeat(depth), "]".repeat(depth)))
+    }
+
+    /// A JSON object as text, by the grammar (what the full parse may still
+    /// refuse: numbers beyond `f64`, lone surrogates, deep nesting).
+    fn object_text() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec((string(), value()), 0..4).prop_map(|v| {
+            let kv: Vec<String> = v.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            format!("{{{}}}", kv.join(",")).into_bytes()
+        })
+    }
+
+    /// JSON objects that are well formed: strings of any characters (escaped
+    /// by serde_json), numbers of any size, nesting.
+    fn object() -> impl Strategy<Value = Vec<u8>> {
+        let leaf = prop_oneof![
+            any::<String>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<f64>().prop_map(serde_json::Value::from),
+            any::<bool>().prop_map(serde_json::Value::from),
+            Just(serde_json::Value::Null),
+        ];
+        let value = leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::from),
+                prop::collection::btree_map(any::<String>(), inner, 0..6)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        });
+        prop::collection::btree_map("[a-z_]{1,8}", value, 0..6).prop_map(|m| {
+            let o: serde_json::Map<String, serde_json::Value> = m.into_iter().collect();
+            serde_json::to_vec(&o).unwrap()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// The fast check never accepts what the full parse refuses: over
+        /// bits of JSON, right and wrong ...
+        #[test]
+        fn the_fast_check_accepts_only_what_the_full_parse_accepts(
+            pieces in prop::collection::vec(piece(), 0..40),
+        ) {
+            let rec: Vec<u8> = std::iter::once(b"{".to_vec()).chain(pieces).flatten().collect();
+            if !needs_full_parse(&rec) && grammar_accepts(&rec) {
+                prop_assert!(full_check(&rec).is_ok(), "{:?}", String::from_utf8_lossy(&rec));
+            }
+        }
+
+        /// ... and over objects by the grammar, which the grammar check
+        /// always accepts and the full parse sometimes refuses.
+        #[test]
+        fn the_fast_check_accepts_only_what_the_full_parse_accepts_by_the_grammar(
+            rec in object_text(),
+        ) {
+            prop_assert!(grammar_accepts(&rec), "{:?}", String::from_utf8_lossy(&rec));
+            if !needs_full_parse(&rec) {
+                prop_assert!(full_check(&rec).is_ok(), "{:?}", String::from_utf8_lossy(&rec));
+            }
+        }
+
+        /// Well-formed objects pass, by whichever path.
+        #[test]
+        fn a_well_formed_object_passes(rec in object()) {
+            prop_assert!(check_json_object(&rec).is_ok(), "{:?}", String::from_utf8_lossy(&rec));
+        }
+    }
+}
