@@ -159,6 +159,21 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_fast_paths_limits_sit_inside_the_full_parses() {
+        // 100 brackets (the object and 99 arrays), the most the fast path
+        // takes: the full parse (128 deep at most) accepts them.
+        let deep = format!("{{\"a\":{}1{}}}", "[".repeat(99), "]".repeat(99));
+        assert!(!needs_full_parse(deep.as_bytes()));
+        assert!(full_check(deep.as_bytes()).is_ok());
+        let deeper = format!("{{\"a\":{}1{}}}", "[".repeat(100), "]".repeat(100));
+        assert!(needs_full_parse(deeper.as_bytes()));
+        // 63 digits either side of the point, the most it takes: in range.
+        let wide = format!("{{\"a\":-{}.{}}}", "9".repeat(63), "9".repeat(63));
+        assert!(!needs_full_parse(wide.as_bytes()));
+        assert!(full_check(wide.as_bytes()).is_ok());
+    }
+
     /// Bits of JSON, right and wrong, that a record is made of.
     fn piece() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
