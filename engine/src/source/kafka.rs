@@ -97,6 +97,7 @@ mod discovery;
 mod fetch;
 pub mod offsets;
 mod options;
+mod queue;
 mod reader;
 pub(crate) mod retry;
 mod rows;

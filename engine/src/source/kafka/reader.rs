@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset as KafkaOffset, TopicPartitionList};
 
+use super::queue::RecordQueue;
 use super::rows::Cursor;
 use super::TopicPartition;
 use crate::error::{Result, WeirError};
@@ -39,14 +40,16 @@ pub(super) enum ReadEnd {
 /// A consumer assigned to one partition, and where it stands.
 pub(super) struct PartitionReader {
     tp: TopicPartition,
+    /// The consumer's records, taken many at a time; a record read past
+    /// the end of the last range is put back, the next one delivered.
+    /// Declared before `consumer`, so dropped before it.
+    records: RecordQueue,
     consumer: BaseConsumer,
-    /// `Some((lo, hi))`: the next record this reader delivers (the stash
-    /// first) is the first one at or after `hi`, and `[lo, hi)` holds no
-    /// record to read. A range starting in `[lo, hi]` continues without a
-    /// seek. `None`: not positioned (new, or after an error).
+    /// `Some((lo, hi))`: the next record this reader delivers is the first
+    /// one at or after `hi`, and `[lo, hi)` holds no record to read. A
+    /// range starting in `[lo, hi]` continues without a seek. `None`: not
+    /// positioned (new, or after an error).
     at: Option<(i64, i64)>,
-    /// A record polled past the end of the last range, the next one to deliver.
-    stash: Option<OwnedMessage>,
     /// Value bytes per record in the last range read (sizes the next
     /// range's builders).
     pub(super) value_bytes: usize,
@@ -55,15 +58,19 @@ pub(super) struct PartitionReader {
 impl PartitionReader {
     /// A new consumer for `tp` from `conf` (assigned by the first read).
     pub(super) fn new(tp: TopicPartition, conf: &ClientConfig) -> Result<PartitionReader> {
-        let consumer: BaseConsumer = conf.create().map_err(|e| WeirError::Source {
+        let source_err = |message: String| WeirError::Source {
             source_name: format!("KafkaV2[{}-{}]", tp.0, tp.1),
-            message: format!("cannot create the Kafka consumer: {e}"),
-        })?;
+            message,
+        };
+        let consumer: BaseConsumer = conf
+            .create()
+            .map_err(|e| source_err(format!("cannot create the Kafka consumer: {e}")))?;
+        let records = RecordQueue::of(&consumer).map_err(source_err)?;
         Ok(PartitionReader {
             tp,
+            records,
             consumer,
             at: None,
-            stash: None,
             value_bytes: 0,
         })
     }
@@ -84,7 +91,7 @@ impl PartitionReader {
         if self.continues_at(from) {
             return Ok(());
         }
-        self.stash = None;
+        self.records.clear();
         self.at = None;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.tp.0, self.tp.1, KafkaOffset::Offset(from))
@@ -112,18 +119,14 @@ impl PartitionReader {
             // Offsets before `hi` hold nothing to read.
             c.next = c.next.max(hi.min(c.to));
         }
-        if let Some(m) = self.stash.take() {
-            if self.accept(c, m)? {
-                return Ok(ReadEnd::Done);
-            }
-        }
         let mut last_progress = Instant::now();
         // Whether a record came since `last_progress` (the clock is read
         // only when a poll comes back empty, not once per record).
         let mut polled = false;
         while !c.done() {
-            match self.consumer.poll(POLL_WAIT) {
-                Some(Ok(m)) => {
+            let record = self.records.next(POLL_WAIT);
+            match record.as_ref().map(|m| (m, m.error())) {
+                Some((m, None)) => {
                     polled = true;
                     if m.partition() != self.tp.1 {
                         continue;
@@ -133,7 +136,7 @@ impl PartitionReader {
                         continue;
                     }
                     if o < c.to {
-                        c.push(&m).map_err(|e| e.to_string())?;
+                        c.push(m).map_err(|e| e.to_string())?;
                         c.next = o + 1;
                         if c.done() {
                             self.at = Some((c.to, c.to));
@@ -141,23 +144,26 @@ impl PartitionReader {
                     } else {
                         // Offsets [c.next, o) were gaps: this record is the next range's.
                         self.at = Some((c.to, o));
-                        self.stash = Some(m.detach());
                         c.next = c.to;
+                        if let Some(m) = record {
+                            self.records.put_back(m);
+                        }
                     }
                 }
-                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange))) => {
+                Some((_, Some(RDKafkaErrorCode::OffsetOutOfRange))) => {
                     self.at = None;
-                    self.stash = None;
+                    self.records.clear();
                     return Ok(ReadEnd::OutOfRange);
                 }
-                Some(Err(e)) => {
+                Some((_, Some(code))) => {
+                    let e = KafkaError::MessageConsumption(code);
                     tracing::warn!(topic = %self.tp.0, partition = self.tp.1, "consumer error (retrying): {e}");
                     if std::mem::take(&mut polled) {
                         last_progress = Instant::now();
                     }
                     if last_progress.elapsed() > poll_timeout {
                         self.at = None;
-                        self.stash = None;
+                        self.records.clear();
                         return Err(format!(
                             "no progress reading {}-{} at {} of [.., {}) for {:?} (kafkaConsumer.pollTimeoutMs): {e}",
                             self.tp.0, self.tp.1, c.next, c.to, poll_timeout
@@ -185,7 +191,7 @@ impl PartitionReader {
                     }
                     if !c.done() && last_progress.elapsed() > poll_timeout {
                         self.at = None;
-                        self.stash = None;
+                        self.records.clear();
                         return Err(format!(
                             "no progress reading {}-{} at {} of [.., {}) for {:?} (kafkaConsumer.pollTimeoutMs); is the broker up?",
                             self.tp.0, self.tp.1, c.next, c.to, poll_timeout
@@ -195,29 +201,6 @@ impl PartitionReader {
             }
         }
         Ok(ReadEnd::Done)
-    }
-
-    /// Takes the stashed record into `c` (or keeps it for a later range);
-    /// true when `c` is done.
-    fn accept(&mut self, c: &mut Cursor, m: OwnedMessage) -> std::result::Result<bool, String> {
-        let o = m.offset();
-        if o < c.next {
-            // Before this range (cannot happen: the range continues at `hi`).
-            return Ok(c.done());
-        }
-        if o < c.to {
-            c.push(&m).map_err(|e| e.to_string())?;
-            c.next = o + 1;
-            if c.done() {
-                self.at = Some((c.to, c.to));
-            }
-            Ok(c.done())
-        } else {
-            self.at = Some((c.to, o));
-            self.stash = Some(m);
-            c.next = c.to;
-            Ok(true)
-        }
     }
 
     /// The consumer's position in its partition (the next offset it reads).

@@ -19,9 +19,7 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use rdkafka::bindings as rdsys;
-use rdkafka::message::{
-    BorrowedHeaders, Headers, Message, OwnedHeaders, Timestamp as KafkaTimestamp,
-};
+use rdkafka::message::{BorrowedHeaders, Headers, Message, Timestamp as KafkaTimestamp};
 
 use super::TopicPartition;
 use crate::error::Result;
@@ -113,25 +111,6 @@ pub(super) fn header_at(hs: &BorrowedHeaders, idx: usize) -> Option<(Cow<'_, str
     Some((key, value))
 }
 
-/// A record's headers as librdkafka's native list, whether the record is
-/// borrowed from its consumer or owned (kept past the end of a batch).
-pub(super) trait NativeHeaders {
-    /// The headers as a borrowed native list.
-    fn native(&self) -> &BorrowedHeaders;
-}
-
-impl NativeHeaders for BorrowedHeaders {
-    fn native(&self) -> &BorrowedHeaders {
-        self
-    }
-}
-
-impl NativeHeaders for OwnedHeaders {
-    fn native(&self) -> &BorrowedHeaders {
-        self.as_borrowed()
-    }
-}
-
 /// One partition's range being read, and its rows so far.
 pub(super) struct Cursor {
     pub(super) tp: TopicPartition,
@@ -194,8 +173,7 @@ impl Cursor {
 
     pub(super) fn push<M>(&mut self, m: &M) -> Result<()>
     where
-        M: Message,
-        M::Headers: NativeHeaders,
+        M: Message<Headers = BorrowedHeaders>,
     {
         self.rows.push(m, &self.tp.0, &mut self.repaired);
         self.pushed += 1;
@@ -263,8 +241,7 @@ impl Rows {
     /// librdkafka per record).
     fn push<M>(&mut self, m: &M, topic: &str, repaired: &mut Repaired)
     where
-        M: Message,
-        M::Headers: NativeHeaders,
+        M: Message<Headers = BorrowedHeaders>,
     {
         self.len += 1;
         self.key.append_option(m.key());
@@ -284,7 +261,7 @@ impl Rows {
         self.timestamp.append_option(ts);
         self.timestamp_type.append_value(kind);
         if let Some(hb) = &mut self.headers {
-            if let Some(hs) = m.headers().map(NativeHeaders::native) {
+            if let Some(hs) = m.headers() {
                 for i in 0..hs.count() {
                     let Some((key, value)) = header_at(hs, i) else {
                         continue;
