@@ -47,11 +47,15 @@ impl LocalDir {
                 None => (temp_path(&path), None),
             };
             let written = (|| {
+                let reused = file.is_some();
                 let mut f = match file {
                     Some(f) => f,
                     None => fs::File::create(&tmp)?,
                 };
                 f.write_all(bytes)?;
+                if reused {
+                    spare::Spare::finish(&f, bytes.len())?;
+                }
                 if self.sync {
                     f.sync_all()?;
                 }

@@ -10,7 +10,11 @@
 //! Two supplies, as databases recycle their log segments:
 //! - an old file the retention would remove is renamed to a spare instead
 //!   ([`recycle`]; at most [`MAX_SPARES`] per directory, the rest are
-//!   removed), and the next write truncates and reuses it;
+//!   removed), and the next write reuses it: it writes over the old
+//!   content and then cuts the file to what it wrote (a truncation to zero
+//!   first would free the file's blocks, and on ext4 make its close start
+//!   writing it back at once: `auto_da_alloc`; on a disk mounted with
+//!   `discard`, freed blocks are also discarded while the write waits);
 //! - when a directory's last spare is taken, one background thread makes
 //!   another (the first batches, before any retention).
 //!
@@ -37,13 +41,22 @@ use crate::storage::durable::temp_path;
 /// versions removes about ten files at a time).
 pub(crate) const MAX_SPARES: usize = 16;
 
-/// A spare taken for a write: an empty temp file, opened for writing.
+/// A spare taken for a write: a temp file opened for writing at its start,
+/// holding old content the write must cut off ([`Spare::finish`]).
 #[derive(Debug)]
 pub(crate) struct Spare {
     /// The open file.
     pub(crate) file: fs::File,
     /// Its temp name.
     pub(crate) path: PathBuf,
+}
+
+impl Spare {
+    /// Cuts the file to the `len` bytes just written over its start
+    /// (frees blocks only when the old content was longer).
+    pub(crate) fn finish(file: &fs::File, len: usize) -> std::io::Result<()> {
+        file.set_len(len as u64)
+    }
 }
 
 /// One directory's spares.
@@ -144,8 +157,9 @@ fn make(dir: PathBuf) {
     shared().made.notify_all();
 }
 
-/// Takes a spare of `dir` if one is ready, truncated and opened for writing
-/// (opening an existing file costs a fraction of creating one), and asks
+/// Takes a spare of `dir` if one is ready, opened for writing at its start,
+/// its old content still there (opening an existing file costs a fraction
+/// of creating one; the write cuts it with [`Spare::finish`]), and asks
 /// for another when that was the last one and `dir` is below a live guard's
 /// root.
 pub(crate) fn take(dir: &Path) -> Option<Spare> {
@@ -167,11 +181,7 @@ pub(crate) fn take(dir: &Path) -> Option<Spare> {
     drop(reg);
     // Gone when another opener of the checkpoint removed it as a leftover.
     let path = taken?;
-    let file = fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(&path)
-        .ok()?;
+    let file = fs::OpenOptions::new().write(true).open(&path).ok()?;
     Some(Spare { file, path })
 }
 
@@ -306,7 +316,54 @@ mod tests {
     }
 
     #[test]
-    fn a_removed_file_is_recycled_truncated_up_to_the_limit() {
+    fn a_write_that_reuses_a_longer_recycled_file_holds_exactly_its_bytes() {
+        use crate::storage::local::LocalDir;
+        use crate::storage::Created;
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("commits");
+        let local = LocalDir {
+            root: root.path().to_path_buf(),
+            sync: false,
+        };
+        let _guard = SpareGuard::new(vec![root.path().to_path_buf()]);
+        let long = vec![b'x'; 10_000];
+        // The first write makes its own file and asks for a spare, which
+        // the second takes (asking for another).
+        assert_eq!(
+            local.put_create("commits/0", &long).unwrap(),
+            Created::Created
+        );
+        assert_eq!(ready(&dir), 1);
+        assert_eq!(
+            local.put_create("commits/1", &long).unwrap(),
+            Created::Created
+        );
+        assert_eq!(ready(&dir), 1);
+        // Retention: entry 0 becomes the spare after the made one.
+        local.delete("commits/0").unwrap();
+        assert_eq!(ready(&dir), 2);
+        assert_eq!(
+            local.put_create("commits/2", b"two").unwrap(),
+            Created::Created
+        );
+        assert_eq!(
+            local.put_create("commits/3", b"v1\n{}").unwrap(),
+            Created::Created
+        );
+        assert_eq!(local.get("commits/2").unwrap().unwrap(), b"two");
+        assert_eq!(local.get("commits/3").unwrap().unwrap(), b"v1\n{}");
+        assert_eq!(local.get("commits/1").unwrap().unwrap(), long);
+        let names: Vec<String> = local
+            .list_entries("commits")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names, ["1", "2", "3"]);
+    }
+
+    #[test]
+    fn a_removed_file_is_recycled_up_to_the_limit_and_cut_to_its_new_content() {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("commits");
         fs::create_dir_all(&dir).unwrap();
@@ -328,8 +385,13 @@ mod tests {
             .all(|n| crate::storage::durable::is_temp_name(n)));
 
         let mut spare = take(&dir).expect("a recycled file");
-        assert_eq!(fs::metadata(&spare.path).unwrap().len(), 0, "truncated");
+        assert_eq!(
+            fs::read(&spare.path).unwrap(),
+            b"an old entry",
+            "not truncated when taken"
+        );
         spare.file.write_all(b"new").unwrap();
+        Spare::finish(&spare.file, 3).unwrap();
         assert_eq!(fs::read(&spare.path).unwrap(), b"new");
         fs::remove_file(&spare.path).unwrap();
         assert_eq!(ready(&dir), MAX_SPARES - 1, "none made while some are left");
