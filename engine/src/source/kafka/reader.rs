@@ -27,6 +27,9 @@ use crate::error::{Result, WeirError};
 /// without a record to show for them).
 const POLL_WAIT: Duration = Duration::from_millis(10);
 
+/// How long a repositioned consumer may take to drop its old position.
+const RESET_WAIT: Duration = Duration::from_secs(10);
+
 /// How a read ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum ReadEnd {
@@ -99,7 +102,30 @@ impl PartitionReader {
         self.consumer
             .assign(&tpl)
             .map_err(|e| format!("cannot assign {}-{}: {e}", self.tp.0, self.tp.1))?;
+        self.await_reset()?;
         self.at = Some((from, from));
+        Ok(())
+    }
+
+    /// Waits until the consumer's position no longer shows where it stood
+    /// before its (re)assignment. The read takes a position past its cursor
+    /// for offsets passed without a record (transaction markers), so a
+    /// stale one would skip records. librdkafka drops the old position
+    /// when the old assignment's fetch stops, on its own thread, after
+    /// `assign` returns; nothing sets a new one until records are taken.
+    /// A taken consumer error also moves it (past the errored offset),
+    /// which is why an error repositions the reader.
+    fn await_reset(&self) -> std::result::Result<(), String> {
+        let deadline = Instant::now() + RESET_WAIT;
+        while let Some(p) = self.position()? {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the Kafka consumer of {}-{} still stands at {p} {RESET_WAIT:?} after it was repositioned",
+                    self.tp.0, self.tp.1
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
         Ok(())
     }
 
@@ -158,6 +184,10 @@ impl PartitionReader {
                 Some((_, Some(code))) => {
                     let e = KafkaError::MessageConsumption(code);
                     tracing::warn!(topic = %self.tp.0, partition = self.tp.1, "consumer error (retrying): {e}");
+                    // Taking the error moved the consumer's position past
+                    // its offset: read again from the cursor, never past it.
+                    self.at = None;
+                    self.position_at(c.next)?;
                     if std::mem::take(&mut polled) {
                         last_progress = Instant::now();
                     }
