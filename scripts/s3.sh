@@ -69,6 +69,16 @@ install() {
   touch "$VENV/.moto-$MOTO_VERSION"
 }
 
+# Starts moto in the background; prints its pid.
+launch() {
+  # setsid: the server outlives this script and is not hit by its terminal's signals.
+  setsid "$VENV/bin/moto_server" -H 127.0.0.1 -p "$PORT" >>"$LOG_FILE" 2>&1 < /dev/null &
+  local pid=$!
+  echo "$pid" > "$PID_FILE"
+  log "started moto pid $pid (log: $LOG_FILE)"
+  echo "$pid"
+}
+
 start() {
   if answers; then
     echo "$ENDPOINT"
@@ -85,18 +95,24 @@ start() {
     install
     mkdir -p "$RUN_DIR"
     : > "$LOG_FILE"
-    # setsid: the server outlives this script and is not hit by its terminal's signals.
-    setsid "$VENV/bin/moto_server" -H 127.0.0.1 -p "$PORT" >>"$LOG_FILE" 2>&1 < /dev/null &
-    pid=$!
-    echo "$pid" > "$PID_FILE"
-    log "started moto pid $pid (log: $LOG_FILE)"
+    pid=$(launch)
   fi
+  # A bind can fail for a moment with no listener on the port (seen right
+  # after another server on it stopped, in CI): launched again, a few times.
+  local binds=0
   for _ in $(seq 1 120); do
     if answers; then
       echo "$ENDPOINT"
       return 0
     fi
     if ! kill -0 "$pid" 2>/dev/null; then
+      if grep -q "Address already in use" "$LOG_FILE" && ((binds < 5)) && ! port_open "$PORT"; then
+        binds=$((binds + 1))
+        log "port $PORT could not be bound yet; starting again in 2 s ($binds of 5)"
+        sleep 2
+        pid=$(launch)
+        continue
+      fi
       log "the server exited; its log:"
       tail -40 "$LOG_FILE" >&2
       rm -f "$PID_FILE"
