@@ -71,6 +71,7 @@ install() {
 
 # Starts moto in the background; prints its pid.
 launch() {
+  : > "$LOG_FILE"
   # setsid: the server outlives this script and is not hit by its terminal's signals.
   setsid "$VENV/bin/moto_server" -H 127.0.0.1 -p "$PORT" >>"$LOG_FILE" 2>&1 < /dev/null &
   local pid=$!
@@ -94,7 +95,6 @@ start() {
     fi
     install
     mkdir -p "$RUN_DIR"
-    : > "$LOG_FILE"
     pid=$(launch)
   fi
   # A bind can fail for a moment with no listener on the port (seen right

@@ -462,6 +462,16 @@ impl Source for KafkaSource {
         for (k, v) in &self.options.kafka_conf {
             conf.set(k, v);
         }
+        // The partition readers take records many at a time, and each record
+        // taken moves the consumer's position: an end-of-partition event
+        // would move it too, and make a reader read again from its cursor
+        // forever (librdkafka's own option; Spark's consumer has none).
+        if conf.get("enable.partition.eof") != Some("false") {
+            tracing::warn!(
+                "kafka.enable.partition.eof is not used: the Kafka source's readers need it false"
+            );
+            conf.set("enable.partition.eof", "false");
+        }
         let consumer: BaseConsumer = conf
             .create()
             .map_err(|e| self.kerr("cannot create the Kafka consumer", e))?;

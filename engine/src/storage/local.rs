@@ -38,7 +38,9 @@ impl LocalDir {
             // A spare made ahead of time, else a file made now; a retry
             // (its temp file was removed) makes its own.
             let spare = if attempts == 0 {
-                spare::take(dir)
+                // Kept content is overwritten in place: only before an fsync
+                // (see `spare`).
+                spare::take(dir, self.sync)
             } else {
                 None
             };

@@ -10,11 +10,15 @@
 //! Two supplies, as databases recycle their log segments:
 //! - an old file the retention would remove is renamed to a spare instead
 //!   ([`recycle`]; at most [`MAX_SPARES`] per directory, the rest are
-//!   removed), and the next write reuses it: it writes over the old
-//!   content and then cuts the file to what it wrote (a truncation to zero
-//!   first would free the file's blocks, and on ext4 make its close start
-//!   writing it back at once: `auto_da_alloc`; on a disk mounted with
-//!   `discard`, freed blocks are also discarded while the write waits);
+//!   removed), and the next write reuses it. A durable write (fsync on)
+//!   writes over the old content and then cuts the file to what it wrote,
+//!   before its fsync (a truncation to zero first would free the file's
+//!   blocks, and on ext4 make its close start writing it back at once:
+//!   `auto_da_alloc`; on a disk mounted with `discard`, freed blocks are
+//!   also discarded while the write waits). A write without fsync truncates
+//!   first: overwritten in place, the file could come back from a power
+//!   loss holding an old entry's bytes under its new name, where a
+//!   truncated one comes back empty (which a reader refuses as damaged);
 //! - when a directory's last spare is taken, one background thread makes
 //!   another (the first batches, before any retention).
 //!
@@ -42,7 +46,7 @@ use crate::storage::durable::temp_path;
 pub(crate) const MAX_SPARES: usize = 16;
 
 /// A spare taken for a write: a temp file opened for writing at its start,
-/// holding old content the write must cut off ([`Spare::finish`]).
+/// empty or holding old content the write must cut off ([`Spare::finish`]).
 #[derive(Debug)]
 pub(crate) struct Spare {
     /// The open file.
@@ -158,11 +162,12 @@ fn make(dir: PathBuf) {
 }
 
 /// Takes a spare of `dir` if one is ready, opened for writing at its start,
-/// its old content still there (opening an existing file costs a fraction
-/// of creating one; the write cuts it with [`Spare::finish`]), and asks
+/// truncated unless `keep` (then its old content is still there and the
+/// write cuts it with [`Spare::finish`]; opening an existing file costs a
+/// fraction of creating one), and asks
 /// for another when that was the last one and `dir` is below a live guard's
 /// root.
-pub(crate) fn take(dir: &Path) -> Option<Spare> {
+pub(crate) fn take(dir: &Path, keep: bool) -> Option<Spare> {
     let mut reg = registry();
     if !reg.live(dir) {
         return None;
@@ -181,7 +186,11 @@ pub(crate) fn take(dir: &Path) -> Option<Spare> {
     drop(reg);
     // Gone when another opener of the checkpoint removed it as a leftover.
     let path = taken?;
-    let file = fs::OpenOptions::new().write(true).open(&path).ok()?;
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .truncate(!keep)
+        .open(&path)
+        .ok()?;
     Some(Spare { file, path })
 }
 
@@ -291,18 +300,21 @@ mod tests {
         fs::write(dir.join("0"), b"old").unwrap();
         assert!(!recycle(&dir, &dir.join("0")));
         fs::remove_file(dir.join("0")).unwrap();
-        assert!(take(&dir).is_none());
+        assert!(take(&dir, true).is_none());
         assert!(files(&dir).is_empty());
 
         let guard = SpareGuard::new(vec![root.path().to_path_buf()]);
         let second = SpareGuard::new(vec![root.path().to_path_buf()]);
-        assert!(take(&dir).is_none(), "the first write makes its own file");
+        assert!(
+            take(&dir, true).is_none(),
+            "the first write makes its own file"
+        );
         assert_eq!(ready(&dir), 1);
         let names = files(&dir);
         assert_eq!(names.len(), 1, "{names:?}");
         assert!(crate::storage::durable::is_temp_name(&names[0]));
 
-        let spare = take(&dir).expect("a spare is ready");
+        let spare = take(&dir, true).expect("a spare is ready");
         assert!(spare.path.starts_with(&dir));
         assert_eq!(ready(&dir), 1, "the last one taken, another is made");
         fs::remove_file(&spare.path).unwrap();
@@ -311,19 +323,25 @@ mod tests {
         assert_eq!(files(&dir).len(), 1, "another guard keeps the root live");
         drop(guard);
         assert!(files(&dir).is_empty(), "{:?}", files(&dir));
-        assert!(take(&dir).is_none());
+        assert!(take(&dir, true).is_none());
         assert!(!registry().slots.contains_key(&dir));
     }
 
     #[test]
     fn a_write_that_reuses_a_longer_recycled_file_holds_exactly_its_bytes() {
+        for sync in [true, false] {
+            reuse_a_longer_recycled_file(sync);
+        }
+    }
+
+    fn reuse_a_longer_recycled_file(sync: bool) {
         use crate::storage::local::LocalDir;
         use crate::storage::Created;
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("commits");
         let local = LocalDir {
             root: root.path().to_path_buf(),
-            sync: false,
+            sync,
         };
         let _guard = SpareGuard::new(vec![root.path().to_path_buf()]);
         let long = vec![b'x'; 10_000];
@@ -384,17 +402,24 @@ mod tests {
             .iter()
             .all(|n| crate::storage::durable::is_temp_name(n)));
 
-        let mut spare = take(&dir).expect("a recycled file");
+        let mut spare = take(&dir, true).expect("a recycled file");
         assert_eq!(
             fs::read(&spare.path).unwrap(),
             b"an old entry",
-            "not truncated when taken"
+            "kept when taken for a durable write"
         );
         spare.file.write_all(b"new").unwrap();
         Spare::finish(&spare.file, 3).unwrap();
         assert_eq!(fs::read(&spare.path).unwrap(), b"new");
         fs::remove_file(&spare.path).unwrap();
-        assert_eq!(ready(&dir), MAX_SPARES - 1, "none made while some are left");
+        let spare = take(&dir, false).expect("a recycled file");
+        assert_eq!(
+            fs::metadata(&spare.path).unwrap().len(),
+            0,
+            "truncated when taken for a write without fsync"
+        );
+        fs::remove_file(&spare.path).unwrap();
+        assert_eq!(ready(&dir), MAX_SPARES - 2, "none made while some are left");
 
         drop(guard);
         assert!(files(&dir).is_empty(), "{:?}", files(&dir));

@@ -12,8 +12,12 @@
 //! A taken record ([`Record`]) is a native message the reader owns until it
 //! drops it (`rd_kafka_message_destroy`), as rdkafka's `BorrowedMessage` is
 //! one the consumer lends. Errors come as records too (`Record::error`):
-//! librdkafka turns a consumer error (offset out of range) into a message
-//! with its error code set, as `poll` does.
+//! librdkafka turns a consumer error (offsets gone, a corrupt record) into
+//! a message with its error code set, as `poll` does. Serving the queue
+//! this way, librdkafka asserts that every operation it returns is a record
+//! or a consumer error: a reader's consumer must never commit offsets (no
+//! `commit`, no `enable.auto.commit`, which the source refuses), since
+//! commit results would be queued there too.
 
 use std::collections::VecDeque;
 use std::ffi::CStr;
@@ -89,9 +93,14 @@ impl Message for Record {
     }
 
     fn topic(&self) -> &str {
+        let rkt = self.native().rkt;
+        if rkt.is_null() {
+            // A consumer error of no partition.
+            return "";
+        }
         // SAFETY: a consumed message's topic handle lives with the message,
         // and its name is NUL-terminated.
-        let name = unsafe { CStr::from_ptr(rdsys::rd_kafka_topic_name(self.native().rkt)) };
+        let name = unsafe { CStr::from_ptr(rdsys::rd_kafka_topic_name(rkt)) };
         // Kafka topic names are ASCII (the broker refuses others).
         name.to_str().unwrap_or("")
     }

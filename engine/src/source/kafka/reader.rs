@@ -176,18 +176,27 @@ impl PartitionReader {
                         }
                     }
                 }
-                Some((_, Some(RDKafkaErrorCode::OffsetOutOfRange))) => {
+                // With `auto.offset.reset=error` librdkafka reports offsets
+                // gone as `AutoOffsetReset` (since 1.6.1), not as the
+                // broker's `OffsetOutOfRange`.
+                Some((
+                    _,
+                    Some(RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset),
+                )) => {
                     self.at = None;
                     self.records.clear();
                     return Ok(ReadEnd::OutOfRange);
                 }
-                Some((_, Some(code))) => {
+                Some((m, Some(code))) => {
                     let e = KafkaError::MessageConsumption(code);
                     tracing::warn!(topic = %self.tp.0, partition = self.tp.1, "consumer error (retrying): {e}");
-                    // Taking the error moved the consumer's position past
-                    // its offset: read again from the cursor, never past it.
-                    self.at = None;
-                    self.position_at(c.next)?;
+                    if m.offset() >= 0 {
+                        // Taking an error at an offset moved the consumer's
+                        // position past it: read again from the cursor,
+                        // never past it (a corrupt record is not skipped).
+                        self.at = None;
+                        self.position_at(c.next)?;
+                    }
                     if std::mem::take(&mut polled) {
                         last_progress = Instant::now();
                     }
