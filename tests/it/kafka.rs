@@ -614,6 +614,74 @@ fn fail_on_data_loss_false_skips_warns_and_counts() {
     assert_eq!(lost, 20);
 }
 
+/// A batch planned over [40, 80) and logged, killed before it read, then
+/// run again after the records before 60 were deleted: its fixed range
+/// meets the loss as a new plan does (`failOnDataLoss`). The read checks
+/// the partition's earliest offset first; records deleted between that
+/// check and the fetch are found by the reader itself (librdkafka's
+/// `AutoOffsetReset`), a moment no test can time.
+#[test]
+fn records_deleted_under_a_logged_batch_are_data_loss_when_it_runs_again() {
+    const TEST: &str =
+        "kafka::records_deleted_under_a_logged_batch_are_data_loss_when_it_runs_again";
+    let s = |t: &str, fail: bool| {
+        source(t)
+            .starting_offsets(StartingOffsets::Earliest)
+            .max_offsets_per_trigger(40)
+            .fail_on_data_loss(fail)
+    };
+    if let Ok(chk) = std::env::var("WEIR_KAFKA_LOSS_CHILD") {
+        let t = std::env::var("WEIR_KAFKA_LOSS_TOPIC").unwrap();
+        let out: Batches = Arc::default();
+        let q = collect(s(&t, true), Path::new(&chk), Trigger::AvailableNow, &out).unwrap();
+        run_to_end(&q);
+        return; // not reached when the failpoint fires
+    }
+    for fail in [false, true] {
+        let t = new_topic("loss-read", 1);
+        produce_n(&t, 0, 100, |i| format!("v{i}"));
+        let dir = tempfile::tempdir().unwrap();
+        let chk = dir.path().join("chk");
+        let exe = match Path::new("/proc/self/exe").exists() {
+            true => "/proc/self/exe".into(),
+            false => std::env::current_exe().unwrap(),
+        };
+        let status = std::process::Command::new(exe)
+            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+            .env("WEIR_KAFKA_LOSS_CHILD", &chk)
+            .env("WEIR_KAFKA_LOSS_TOPIC", &t)
+            .env("WEIR_FAILPOINT", "after_offsets:1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "killed in batch 1");
+        assert!(chk.join("offsets/1").exists() && !chk.join("commits/1").exists());
+        admin().delete_records_before(&t, 0, 60).unwrap();
+        let out: Batches = Arc::default();
+        let q = collect(s(&t, fail), &chk, Trigger::AvailableNow, &out).unwrap();
+        let ended = q.await_termination(Some(Duration::from_secs(60)));
+        if fail {
+            let e = ended.unwrap_err().to_string();
+            assert!(e.contains(&format!("topic `{t}` partition 0")), "{e}");
+            assert!(e.contains("offsets [40, 60) (20 records)"), "{e}");
+            assert!(e.contains("failOnDataLoss"), "{e}");
+            assert!(all_rows(&out).is_empty(), "nothing read past the loss");
+        } else {
+            assert!(ended.unwrap(), "the query ended");
+            let offsets: Vec<i64> = all_rows(&out).iter().map(|r| r.offset).collect();
+            assert_eq!(offsets, (60..100).collect::<Vec<i64>>());
+            let lost: i64 = q
+                .recent_progress()
+                .iter()
+                .map(|p| p.sources[0].metrics["lostOffsets"].parse::<i64>().unwrap())
+                .sum();
+            assert_eq!(lost, 20);
+        }
+    }
+}
+
 #[test]
 fn new_partitions_and_new_pattern_topics_are_picked_up() {
     let prefix = unique("pat");
