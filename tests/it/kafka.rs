@@ -642,21 +642,14 @@ fn records_deleted_under_a_logged_batch_are_data_loss_when_it_runs_again() {
         produce_n(&t, 0, 100, |i| format!("v{i}"));
         let dir = tempfile::tempdir().unwrap();
         let chk = dir.path().join("chk");
-        let exe = match Path::new("/proc/self/exe").exists() {
-            true => "/proc/self/exe".into(),
-            false => std::env::current_exe().unwrap(),
-        };
-        let status = std::process::Command::new(exe)
-            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
-            .env("WEIR_KAFKA_LOSS_CHILD", &chk)
-            .env("WEIR_KAFKA_LOSS_TOPIC", &t)
-            .env("WEIR_FAILPOINT", "after_offsets:1")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(9), "killed in batch 1");
+        crate::common::run_child_killed_at_failpoint(
+            TEST,
+            &[
+                ("WEIR_KAFKA_LOSS_CHILD", chk.display().to_string()),
+                ("WEIR_KAFKA_LOSS_TOPIC", t.clone()),
+                ("WEIR_FAILPOINT", "after_offsets:1".into()),
+            ],
+        );
         assert!(chk.join("offsets/1").exists() && !chk.join("commits/1").exists());
         admin().delete_records_before(&t, 0, 60).unwrap();
         let out: Batches = Arc::default();
@@ -1709,23 +1702,15 @@ fn a_kill_after_send_or_after_commit_leaves_each_update_once() {
     for point in ["kafka_after_send", "kafka_after_commit"] {
         let output = new_topic("kill-out", 1);
         let chk = dir.path().join(format!("chk-{point}"));
-        // /proc/self/exe: this binary even if a rebuild replaced its file.
-        let exe = match Path::new("/proc/self/exe").exists() {
-            true => "/proc/self/exe".into(),
-            false => std::env::current_exe().unwrap(),
-        };
-        let status = std::process::Command::new(exe)
-            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
-            .env("WEIR_KAFKA_CRASH_CHILD", &chk)
-            .env("WEIR_KAFKA_CRASH_IN", &input)
-            .env("WEIR_KAFKA_CRASH_OUT", &output)
-            .env("WEIR_FAILPOINT", format!("{point}:1"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(9), "{point}: killed at batch 1");
+        crate::common::run_child_killed_at_failpoint(
+            TEST,
+            &[
+                ("WEIR_KAFKA_CRASH_CHILD", chk.display().to_string()),
+                ("WEIR_KAFKA_CRASH_IN", input.clone()),
+                ("WEIR_KAFKA_CRASH_OUT", output.clone()),
+                ("WEIR_FAILPOINT", format!("{point}:1")),
+            ],
+        );
         assert!(!chk.join("commits/1").exists(), "{point}: before commits/1");
         views_in_small_batches(&input, &output, &chk);
         assert_eq!(
