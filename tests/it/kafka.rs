@@ -616,10 +616,10 @@ fn fail_on_data_loss_false_skips_warns_and_counts() {
 
 /// A batch planned over [40, 80) and logged, killed before it read, then
 /// run again after the records before 60 were deleted: its fixed range
-/// meets the loss as a new plan does (`failOnDataLoss`). The read checks
-/// the partition's earliest offset first; records deleted between that
-/// check and the fetch are found by the reader itself (librdkafka's
-/// `AutoOffsetReset`), a moment no test can time.
+/// meets the loss as a new plan does (`failOnDataLoss`), found by the
+/// batch's check of the partition's earliest offset before it reads.
+/// Records deleted between that check and the fetch are found by the
+/// reader itself (its unit test in `source/kafka/reader.rs`).
 #[test]
 fn records_deleted_under_a_logged_batch_are_data_loss_when_it_runs_again() {
     const TEST: &str =
@@ -659,6 +659,7 @@ fn records_deleted_under_a_logged_batch_are_data_loss_when_it_runs_again() {
             let e = ended.unwrap_err().to_string();
             assert!(e.contains(&format!("topic `{t}` partition 0")), "{e}");
             assert!(e.contains("offsets [40, 60) (20 records)"), "{e}");
+            assert!(e.contains("earliest offset is now 60"), "{e}");
             assert!(e.contains("failOnDataLoss"), "{e}");
             assert!(all_rows(&out).is_empty(), "nothing read past the loss");
         } else {

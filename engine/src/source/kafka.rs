@@ -464,9 +464,13 @@ impl Source for KafkaSource {
         }
         // The partition readers take records many at a time, and each record
         // taken moves the consumer's position: an end-of-partition event
-        // would move it too, and make a reader read again from its cursor
-        // forever (librdkafka's own option; Spark's consumer has none).
-        if conf.get("enable.partition.eof") != Some("false") {
+        // would move it too, and cost a reposition (and a warning) each
+        // time a reader reached its partition's end (librdkafka's own
+        // option; Spark's consumer has none).
+        if !conf
+            .get("enable.partition.eof")
+            .is_some_and(|v| v.eq_ignore_ascii_case("false") || v == "0")
+        {
             tracing::warn!(
                 "kafka.enable.partition.eof is not used: the Kafka source's readers need it false"
             );

@@ -3,8 +3,9 @@
 //! rdkafka's `BaseConsumer::poll` takes one record per call, and each call
 //! reads the clock three times (rdkafka's own timeout, then librdkafka's
 //! timeout and its `max.poll.interval.ms` bookkeeping), locks the queue and
-//! allocates a reference-counted event: ~15% of the Kafka pipeline's CPU
-//! time in a profile, on the thread that also decodes the records.
+//! allocates a reference-counted event: ~16% of the Kafka pipeline's CPU
+//! time in a profile (with its callees), on the threads that also decode
+//! the records.
 //! librdkafka's `rd_kafka_consume_batch_queue` takes every record already
 //! queued under those costs once; rdkafka does not wrap it, so this file
 //! does, and nothing else in the source touches the native queue.

@@ -256,3 +256,78 @@ impl PartitionReader {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::kafka::KafkaAdmin;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    /// The test broker (`KAFKA_BOOTSTRAP`, as the integration tests use).
+    fn bootstrap() -> String {
+        std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| {
+            panic!(
+                "KAFKA_BOOTSTRAP is not set: this test needs a real broker. Start one with \
+                 `bash scripts/kafka.sh start` and export its address, or run `bash scripts/test.sh`"
+            )
+        })
+    }
+
+    /// Records deleted under a range the reader was positioned for (the
+    /// moment between a batch's earliest-offset check and its fetch): the
+    /// read ends as offsets gone, for its caller's `failOnDataLoss`, not
+    /// as a timeout. librdkafka reports them as `AutoOffsetReset` with
+    /// `auto.offset.reset=error`.
+    #[test]
+    fn records_deleted_under_a_positioned_reader_end_its_read_as_offsets_gone() {
+        let bootstrap = bootstrap();
+        let admin = KafkaAdmin::new(&bootstrap).unwrap();
+        let topic = format!("weir-unit-reader-{}", uuid::Uuid::new_v4().simple());
+        admin.create_topic(&topic, 1).unwrap();
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .create()
+            .unwrap();
+        for i in 0..100 {
+            let v = format!("v{i}");
+            producer
+                .send(BaseRecord::<(), _>::to(&topic).payload(&v))
+                .unwrap();
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+        let mut conf = ClientConfig::new();
+        conf.set("bootstrap.servers", &bootstrap)
+            .set("group.id", format!("{topic}-g"))
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "error");
+        let tp: TopicPartition = (topic.clone(), 0);
+        let mut reader = PartitionReader::new(tp.clone(), &conf).unwrap();
+        reader.position_at(40).unwrap();
+        admin.delete_records_before(&topic, 0, 60).unwrap();
+        let mut c = Cursor::new(tp, 40, 80, false, 0);
+        let end = reader.read(&mut c, Duration::from_secs(20));
+        assert_eq!(end, Ok(ReadEnd::OutOfRange));
+        assert_eq!(c.next, 40, "nothing read");
+        // Read again from the new start, as the caller does.
+        c.next = 60;
+        assert_eq!(
+            reader.read(&mut c, Duration::from_secs(20)),
+            Ok(ReadEnd::Done)
+        );
+        let offsets: Vec<i64> = c
+            .finish()
+            .unwrap()
+            .iter()
+            .flat_map(|b| {
+                let o = b
+                    .column(4)
+                    .as_any()
+                    .downcast_ref::<arrow::array::Int64Array>()
+                    .unwrap();
+                o.values().to_vec()
+            })
+            .collect();
+        assert_eq!(offsets, (60..80).collect::<Vec<i64>>());
+        let _ = admin.delete_topic(&topic);
+    }
+}
