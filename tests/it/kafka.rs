@@ -606,12 +606,15 @@ fn fail_on_data_loss_false_skips_warns_and_counts() {
     let offsets: Vec<i64> = rows.iter().map(|r| r.offset).collect();
     let want: Vec<i64> = (0..40).chain(60..100).collect();
     assert_eq!(offsets, want);
-    let lost: i64 = q
-        .recent_progress()
+    assert_eq!(lost_offsets(&q), 20);
+}
+
+/// Offsets the query's source counted as lost, over its recent batches.
+fn lost_offsets(q: &StreamingQuery) -> i64 {
+    q.recent_progress()
         .iter()
         .map(|p| p.sources[0].metrics["lostOffsets"].parse::<i64>().unwrap())
-        .sum();
-    assert_eq!(lost, 20);
+        .sum()
 }
 
 /// A batch planned over [40, 80) and logged, killed before it read, then
@@ -666,12 +669,7 @@ fn records_deleted_under_a_logged_batch_are_data_loss_when_it_runs_again() {
             assert!(ended.unwrap(), "the query ended");
             let offsets: Vec<i64> = all_rows(&out).iter().map(|r| r.offset).collect();
             assert_eq!(offsets, (60..100).collect::<Vec<i64>>());
-            let lost: i64 = q
-                .recent_progress()
-                .iter()
-                .map(|p| p.sources[0].metrics["lostOffsets"].parse::<i64>().unwrap())
-                .sum();
-            assert_eq!(lost, 20);
+            assert_eq!(lost_offsets(&q), 20);
         }
     }
 }

@@ -44,18 +44,17 @@ impl LocalDir {
             } else {
                 None
             };
-            let (tmp, file) = match spare {
-                Some(s) => (s.path, Some(s.file)),
-                None => (temp_path(&path), None),
+            let (tmp, file, kept) = match spare {
+                Some(s) => (s.path, Some(s.file), s.kept),
+                None => (temp_path(&path), None, false),
             };
             let written = (|| {
-                let reused = file.is_some();
                 let mut f = match file {
                     Some(f) => f,
                     None => fs::File::create(&tmp)?,
                 };
                 f.write_all(bytes)?;
-                if reused {
+                if kept {
                     spare::Spare::finish(&f, bytes.len())?;
                 }
                 if self.sync {

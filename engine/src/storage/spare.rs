@@ -53,6 +53,9 @@ pub(crate) struct Spare {
     pub(crate) file: fs::File,
     /// Its temp name.
     pub(crate) path: PathBuf,
+    /// Whether it still holds old content (taken with `keep`), which the
+    /// write must cut off with [`Spare::finish`].
+    pub(crate) kept: bool,
 }
 
 impl Spare {
@@ -191,7 +194,11 @@ pub(crate) fn take(dir: &Path, keep: bool) -> Option<Spare> {
         .truncate(!keep)
         .open(&path)
         .ok()?;
-    Some(Spare { file, path })
+    Some(Spare {
+        file,
+        path,
+        kept: keep,
+    })
 }
 
 /// Keeps the file at `path` in `dir` as a spare instead of removing it, when
