@@ -13,8 +13,9 @@ use weir::source::kafka::rdkafka;
 use weir::source::{DecodeExt, KafkaSource, StartingOffsets};
 use weir::{Session, SessionConfig, StreamingQuery};
 
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::ClientConfig;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::common::TestChild;
 use crate::kafka::{bootstrap, new_topic, read_topic};
@@ -515,6 +516,77 @@ fn keyed_by_the_message_key_three_processes_count_each_click_once() {
 #[test]
 fn keyed_by_another_column_through_a_repartition_topic_count_each_click_once() {
     three_processes_one_joining_late_one_killed(Keyed::ByClick);
+}
+
+/// A task that resumes from its checkpoint commits where that checkpoint
+/// ended to the group at once, new input or not: lag monitoring
+/// (`kafka-consumer-groups.sh --describe`) shows none for what earlier
+/// runs processed, even when their own last commit to the group never
+/// came (a process killed or its partitions revoked right after a batch,
+/// or the group's offsets expired while the query was stopped).
+#[test]
+fn a_resumed_task_commits_its_checkpoints_position_to_the_group_without_new_input() {
+    let input = new_topic("scale-resume", 2);
+    let out = new_topic("scale-resume-views", 1);
+    let bucket = crate::s3::new_bucket();
+    let chk = format!("s3://{bucket}/page-views");
+    let group = format!("weir-it-scale-resume-{}", crate::s3::unique());
+    produce_clicks(&input, 0, 120, Keyed::ByPage);
+    let admin = crate::kafka::admin();
+    let ends: BTreeMap<i32, i64> = (0..2)
+        .map(|p| (p, admin.watermarks(&input, p).unwrap().1))
+        .collect();
+    assert!(ends.values().all(|e| *e > 0), "{ends:?}");
+
+    let q = page_views(&input, &out, &chk, Some(&group), Keyed::ByPage);
+    q.process_all_available().unwrap();
+    q.stop().unwrap();
+    // The group's offsets reset (as by `kafka-consumer-groups.sh
+    // --reset-offsets --to-earliest` on the stopped query's empty group).
+    let reset: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..2 {
+        tpl.add_partition_offset(&input, p, Offset::Offset(0))
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(e) = reset.commit(&tpl, CommitMode::Sync) {
+        // The stopped member may take a moment to leave.
+        assert!(
+            Instant::now() < deadline,
+            "cannot reset the group's offsets: {e}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    drop(reset);
+    let zero: BTreeMap<i32, i64> = (0..2).map(|p| (p, 0)).collect();
+    assert_eq!(admin.committed_offsets(&group, &input).unwrap(), zero);
+
+    // Started again, nothing new to read: its tasks commit where the
+    // checkpoint ended (the checkpoint, not the group, says where to read).
+    let q = page_views(&input, &out, &chk, Some(&group), Keyed::ByPage);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let committed = admin.committed_offsets(&group, &input).unwrap();
+        if committed == ends {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "group {group} committed {committed:?}, its checkpoint ends at {ends:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let progress = q.recent_progress();
+    assert!(
+        progress.iter().all(|p| p.num_input_rows == 0),
+        "the restarted query read input again: {progress:?}"
+    );
+    q.stop().unwrap();
 }
 
 /// What scale-out cannot run is refused at `start()`, before anything is

@@ -260,6 +260,7 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
         mode,
         "Initializing sources".into(),
     ));
+    *shared.resumed_from.lock().unwrap() = committed.clone();
     let listeners = host.listeners();
     let runner = Runner {
         shared: shared.clone(),

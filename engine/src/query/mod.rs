@@ -44,6 +44,9 @@ pub(crate) struct QueryShared {
     pub(crate) stop: AtomicBool,
     pub(crate) request_epoch: AtomicU64,
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
+    /// Where each source stood when this run started: the end of the
+    /// checkpoint's last committed batch (`None` for a new checkpoint).
+    pub(crate) resumed_from: Mutex<Vec<Option<crate::source::Offset>>>,
 }
 
 impl QueryShared {
@@ -76,6 +79,7 @@ impl QueryShared {
             stop: AtomicBool::new(false),
             request_epoch: AtomicU64::new(0),
             thread: Mutex::new(None),
+            resumed_from: Mutex::new(Vec::new()),
         }
     }
 }

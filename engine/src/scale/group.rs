@@ -23,6 +23,8 @@ pub(crate) type Partition = (String, i32);
 pub(crate) trait Membership: Send + Sync {
     /// `partitions` are being taken from this process: stop their tasks
     /// before returning (their batches finish or are abandoned cleanly).
+    /// (Their next owner commits where they ended to the group, from the
+    /// checkpoint, as soon as its tasks start.)
     fn revoked(&self, partitions: &[Partition]);
     /// `partitions` were given to this process.
     fn assigned(&self, partitions: &[Partition]);
@@ -46,6 +48,14 @@ impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             self.membership.revoked(&partitions(tpl));
+        }
+    }
+
+    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, _: &TopicPartitionList) {
+        // Refused during a rebalance (a stale generation): the next commit,
+        // every few seconds, carries the same positions.
+        if let Err(e) = result {
+            tracing::debug!("scale-out group: a commit of offsets failed: {e}");
         }
     }
 
@@ -142,6 +152,7 @@ impl GroupMember {
             return;
         }
         let _g = self.lock.lock().unwrap();
+        // Its answer comes to `GroupContext::commit_callback`.
         if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
             tracing::debug!("scale-out group: cannot commit offsets: {e}");
         }

@@ -620,12 +620,23 @@ impl Coordinator {
             {
                 let mut running = self.tasks.running.lock().unwrap();
                 for (p, query) in started {
+                    // Where its checkpoint's last batch ended: committed to
+                    // the group with the next commit, new input or not.
+                    let position = query
+                        .shared
+                        .resumed_from
+                        .lock()
+                        .unwrap()
+                        .first()
+                        .cloned()
+                        .flatten()
+                        .and_then(|o| offset_in(&o, &p));
                     running.insert(
                         p,
                         Task {
                             query,
                             seen: -1,
-                            position: None,
+                            position,
                         },
                     );
                 }
@@ -789,14 +800,13 @@ impl Coordinator {
 
 /// The next offset a task will read, from its progress (Spark's offsets
 /// JSON, `{"topic": {"partition": offset}}`).
-fn next_offset(p: &StreamingQueryProgress, (topic, partition): &Partition) -> Option<i64> {
-    p.sources
-        .first()?
-        .end_offset
-        .as_ref()?
-        .get(topic)?
-        .get(partition.to_string())?
-        .as_i64()
+fn next_offset(p: &StreamingQueryProgress, partition: &Partition) -> Option<i64> {
+    offset_in(p.sources.first()?.end_offset.as_ref()?, partition)
+}
+
+/// `partition`'s offset in a Kafka source's offset (`{topic: {partition: n}}`).
+fn offset_in(offset: &crate::source::Offset, (topic, partition): &Partition) -> Option<i64> {
+    offset.get(topic)?.get(partition.to_string())?.as_i64()
 }
 
 #[cfg(test)]
