@@ -15,10 +15,13 @@
 //!   before its fsync (a truncation to zero first would free the file's
 //!   blocks, and on ext4 make its close start writing it back at once:
 //!   `auto_da_alloc`; on a disk mounted with `discard`, freed blocks are
-//!   also discarded while the write waits). A write without fsync truncates
-//!   first: overwritten in place, the file could come back from a power
-//!   loss holding an old entry's bytes under its new name, where a
-//!   truncated one comes back empty (which a reader refuses as damaged);
+//!   also discarded while the write waits). A write without fsync needs
+//!   an empty file: overwritten in place, the file could come back from a
+//!   power loss holding an old entry's bytes under its new name, where an
+//!   emptied one comes back empty (which a reader refuses as damaged). So
+//!   a directory without fsync hands each recycled file to the background
+//!   thread, which empties it (the blocks freed and discarded there, not
+//!   in a batch's write) before it becomes a spare;
 //! - when a directory's last spare is taken, one background thread makes
 //!   another (the first batches, before any retention).
 //!
@@ -74,6 +77,9 @@ struct Slot {
     ready: VecDeque<PathBuf>,
     /// Whether the background thread is making one.
     making: bool,
+    /// Recycled files the background thread is to empty before they are
+    /// ready (queued or being emptied).
+    emptying: usize,
 }
 
 #[derive(Debug, Default)]
@@ -91,6 +97,24 @@ impl Registry {
     fn live(&self, dir: &Path) -> bool {
         self.roots.iter().any(|r| dir.starts_with(r))
     }
+
+    /// Whether the background thread still has work below a root no
+    /// longer guarded (a dropped guard waits for it to end).
+    fn busy_outside_roots(&self) -> bool {
+        self.creating.as_ref().is_some_and(|d| !self.live(d))
+            || self
+                .slots
+                .iter()
+                .any(|(d, s)| s.emptying > 0 && !self.live(d))
+    }
+}
+
+/// What the background thread is asked to do.
+enum Job {
+    /// Make a new spare in this directory.
+    Make(PathBuf),
+    /// Empty this recycled file of the directory, then keep it as a spare.
+    Empty { dir: PathBuf, path: PathBuf },
 }
 
 /// The registry, and the signal that a spare's making ended.
@@ -109,18 +133,22 @@ fn registry() -> MutexGuard<'static, Registry> {
     shared().registry.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The background thread making spares, started at first use (`None` when
-/// the system refused a thread: writes then create their files themselves).
-fn maker() -> Option<&'static Mutex<Sender<PathBuf>>> {
-    static MAKER: OnceLock<Option<Mutex<Sender<PathBuf>>>> = OnceLock::new();
+/// The background thread making and emptying spares, started at first use
+/// (`None` when the system refused a thread: writes then create their files
+/// themselves, and recycled files are removed).
+fn maker() -> Option<&'static Mutex<Sender<Job>>> {
+    static MAKER: OnceLock<Option<Mutex<Sender<Job>>>> = OnceLock::new();
     MAKER
         .get_or_init(|| {
-            let (tx, rx) = mpsc::channel::<PathBuf>();
+            let (tx, rx) = mpsc::channel::<Job>();
             std::thread::Builder::new()
                 .name("weir-spare-files".into())
                 .spawn(move || {
-                    for dir in rx {
-                        make(dir);
+                    for job in rx {
+                        match job {
+                            Job::Make(dir) => make(dir),
+                            Job::Empty { dir, path } => empty(dir, path),
+                        }
                     }
                 })
                 .ok()
@@ -164,6 +192,39 @@ fn make(dir: PathBuf) {
     shared().made.notify_all();
 }
 
+/// Empties the recycled file `path` of `dir` and keeps it as a spare, or
+/// removes it when `dir` is no longer below a live guard's root (or has its
+/// spares already, or the file cannot be emptied).
+fn empty(dir: PathBuf, path: PathBuf) {
+    let live = registry().live(&dir);
+    let emptied = live
+        && fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .is_ok();
+    let mut reg = registry();
+    let live = reg.live(&dir);
+    let keep = match reg.slots.get_mut(&dir) {
+        Some(slot) => {
+            slot.emptying = slot.emptying.saturating_sub(1);
+            let keep = emptied && live && slot.ready.len() < MAX_SPARES;
+            if keep {
+                slot.ready.push_back(path.clone());
+            }
+            keep
+        }
+        None => false,
+    };
+    if !keep {
+        // Removed while the registry is held: a dropped guard waiting for
+        // this directory finds the file gone.
+        let _ = fs::remove_file(&path);
+    }
+    drop(reg);
+    shared().made.notify_all();
+}
+
 /// Takes a spare of `dir` if one is ready, opened for writing at its start,
 /// truncated unless `keep` (then its old content is still there and the
 /// write cuts it with [`Spare::finish`]; opening an existing file costs a
@@ -177,14 +238,9 @@ pub(crate) fn take(dir: &Path, keep: bool) -> Option<Spare> {
     }
     let slot = reg.slots.entry(dir.to_path_buf()).or_default();
     let taken = slot.ready.pop_front();
-    if slot.ready.is_empty() && !slot.making {
-        if let Some(tx) = maker() {
-            let sent = tx
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .send(dir.to_path_buf());
-            slot.making = sent.is_ok();
-        }
+    // (Recycled files being emptied are spares soon: none made then.)
+    if slot.ready.is_empty() && !slot.making && slot.emptying == 0 {
+        slot.making = send(Job::Make(dir.to_path_buf()));
     }
     drop(reg);
     // Gone when another opener of the checkpoint removed it as a leftover.
@@ -201,11 +257,23 @@ pub(crate) fn take(dir: &Path, keep: bool) -> Option<Spare> {
     })
 }
 
+/// Hands `job` to the background thread; false when there is none.
+fn send(job: Job) -> bool {
+    maker().is_some_and(|tx| {
+        tx.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(job)
+            .is_ok()
+    })
+}
+
 /// Keeps the file at `path` in `dir` as a spare instead of removing it, when
 /// `dir` is below a live guard's root and has fewer than [`MAX_SPARES`]:
 /// renamed to a temp name (which listings skip) in the same directory.
-/// False when the caller should remove the file.
-pub(crate) fn recycle(dir: &Path, path: &Path) -> bool {
+/// With `emptied` (the directory's writes do not fsync: they need empty
+/// spares), the background thread empties it first. False when the caller
+/// should remove the file.
+pub(crate) fn recycle(dir: &Path, path: &Path, emptied: bool) -> bool {
     let mut reg = registry();
     if !reg.live(dir) {
         return false;
@@ -213,7 +281,8 @@ pub(crate) fn recycle(dir: &Path, path: &Path) -> bool {
     let slot = reg.slots.entry(dir.to_path_buf()).or_default();
     // Only a regular file (not a directory, nor a link whose target a
     // later write would truncate).
-    if slot.ready.len() >= MAX_SPARES
+    if slot.ready.len() + slot.emptying >= MAX_SPARES
+        || (emptied && maker().is_none())
         || !fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
     {
         return false;
@@ -222,7 +291,21 @@ pub(crate) fn recycle(dir: &Path, path: &Path) -> bool {
     if fs::rename(path, &spare).is_err() {
         return false;
     }
-    slot.ready.push_back(spare);
+    if !emptied {
+        slot.ready.push_back(spare);
+        return true;
+    }
+    slot.emptying += 1;
+    let dir = dir.to_path_buf();
+    if !send(Job::Empty {
+        dir: dir.clone(),
+        path: spare.clone(),
+    }) {
+        if let Some(slot) = reg.slots.get_mut(&dir) {
+            slot.emptying -= 1;
+        }
+        let _ = fs::remove_file(&spare);
+    }
     true
 }
 
@@ -252,7 +335,7 @@ impl Drop for SpareGuard {
                 reg.roots.swap_remove(i);
             }
         }
-        while reg.creating.as_ref().is_some_and(|d| !reg.live(d)) {
+        while reg.busy_outside_roots() {
             reg = shared().made.wait(reg).unwrap_or_else(|e| e.into_inner());
         }
         let gone: Vec<PathBuf> = reg.slots.keys().filter(|d| !reg.live(d)).cloned().collect();
@@ -290,7 +373,7 @@ mod tests {
         loop {
             let reg = registry();
             let slot = reg.slots.get(dir);
-            if slot.is_none_or(|s| !s.making) || Instant::now() > until {
+            if slot.is_none_or(|s| !s.making && s.emptying == 0) || Instant::now() > until {
                 return slot.map_or(0, |s| s.ready.len());
             }
             drop(reg);
@@ -305,7 +388,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         // No guard: no spare, none requested, nothing recycled.
         fs::write(dir.join("0"), b"old").unwrap();
-        assert!(!recycle(&dir, &dir.join("0")));
+        assert!(!recycle(&dir, &dir.join("0"), false));
         fs::remove_file(dir.join("0")).unwrap();
         assert!(take(&dir, true).is_none());
         assert!(files(&dir).is_empty());
@@ -396,7 +479,7 @@ mod tests {
         for i in 0..MAX_SPARES + 2 {
             let old = dir.join(i.to_string());
             fs::write(&old, b"an old entry").unwrap();
-            let kept = recycle(&dir, &old);
+            let kept = recycle(&dir, &old, false);
             assert_eq!(kept, i < MAX_SPARES, "{i}");
             if kept {
                 assert!(!old.exists());
@@ -430,5 +513,50 @@ mod tests {
 
         drop(guard);
         assert!(files(&dir).is_empty(), "{:?}", files(&dir));
+    }
+
+    #[test]
+    fn a_file_recycled_for_writes_without_fsync_is_emptied_before_it_is_a_spare() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("offsets");
+        fs::create_dir_all(&dir).unwrap();
+        let guard = SpareGuard::new(vec![dir.clone()]);
+        for i in 0..MAX_SPARES + 2 {
+            let old = dir.join(i.to_string());
+            fs::write(&old, vec![b'x'; 50_000]).unwrap();
+            let kept = recycle(&dir, &old, true);
+            assert_eq!(
+                kept,
+                i < MAX_SPARES,
+                "{i}: the limit counts files being emptied"
+            );
+            if !kept {
+                fs::remove_file(&old).unwrap();
+            }
+        }
+        assert_eq!(ready(&dir), MAX_SPARES);
+        let names = files(&dir);
+        assert_eq!(names.len(), MAX_SPARES, "{names:?}");
+        for n in &names {
+            assert!(crate::storage::durable::is_temp_name(n), "{n}");
+            assert_eq!(fs::metadata(dir.join(n)).unwrap().len(), 0, "{n} emptied");
+        }
+        for _ in 0..4 {
+            let spare = take(&dir, false).expect("an emptied spare");
+            assert!(!spare.kept);
+            fs::remove_file(&spare.path).unwrap();
+        }
+
+        // Recycled just before the last guard goes: nothing is left after
+        // it, emptied or not.
+        for i in 0..4 {
+            let old = dir.join(format!("late{i}"));
+            fs::write(&old, vec![b'y'; 50_000]).unwrap();
+            assert!(recycle(&dir, &old, true), "room for {i}");
+            assert!(!old.exists());
+        }
+        drop(guard);
+        assert!(files(&dir).is_empty(), "{:?}", files(&dir));
+        assert!(!registry().slots.contains_key(&dir));
     }
 }
