@@ -74,7 +74,11 @@ impl Spare {
 struct Slot {
     /// Spare files, closed (a checkpoint of many state partitions must not
     /// hold descriptors per directory), oldest first.
-    ready: VecDeque<PathBuf>,
+    /// With each: whether it is known to be empty (made, or emptied by the
+    /// background thread), so that a write opens it without truncating
+    /// (on ext4 a truncation to zero makes the file's close start its
+    /// writeback at once: `auto_da_alloc`).
+    ready: VecDeque<(PathBuf, bool)>,
     /// Whether the background thread is making one.
     making: bool,
     /// Recycled files the background thread is to empty before they are
@@ -178,7 +182,7 @@ fn make(dir: PathBuf) {
             slot.making = false;
             let keep = made && live && slot.ready.len() < MAX_SPARES;
             if keep {
-                slot.ready.push_back(path.clone());
+                slot.ready.push_back((path.clone(), true));
             }
             keep
         }
@@ -210,7 +214,7 @@ fn empty(dir: PathBuf, path: PathBuf) {
             slot.emptying = slot.emptying.saturating_sub(1);
             let keep = emptied && live && slot.ready.len() < MAX_SPARES;
             if keep {
-                slot.ready.push_back(path.clone());
+                slot.ready.push_back((path.clone(), true));
             }
             keep
         }
@@ -226,9 +230,10 @@ fn empty(dir: PathBuf, path: PathBuf) {
 }
 
 /// Takes a spare of `dir` if one is ready, opened for writing at its start,
-/// truncated unless `keep` (then its old content is still there and the
+/// empty unless `keep` (then any old content is still there and the
 /// write cuts it with [`Spare::finish`]; opening an existing file costs a
-/// fraction of creating one), and asks
+/// fraction of creating one; one known to be empty is not truncated again),
+/// and asks
 /// for another when that was the last one and `dir` is below a live guard's
 /// root.
 pub(crate) fn take(dir: &Path, keep: bool) -> Option<Spare> {
@@ -244,16 +249,16 @@ pub(crate) fn take(dir: &Path, keep: bool) -> Option<Spare> {
     }
     drop(reg);
     // Gone when another opener of the checkpoint removed it as a leftover.
-    let path = taken?;
+    let (path, empty) = taken?;
     let file = fs::OpenOptions::new()
         .write(true)
-        .truncate(!keep)
+        .truncate(!keep && !empty)
         .open(&path)
         .ok()?;
     Some(Spare {
         file,
         path,
-        kept: keep,
+        kept: keep && !empty,
     })
 }
 
@@ -292,7 +297,7 @@ pub(crate) fn recycle(dir: &Path, path: &Path, emptied: bool) -> bool {
         return false;
     }
     if !emptied {
-        slot.ready.push_back(spare);
+        slot.ready.push_back((spare, false));
         return true;
     }
     slot.emptying += 1;
@@ -342,7 +347,7 @@ impl Drop for SpareGuard {
         let mut remove = Vec::new();
         for dir in gone {
             if let Some(slot) = reg.slots.remove(&dir) {
-                remove.extend(slot.ready);
+                remove.extend(slot.ready.into_iter().map(|(p, _)| p));
             }
         }
         drop(reg);
