@@ -338,6 +338,24 @@ fn await_windows(topic: &str, want: &BTreeMap<(String, String), Vec<i64>>, limit
     }
 }
 
+/// Waits (30 s at most) until `group` has committed `ends` for `input`'s
+/// partitions: what lag monitoring reads.
+fn await_group_committed(group: &str, input: &str, ends: &BTreeMap<i32, i64>) {
+    let admin = crate::kafka::admin();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let committed = admin.committed_offsets(group, input).unwrap();
+        if committed == *ends {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "group {group} committed {committed:?}, its tasks ended at {ends:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 /// Three processes of one group over a 6-partition topic, one joining
 /// late and one killed -9 mid-run: the output equals one process's run
 /// over the same input, each window once.
@@ -443,18 +461,7 @@ fn three_processes_one_joining_late_one_killed(by: Keyed) {
     let ends: BTreeMap<i32, i64> = (0..6)
         .map(|p| (p, admin.watermarks(&input, p).unwrap().1))
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let committed = admin.committed_offsets(&group, &input).unwrap();
-        if committed == ends {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "group {group} committed {committed:?}, the partitions end at {ends:?}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    await_group_committed(&group, &input, &ends);
     // Behind a repartition topic: the rows the second stage has committed
     // are purged (the topic keeps rows until read, with no time limit).
     if by == Keyed::ByClick {
@@ -569,18 +576,7 @@ fn a_resumed_task_commits_its_checkpoints_position_to_the_group_without_new_inpu
     // Started again, nothing new to read: its tasks commit where the
     // checkpoint ended (the checkpoint, not the group, says where to read).
     let q = page_views(&input, &out, &chk, Some(&group), Keyed::ByPage);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let committed = admin.committed_offsets(&group, &input).unwrap();
-        if committed == ends {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "group {group} committed {committed:?}, its checkpoint ends at {ends:?}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    await_group_committed(&group, &input, &ends);
     let progress = q.recent_progress();
     assert!(
         progress.iter().all(|p| p.num_input_rows == 0),
