@@ -533,19 +533,30 @@ fn keyed_by_another_column_through_a_repartition_topic_count_each_click_once() {
 /// or the group's offsets expired while the query was stopped).
 #[test]
 fn a_resumed_task_commits_its_checkpoints_position_to_the_group_without_new_input() {
+    resumed_tasks_commit_their_positions(Keyed::ByPage);
+}
+
+/// The same behind a repartition topic: the first stage's tasks read the
+/// input partitions and commit their positions to the query's group.
+#[test]
+fn a_resumed_first_stage_task_commits_its_position_to_the_group_without_new_input() {
+    resumed_tasks_commit_their_positions(Keyed::ByClick);
+}
+
+fn resumed_tasks_commit_their_positions(by: Keyed) {
     let input = new_topic("scale-resume", 2);
     let out = new_topic("scale-resume-views", 1);
     let bucket = crate::s3::new_bucket();
     let chk = format!("s3://{bucket}/page-views");
     let group = format!("weir-it-scale-resume-{}", crate::s3::unique());
-    produce_clicks(&input, 0, 120, Keyed::ByPage);
+    produce_clicks(&input, 0, 120, by);
     let admin = crate::kafka::admin();
     let ends: BTreeMap<i32, i64> = (0..2)
         .map(|p| (p, admin.watermarks(&input, p).unwrap().1))
         .collect();
     assert!(ends.values().all(|e| *e > 0), "{ends:?}");
 
-    let q = page_views(&input, &out, &chk, Some(&group), Keyed::ByPage);
+    let q = page_views(&input, &out, &chk, Some(&group), by);
     q.process_all_available().unwrap();
     q.stop().unwrap();
     // The group's offsets reset (as by `kafka-consumer-groups.sh
@@ -575,7 +586,7 @@ fn a_resumed_task_commits_its_checkpoints_position_to_the_group_without_new_inpu
 
     // Started again, nothing new to read: its tasks commit where the
     // checkpoint ended (the checkpoint, not the group, says where to read).
-    let q = page_views(&input, &out, &chk, Some(&group), Keyed::ByPage);
+    let q = page_views(&input, &out, &chk, Some(&group), by);
     await_group_committed(&group, &input, &ends);
     let progress = q.recent_progress();
     assert!(

@@ -474,7 +474,7 @@ pub(crate) fn start(spec: QuerySpec, scale: ScaleOut) -> Result<StreamingQuery> 
         tasks,
         members,
         hub,
-        last_commit: Mutex::new(Instant::now()),
+        last_commit: Mutex::new(None),
         started: Instant::now(),
         admin,
         purged: Mutex::new((BTreeMap::new(), Instant::now())),
@@ -531,8 +531,9 @@ struct Coordinator {
     /// The process's members of the query's groups (one per stage).
     members: Vec<GroupMember>,
     hub: Arc<WatermarkHub>,
-    /// When the tasks' positions were last committed to the group.
-    last_commit: Mutex<Instant>,
+    /// When the tasks' positions were last committed to the group (`None`:
+    /// commit at the loop's next turn, as after a task started).
+    last_commit: Mutex<Option<Instant>>,
     /// When the process joined.
     started: Instant,
     /// Purges the repartition topic's consumed records.
@@ -617,6 +618,10 @@ impl Coordinator {
                 specs.push((p, spec));
             }
             let (started, error) = start_all(specs);
+            if !started.is_empty() {
+                // Their checkpoints' positions, committed at once.
+                *self.last_commit.lock().unwrap() = None;
+            }
             {
                 let mut running = self.tasks.running.lock().unwrap();
                 for (p, query) in started {
@@ -695,8 +700,8 @@ impl Coordinator {
             }
             names = running.keys().map(task_name).collect();
             let mut last = self.last_commit.lock().unwrap();
-            if moved || last.elapsed() >= RECOMMIT {
-                *last = Instant::now();
+            if moved || last.is_none_or(|l| l.elapsed() >= RECOMMIT) {
+                *last = Some(Instant::now());
                 commits = running
                     .iter()
                     .filter_map(|(p, t)| t.position.map(|o| (p.clone(), o)))

@@ -21,9 +21,16 @@
 //!   emptied one comes back empty (which a reader refuses as damaged). So
 //!   a directory without fsync hands each recycled file to the background
 //!   thread, which empties it (the blocks freed and discarded there, not
-//!   in a batch's write) before it becomes a spare;
-//! - when a directory's last spare is taken, one background thread makes
-//!   another (the first batches, before any retention).
+//!   in a batch's write) before it becomes a spare. A spare known to be
+//!   empty is opened without truncating it again: on ext4 a truncation to
+//!   zero makes the file's close start its writeback (`auto_da_alloc`).
+//!   Without fsync a power loss may then bring the last entries back
+//!   empty (refused as damaged, as a fresh file's would be), never holding
+//!   another entry's bytes on a journaled file system (the truncation is
+//!   logged before the rename);
+//! - when a directory's last spare is taken and none is being emptied,
+//!   one background thread makes another (the first batches, before any
+//!   retention).
 //!
 //! Spares are kept only in directories below a live [`SpareGuard`]'s roots
 //! (an open local checkpoint's logs and state) and removed when the last
@@ -56,8 +63,8 @@ pub(crate) struct Spare {
     pub(crate) file: fs::File,
     /// Its temp name.
     pub(crate) path: PathBuf,
-    /// Whether it still holds old content (taken with `keep`), which the
-    /// write must cut off with [`Spare::finish`].
+    /// Whether it may still hold old content (taken with `keep`, not known
+    /// to be empty), which the write must cut off with [`Spare::finish`].
     pub(crate) kept: bool,
 }
 
@@ -121,7 +128,8 @@ enum Job {
     Empty { dir: PathBuf, path: PathBuf },
 }
 
-/// The registry, and the signal that a spare's making ended.
+/// The registry, and the signal that the background thread ended a job
+/// (a spare made or emptied).
 #[derive(Debug, Default)]
 struct Shared {
     registry: Mutex<Registry>,
@@ -139,7 +147,8 @@ fn registry() -> MutexGuard<'static, Registry> {
 
 /// The background thread making and emptying spares, started at first use
 /// (`None` when the system refused a thread: writes then create their files
-/// themselves, and recycled files are removed).
+/// themselves, and files that would need emptying are removed instead of
+/// recycled).
 fn maker() -> Option<&'static Mutex<Sender<Job>>> {
     static MAKER: OnceLock<Option<Mutex<Sender<Job>>>> = OnceLock::new();
     MAKER
@@ -149,10 +158,15 @@ fn maker() -> Option<&'static Mutex<Sender<Job>>> {
                 .name("weir-spare-files".into())
                 .spawn(move || {
                     for job in rx {
-                        match job {
-                            Job::Make(dir) => make(dir),
-                            Job::Empty { dir, path } => empty(dir, path),
-                        }
+                        // Neither job panics once it has marked its work in
+                        // the registry (a dropped guard waits for that
+                        // mark to clear); a panic before it must not end
+                        // the thread, which later jobs wait for.
+                        let _ =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
+                                Job::Make(dir) => make(dir),
+                                Job::Empty { dir, path } => empty(dir, path),
+                            }));
                     }
                 })
                 .ok()
@@ -284,11 +298,12 @@ pub(crate) fn recycle(dir: &Path, path: &Path, emptied: bool) -> bool {
         return false;
     }
     let slot = reg.slots.entry(dir.to_path_buf()).or_default();
-    // Only a regular file (not a directory, nor a link whose target a
-    // later write would truncate).
+    // Only a regular file with no other name (not a directory, nor a link
+    // whose target a later write would truncate, nor a file hard-linked
+    // elsewhere, as by a backup, whose copy a later write would change).
     if slot.ready.len() + slot.emptying >= MAX_SPARES
         || (emptied && maker().is_none())
-        || !fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+        || !fs::symlink_metadata(path).is_ok_and(|m| sole_regular_file(&m))
     {
         return false;
     }
@@ -314,9 +329,22 @@ pub(crate) fn recycle(dir: &Path, path: &Path, emptied: bool) -> bool {
     true
 }
 
+/// Whether `m` is a regular file that has no other name (link count 1).
+fn sole_regular_file(m: &fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        m.file_type().is_file() && m.nlink() == 1
+    }
+    #[cfg(not(unix))]
+    {
+        m.file_type().is_file()
+    }
+}
+
 /// Keeps spare files in the directories below its roots while it lives;
-/// the last guard of a root removes the spares below it (waiting for one
-/// being made there), so none is left after.
+/// the last guard of a root removes the spares below it (waiting for the
+/// ones being made or emptied there), so none is left after.
 #[derive(Debug)]
 pub(crate) struct SpareGuard {
     roots: Vec<PathBuf>,
@@ -518,6 +546,22 @@ mod tests {
 
         drop(guard);
         assert!(files(&dir).is_empty(), "{:?}", files(&dir));
+    }
+
+    #[test]
+    fn a_file_with_another_name_is_removed_not_recycled() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("commits");
+        fs::create_dir_all(&dir).unwrap();
+        let _guard = SpareGuard::new(vec![dir.clone()]);
+        // A backup hard-linked the entry (`cp -al`): reusing the file
+        // would change the backup's copy.
+        fs::write(dir.join("7"), b"entry 7").unwrap();
+        fs::hard_link(dir.join("7"), root.path().join("backup-7")).unwrap();
+        for emptied in [false, true] {
+            assert!(!recycle(&dir, &dir.join("7"), emptied));
+        }
+        assert_eq!(fs::read(root.path().join("backup-7")).unwrap(), b"entry 7");
     }
 
     #[test]
