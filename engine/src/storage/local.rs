@@ -118,7 +118,11 @@ impl LocalDir {
         }
     }
 
-    pub(crate) fn list_entries(&self, rel_dir: &str) -> Result<Vec<Entry>> {
+    /// The regular files directly in `rel_dir` that are not temp files
+    /// (writes in progress, spares), unsorted: each entry's type from the
+    /// directory itself, without a `stat` per file where the file system
+    /// records it (ext4, xfs, tmpfs).
+    fn files(&self, rel_dir: &str) -> Result<Vec<(fs::DirEntry, String)>> {
         let dir = self.path(rel_dir);
         let rd = match fs::read_dir(&dir) {
             Ok(rd) => rd,
@@ -129,15 +133,36 @@ impl LocalDir {
         for e in rd {
             let e = e.map_err(|e| WeirError::io(&dir, e))?;
             let name = e.file_name().to_string_lossy().to_string();
+            if is_temp_name(&name) {
+                continue;
+            }
+            match e.file_type() {
+                Ok(t) if t.is_file() => out.push((e, name)),
+                Ok(_) => {}
+                // Removed meanwhile.
+                Err(er) if er.kind() == std::io::ErrorKind::NotFound => {}
+                Err(er) => return Err(WeirError::io(e.path(), er)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The names of [`LocalDir::files`], sorted.
+    pub(crate) fn list_names(&self, rel_dir: &str) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self.files(rel_dir)?.into_iter().map(|(_, n)| n).collect();
+        names.sort();
+        Ok(names)
+    }
+
+    pub(crate) fn list_entries(&self, rel_dir: &str) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        for (e, name) in self.files(rel_dir)? {
             let md = match e.metadata() {
                 Ok(m) => m,
                 // Removed meanwhile.
                 Err(er) if er.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(er) => return Err(WeirError::io(e.path(), er)),
             };
-            if !md.is_file() || is_temp_name(&name) {
-                continue;
-            }
             let modified_ms = md
                 .modified()
                 .ok()
