@@ -184,9 +184,7 @@ impl LocalDir {
         // An old log entry or state file becomes the directory's next spare
         // rather than a freed inode (see `spare`).
         if let Some(dir) = path.parent() {
-            // Emptied in the background when writes here do not fsync
-            // (they need empty spares).
-            if spare::recycle(dir, &path, !self.sync) {
+            if spare::recycle(dir, &path, self.sync) {
                 return Ok(());
             }
         }

@@ -63,8 +63,8 @@ pub(crate) struct Spare {
     pub(crate) file: fs::File,
     /// Its temp name.
     pub(crate) path: PathBuf,
-    /// Whether it may still hold old content (taken with `keep`, not known
-    /// to be empty), which the write must cut off with [`Spare::finish`].
+    /// Whether it may still hold old content (taken for a durable write, not
+    /// known to be empty), which the write must cut off with [`Spare::finish`].
     pub(crate) kept: bool,
 }
 
@@ -244,13 +244,13 @@ fn empty(dir: PathBuf, path: PathBuf) {
 }
 
 /// Takes a spare of `dir` if one is ready, opened for writing at its start,
-/// empty unless `keep` (then any old content is still there and the
-/// write cuts it with [`Spare::finish`]; opening an existing file costs a
-/// fraction of creating one; one known to be empty is not truncated again),
-/// and asks
-/// for another when that was the last one and `dir` is below a live guard's
-/// root.
-pub(crate) fn take(dir: &Path, keep: bool) -> Option<Spare> {
+/// and asks for another when that was the last one and `dir` is below a
+/// live guard's root. `durable`: the directory's writes fsync, so a spare's
+/// old content is kept for the write to overwrite and cut
+/// ([`Spare::finish`]); otherwise the spare is empty (one known to be empty
+/// is not truncated again). Opening an existing file costs a fraction of
+/// creating one.
+pub(crate) fn take(dir: &Path, durable: bool) -> Option<Spare> {
     let mut reg = registry();
     if !reg.live(dir) {
         return None;
@@ -266,13 +266,13 @@ pub(crate) fn take(dir: &Path, keep: bool) -> Option<Spare> {
     let (path, empty) = taken?;
     let file = fs::OpenOptions::new()
         .write(true)
-        .truncate(!keep && !empty)
+        .truncate(!durable && !empty)
         .open(&path)
         .ok()?;
     Some(Spare {
         file,
         path,
-        kept: keep && !empty,
+        kept: durable && !empty,
     })
 }
 
@@ -289,10 +289,11 @@ fn send(job: Job) -> bool {
 /// Keeps the file at `path` in `dir` as a spare instead of removing it, when
 /// `dir` is below a live guard's root and has fewer than [`MAX_SPARES`]:
 /// renamed to a temp name (which listings skip) in the same directory.
-/// With `emptied` (the directory's writes do not fsync: they need empty
-/// spares), the background thread empties it first. False when the caller
-/// should remove the file.
-pub(crate) fn recycle(dir: &Path, path: &Path, emptied: bool) -> bool {
+/// Unless `durable` (the directory's writes fsync and overwrite old
+/// content; without fsync they need empty spares), the background thread
+/// empties it first. False when the caller should remove the file.
+pub(crate) fn recycle(dir: &Path, path: &Path, durable: bool) -> bool {
+    let emptied = !durable;
     let mut reg = registry();
     if !reg.live(dir) {
         return false;
@@ -421,7 +422,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         // No guard: no spare, none requested, nothing recycled.
         fs::write(dir.join("0"), b"old").unwrap();
-        assert!(!recycle(&dir, &dir.join("0"), false));
+        assert!(!recycle(&dir, &dir.join("0"), true));
         fs::remove_file(dir.join("0")).unwrap();
         assert!(take(&dir, true).is_none());
         assert!(files(&dir).is_empty());
@@ -512,7 +513,7 @@ mod tests {
         for i in 0..MAX_SPARES + 2 {
             let old = dir.join(i.to_string());
             fs::write(&old, b"an old entry").unwrap();
-            let kept = recycle(&dir, &old, false);
+            let kept = recycle(&dir, &old, true);
             assert_eq!(kept, i < MAX_SPARES, "{i}");
             if kept {
                 assert!(!old.exists());
@@ -558,8 +559,8 @@ mod tests {
         // would change the backup's copy.
         fs::write(dir.join("7"), b"entry 7").unwrap();
         fs::hard_link(dir.join("7"), root.path().join("backup-7")).unwrap();
-        for emptied in [false, true] {
-            assert!(!recycle(&dir, &dir.join("7"), emptied));
+        for durable in [false, true] {
+            assert!(!recycle(&dir, &dir.join("7"), durable));
         }
         assert_eq!(fs::read(root.path().join("backup-7")).unwrap(), b"entry 7");
     }
@@ -573,7 +574,7 @@ mod tests {
         for i in 0..MAX_SPARES + 2 {
             let old = dir.join(i.to_string());
             fs::write(&old, vec![b'x'; 50_000]).unwrap();
-            let kept = recycle(&dir, &old, true);
+            let kept = recycle(&dir, &old, false);
             assert_eq!(
                 kept,
                 i < MAX_SPARES,
@@ -601,7 +602,7 @@ mod tests {
         for i in 0..4 {
             let old = dir.join(format!("late{i}"));
             fs::write(&old, vec![b'y'; 50_000]).unwrap();
-            assert!(recycle(&dir, &old, true), "room for {i}");
+            assert!(recycle(&dir, &old, false), "room for {i}");
             assert!(!old.exists());
         }
         drop(guard);
