@@ -465,16 +465,7 @@ fn three_processes_one_joining_late_one_killed(by: Keyed) {
     // Behind a repartition topic: the rows the second stage has committed
     // are purged (the topic keeps rows until read, with no time limit).
     if by == Keyed::ByClick {
-        let meta = weir::storage::Storage::open(&chk, &crate::s3::settings(), false)
-            .unwrap()
-            .get("metadata")
-            .unwrap()
-            .unwrap();
-        let id = serde_json::from_slice::<serde_json::Value>(&meta).unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let rep = weir::scale::repartition_topic("page_views_scaled", &id, 2);
+        let rep = repartition_topic_of(&chk, "page_views_scaled");
         let deadline = Instant::now() + Duration::from_secs(60);
         // (spark.sql.shuffle.partitions partitions)
         let n = admin.partitions(&rep).unwrap() as i32;
@@ -537,9 +528,12 @@ fn a_resumed_task_commits_its_checkpoints_position_to_the_group_without_new_inpu
 }
 
 /// The same behind a repartition topic: the first stage's tasks read the
-/// input partitions and commit their positions to the query's group.
+/// input partitions and commit their positions to the query's group, the
+/// second stage's read the repartition topic and commit theirs to
+/// `<group>-repartition`.
 #[test]
-fn a_resumed_first_stage_task_commits_its_position_to_the_group_without_new_input() {
+fn behind_a_repartition_topic_resumed_tasks_of_both_stages_commit_their_positions_without_new_input(
+) {
     resumed_tasks_commit_their_positions(Keyed::ByClick);
 }
 
@@ -559,16 +553,48 @@ fn resumed_tasks_commit_their_positions(by: Keyed) {
     let q = page_views(&input, &out, &chk, Some(&group), by);
     q.process_all_available().unwrap();
     q.stop().unwrap();
-    // The group's offsets reset (as by `kafka-consumer-groups.sh
-    // --reset-offsets --to-earliest` on the stopped query's empty group).
+    // Behind a repartition topic, its own group too: (group, topic, ends).
+    let mut groups = vec![(group.clone(), input.clone(), ends)];
+    if by == Keyed::ByClick {
+        let rep = repartition_topic_of(&chk, &group);
+        let n = admin.partitions(&rep).unwrap() as i32;
+        let rep_ends: BTreeMap<i32, i64> = (0..n)
+            .map(|p| (p, admin.watermarks(&rep, p).unwrap().1))
+            .collect();
+        assert!(rep_ends.values().sum::<i64>() > 0, "{rep}: {rep_ends:?}");
+        groups.push((format!("{group}-repartition"), rep, rep_ends));
+    }
+    // The groups' offsets reset (as by `kafka-consumer-groups.sh
+    // --reset-offsets --to-earliest` on the stopped query's empty groups).
+    for (g, topic, ends) in &groups {
+        reset_group(g, topic, ends.len() as i32);
+    }
+
+    // Started again, nothing new to read: its tasks commit where the
+    // checkpoint ended (the checkpoint, not the group, says where to read).
+    let q = page_views(&input, &out, &chk, Some(&group), by);
+    for (g, topic, ends) in &groups {
+        await_group_committed(g, topic, ends);
+    }
+    let progress = q.recent_progress();
+    assert!(
+        progress.iter().all(|p| p.num_input_rows == 0),
+        "the restarted query read input again: {progress:?}"
+    );
+    q.stop().unwrap();
+}
+
+/// Commits offset 0 for `group` on `topic`'s `partitions` partitions (the
+/// group's members stopped) and checks it.
+fn reset_group(group: &str, topic: &str, partitions: i32) {
     let reset: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
-        .set("group.id", &group)
+        .set("group.id", group)
         .create()
         .unwrap();
     let mut tpl = TopicPartitionList::new();
-    for p in 0..2 {
-        tpl.add_partition_offset(&input, p, Offset::Offset(0))
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Offset(0))
             .unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -576,24 +602,33 @@ fn resumed_tasks_commit_their_positions(by: Keyed) {
         // The stopped member may take a moment to leave.
         assert!(
             Instant::now() < deadline,
-            "cannot reset the group's offsets: {e}"
+            "cannot reset the offsets of group {group}: {e}"
         );
         std::thread::sleep(Duration::from_millis(300));
     }
-    drop(reset);
-    let zero: BTreeMap<i32, i64> = (0..2).map(|p| (p, 0)).collect();
-    assert_eq!(admin.committed_offsets(&group, &input).unwrap(), zero);
-
-    // Started again, nothing new to read: its tasks commit where the
-    // checkpoint ended (the checkpoint, not the group, says where to read).
-    let q = page_views(&input, &out, &chk, Some(&group), by);
-    await_group_committed(&group, &input, &ends);
-    let progress = q.recent_progress();
-    assert!(
-        progress.iter().all(|p| p.num_input_rows == 0),
-        "the restarted query read input again: {progress:?}"
+    let zero: BTreeMap<i32, i64> = (0..partitions).map(|p| (p, 0)).collect();
+    assert_eq!(
+        crate::kafka::admin()
+            .committed_offsets(group, topic)
+            .unwrap(),
+        zero
     );
-    q.stop().unwrap();
+}
+
+/// The repartition topic of the page views query checkpointed at `chk`;
+/// `prefix`: the query's name, or its group when it has none.
+fn repartition_topic_of(chk: &str, prefix: &str) -> String {
+    let meta = weir::storage::Storage::open(chk, &crate::s3::settings(), false)
+        .unwrap()
+        .get("metadata")
+        .unwrap()
+        .unwrap();
+    let id = serde_json::from_slice::<serde_json::Value>(&meta).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The aggregation is the plan's third operator (watermark, filter).
+    weir::scale::repartition_topic(prefix, &id, 2)
 }
 
 /// What scale-out cannot run is refused at `start()`, before anything is
