@@ -158,6 +158,8 @@ fn maker() -> Option<&'static Mutex<Sender<Job>>> {
                 .name("weir-spare-files".into())
                 .spawn(move || {
                     for job in rx {
+                        #[cfg(test)]
+                        drop(PAUSE.lock().unwrap_or_else(|e| e.into_inner()));
                         // Neither job panics once it has marked its work in
                         // the registry (a dropped guard waits for that
                         // mark to clear); a panic before it must not end
@@ -174,6 +176,10 @@ fn maker() -> Option<&'static Mutex<Sender<Job>>> {
         })
         .as_ref()
 }
+
+/// Held by a test to keep the background thread from starting its next job.
+#[cfg(test)]
+static PAUSE: Mutex<()> = Mutex::new(());
 
 /// Makes a spare for `dir`, unless the request was withdrawn meanwhile (its
 /// root's last guard dropped): then nothing is left behind.
@@ -606,6 +612,32 @@ mod tests {
             assert!(!old.exists());
         }
         drop(guard);
+        assert!(files(&dir).is_empty(), "{:?}", files(&dir));
+        assert!(!registry().slots.contains_key(&dir));
+    }
+
+    #[test]
+    fn a_dropped_guard_waits_for_the_files_being_emptied_below_it() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("commits");
+        fs::create_dir_all(&dir).unwrap();
+        let guard = SpareGuard::new(vec![dir.clone()]);
+        // The background thread held before its next job: the recycled
+        // files wait to be emptied.
+        let pause = PAUSE.lock().unwrap_or_else(|e| e.into_inner());
+        for i in 0..3 {
+            let old = dir.join(i.to_string());
+            fs::write(&old, vec![b'z'; 10_000]).unwrap();
+            assert!(recycle(&dir, &old, false), "room for {i}");
+        }
+        let dropping = std::thread::spawn(move || drop(guard));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !dropping.is_finished(),
+            "the last guard returned while files below it were still to be emptied"
+        );
+        drop(pause);
+        dropping.join().unwrap();
         assert!(files(&dir).is_empty(), "{:?}", files(&dir));
         assert!(!registry().slots.contains_key(&dir));
     }
