@@ -5,8 +5,9 @@
 //! checksum; a damaged file is an error naming it, never silently empty
 //! state.
 
-use crate::hash::FastMap;
 use std::borrow::Cow;
+use std::hash::BuildHasher;
+use std::ops::Range;
 use std::path::Path;
 
 use crate::error::Result;
@@ -18,36 +19,147 @@ pub use super::files::SNAPSHOT_INTERVAL;
 use super::files::{encode, Encoder, VersionFiles};
 use super::{StateIter, StateStore, Updater};
 
+/// What [`StateStore::memory_used_bytes`] counts per entry besides its key
+/// and value: the entry's header, the allocator's and the table's share.
+const ENTRY_OVERHEAD: usize = 40;
+
 /// In-memory state for one operator partition.
+///
+/// Each entry is one allocation (its key and value side by side) in a hash
+/// table of pointers: ~105 bytes per entry of a 21-byte key and a 27-byte
+/// value, against ~235 with a key and a value allocated apart in a map of
+/// both. A changed value of the same length is written in place.
 pub struct MemoryStateStore {
     files: VersionFiles,
-    map: FastMap<Vec<u8>, Slot>,
-    /// The batch's changes in order: each key's value before its first
-    /// change (a key removed and put again is logged once more per such
-    /// cycle; abort replays the log backwards, so the first entry wins).
-    undo: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    table: hashbrown::HashTable<Entry>,
+    hasher: foldhash::fast::RandomState,
+    /// The batch's changes in order: each key and its value before its
+    /// first change (none: the key was new), as ranges of `undo_bytes` (a
+    /// key removed and put again is logged once more per such cycle; abort
+    /// replays the log backwards, so the first entry wins).
+    undo: Vec<(Range<usize>, Option<Range<usize>>)>,
+    /// The undo log's keys and values, one after the other.
+    undo_bytes: Vec<u8>,
     bytes: usize,
     /// The size of the last delta file written: the next one's first guess.
     delta_hint: usize,
 }
 
-/// A value, and whether this batch changed it (then its previous value is
-/// in the undo log). One hash lookup per put or remove finds both.
-struct Slot {
-    /// The value.
-    value: Vec<u8>,
-    /// True when this batch changed the key (its old value is in the undo log).
-    changed: bool,
-}
+/// Bytes before an entry's key: a flags byte, the key's length (u32 LE).
+const HEADER: usize = 5;
 
-impl Slot {
-    /// A value as committed (unchanged by this batch).
-    fn committed(value: Vec<u8>) -> Slot {
-        Slot {
-            value,
-            changed: false,
+/// One key and its value in one allocation, after a header: whether this
+/// batch changed the key (then its previous value is in the undo log) and
+/// the key's length.
+struct Entry(Box<[u8]>);
+
+impl Entry {
+    fn new(key: &[u8], value: &[u8], changed: bool) -> Entry {
+        let mut e = Vec::with_capacity(HEADER + key.len() + value.len());
+        e.push(changed as u8);
+        e.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        e.extend_from_slice(key);
+        e.extend_from_slice(value);
+        Entry(e.into_boxed_slice())
+    }
+
+    fn key_len(&self) -> usize {
+        let mut n = [0u8; 4];
+        n.copy_from_slice(&self.0[1..HEADER]);
+        u32::from_le_bytes(n) as usize
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.0[HEADER..HEADER + self.key_len()]
+    }
+
+    fn value(&self) -> &[u8] {
+        &self.0[HEADER + self.key_len()..]
+    }
+
+    /// Whether this batch changed the key.
+    fn changed(&self) -> bool {
+        self.0[0] & 1 == 1
+    }
+
+    fn set_changed(&mut self, changed: bool) {
+        self.0[0] = changed as u8;
+    }
+
+    /// Replaces the value: in place when it has the same length.
+    fn set_value(&mut self, value: &[u8]) {
+        let at = HEADER + self.key_len();
+        if self.0.len() - at == value.len() {
+            self.0[at..].copy_from_slice(value);
+        } else {
+            let e = Entry::new(self.key(), value, self.changed());
+            *self = e;
         }
     }
+}
+
+/// Sets `key` to `value` in `table` as committed (unchanged by this batch),
+/// with no undo log: restoring a version, aborting a batch.
+fn set(
+    table: &mut hashbrown::HashTable<Entry>,
+    hasher: &foldhash::fast::RandomState,
+    key: &[u8],
+    value: &[u8],
+) {
+    let h = hasher.hash_one(key);
+    match table.find_mut(h, |e| e.key() == key) {
+        Some(e) => {
+            e.set_value(value);
+            e.set_changed(false);
+        }
+        None => {
+            table.insert_unique(h, Entry::new(key, value, false), |e| {
+                hasher.hash_one(e.key())
+            });
+        }
+    }
+}
+
+/// The batch's undo log (see [`MemoryStateStore::undo`]) and the memory
+/// count, as one borrow beside the table's.
+struct Log<'a> {
+    undo: &'a mut Vec<(Range<usize>, Option<Range<usize>>)>,
+    undo_bytes: &'a mut Vec<u8>,
+    bytes: &'a mut usize,
+}
+
+impl Log<'_> {
+    /// Appends `bytes` to the undo log's bytes, returning where they are.
+    fn keep(&mut self, bytes: &[u8]) -> Range<usize> {
+        let at = self.undo_bytes.len();
+        self.undo_bytes.extend_from_slice(bytes);
+        at..self.undo_bytes.len()
+    }
+
+    /// Sets held entry `e`'s value; on its first change in a batch, logs
+    /// its key and previous value first.
+    fn change(&mut self, e: &mut Entry, value: &[u8]) {
+        *self.bytes = (*self.bytes + value.len()).saturating_sub(e.value().len());
+        if !e.changed() {
+            let k = self.keep(e.key());
+            let old = self.keep(e.value());
+            self.undo.push((k, Some(old)));
+            e.set_changed(true);
+        }
+        e.set_value(value);
+    }
+}
+
+/// Removes `key` from `table` with no undo log, returning its entry.
+fn take(
+    table: &mut hashbrown::HashTable<Entry>,
+    hasher: &foldhash::fast::RandomState,
+    key: &[u8],
+) -> Option<Entry> {
+    table
+        .find_entry(hasher.hash_one(key), |e| e.key() == key)
+        .ok()
+        .map(|o| o.remove().0)
 }
 
 impl MemoryStateStore {
@@ -61,19 +173,24 @@ impl MemoryStateStore {
     /// Opens the store in `storage` (a local directory or an object store
     /// prefix) at `version`, keeping `retain` versions restorable.
     pub fn open_on(storage: Storage, version: u64, retain: u64) -> Result<MemoryStateStore> {
-        let mut map: FastMap<Vec<u8>, Slot> = FastMap::default();
         let files = VersionFiles::new(storage, version, retain);
+        let hasher = foldhash::fast::RandomState::default();
+        let mut table = hashbrown::HashTable::new();
         files.restore(version, |k, v| {
             match v {
-                Some(v) => map.insert(k, Slot::committed(v)),
-                None => map.remove(&k),
+                Some(v) => set(&mut table, &hasher, &k, &v),
+                None => {
+                    take(&mut table, &hasher, &k);
+                }
             };
             Ok(())
         })?;
         let mut store = MemoryStateStore {
             files,
-            map,
+            table,
+            hasher,
             undo: Vec::new(),
+            undo_bytes: Vec::new(),
             bytes: 0,
             delta_hint: 0,
         };
@@ -83,97 +200,104 @@ impl MemoryStateStore {
 
     /// The memory the entries take (keys, values and a fixed overhead each).
     fn count_bytes(&self) -> usize {
-        self.map
+        self.table
             .iter()
-            .map(|(k, s)| k.len() + s.value.len() + 48)
+            .map(|e| e.0.len() - HEADER + ENTRY_OVERHEAD)
             .sum()
     }
-}
 
-/// Sets a held key's value; on its first change in a batch, logs the
-/// previous value in `undo` with a copy of the key (`key`, made only then).
-fn change(
-    slot: &mut Slot,
-    key: impl FnOnce() -> Vec<u8>,
-    value: Vec<u8>,
-    bytes: &mut usize,
-    undo: &mut Vec<(Vec<u8>, Option<Vec<u8>>)>,
-) {
-    *bytes = (*bytes + value.len()).saturating_sub(slot.value.len());
-    let old = std::mem::replace(&mut slot.value, value);
-    if !std::mem::replace(&mut slot.changed, true) {
-        undo.push((key(), Some(old)));
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The undo log and memory count.
+    fn log(&mut self) -> Log<'_> {
+        Log {
+            undo: &mut self.undo,
+            undo_bytes: &mut self.undo_bytes,
+            bytes: &mut self.bytes,
+        }
+    }
+
+    /// Sets `key` (hash `h`) to `value`: changed in place when held, else added.
+    fn write(&mut self, h: u64, key: &[u8], value: &[u8]) {
+        let mut log = Log {
+            undo: &mut self.undo,
+            undo_bytes: &mut self.undo_bytes,
+            bytes: &mut self.bytes,
+        };
+        match self.table.find_mut(h, |e| e.key() == key) {
+            Some(e) => log.change(e, value),
+            None => {
+                *log.bytes += key.len() + value.len() + ENTRY_OVERHEAD;
+                let k = log.keep(key);
+                log.undo.push((k, None));
+                let hasher = &self.hasher;
+                self.table
+                    .insert_unique(h, Entry::new(key, value, true), |e| {
+                        hasher.hash_one(e.key())
+                    });
+            }
+        }
     }
 }
 
 impl StateStore for MemoryStateStore {
     fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
-        self.map.get(key).map(|s| Cow::Borrowed(s.value.as_slice()))
+        self.table
+            .find(self.hash(key), |e| e.key() == key)
+            .map(|e| Cow::Borrowed(e.value()))
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        // One lookup finds the key or where it goes.
-        match self.map.entry(key) {
-            std::collections::hash_map::Entry::Occupied(mut e) => {
-                // The key copied only for the undo log, which takes it at
-                // the key's first change in the batch (`change` asks then).
-                let key = (!e.get().changed).then(|| e.key().clone());
-                let key = || key.unwrap_or_default();
-                change(e.get_mut(), key, value, &mut self.bytes, &mut self.undo);
-            }
-            std::collections::hash_map::Entry::Vacant(e) => {
-                self.bytes += e.key().len() + value.len() + 48;
-                self.undo.push((e.key().clone(), None));
-                e.insert(Slot {
-                    value,
-                    changed: true,
-                });
-            }
-        }
+        self.write(self.hash(&key), &key, &value);
     }
 
     fn update(&mut self, key: &[u8], f: Updater<'_>) -> Result<()> {
-        // One lookup reads the value and changes it in place: no copy of
-        // the key unless the undo log needs one.
-        match self.map.get_mut(key) {
-            Some(slot) => {
-                let value = f(Some(&slot.value))?;
-                change(
-                    slot,
-                    || key.to_vec(),
-                    value,
-                    &mut self.bytes,
-                    &mut self.undo,
-                );
+        // One lookup reads the value and changes it in place.
+        let h = self.hash(key);
+        let mut log = Log {
+            undo: &mut self.undo,
+            undo_bytes: &mut self.undo_bytes,
+            bytes: &mut self.bytes,
+        };
+        match self.table.find_mut(h, |e| e.key() == key) {
+            Some(e) => {
+                let value = f(Some(e.value()))?;
+                log.change(e, &value);
             }
             None => {
                 let value = f(None)?;
-                self.put(key.to_vec(), value);
+                self.write(h, key, &value);
             }
         }
         Ok(())
     }
 
     fn remove(&mut self, key: &[u8]) {
-        if let Some(old) = self.map.remove(key) {
-            self.bytes = self.bytes.saturating_sub(key.len() + old.value.len() + 48);
-            if !old.changed {
-                self.undo.push((key.to_vec(), Some(old.value)));
+        if let Some(old) = take(&mut self.table, &self.hasher, key) {
+            self.bytes = self
+                .bytes
+                .saturating_sub(old.0.len() - HEADER + ENTRY_OVERHEAD);
+            if !old.changed() {
+                let mut log = self.log();
+                let k = log.keep(key);
+                let v = log.keep(old.value());
+                log.undo.push((k, Some(v)));
             }
         }
     }
 
     fn iter(&self) -> StateIter<'_> {
-        Box::new(self.map.iter().map(|(k, s)| {
-            (
-                Cow::Borrowed(k.as_slice()),
-                Cow::Borrowed(s.value.as_slice()),
-            )
-        }))
+        Box::new(
+            self.table
+                .iter()
+                .map(|e| (Cow::Borrowed(e.key()), Cow::Borrowed(e.value()))),
+        )
     }
 
     fn len(&self) -> usize {
-        self.map.len()
+        self.table.len()
     }
 
     fn commit(&mut self, version: u64) -> Result<()> {
@@ -184,13 +308,17 @@ impl StateStore for MemoryStateStore {
         // its mark.
         let mut delta = Encoder::new(self.delta_hint);
         for (k, _) in &self.undo {
-            let slot = self.map.get_mut(k.as_slice());
+            let key = &self.undo_bytes[k.clone()];
+            let e = self
+                .table
+                .find_mut(self.hasher.hash_one(key), |e| e.key() == key);
             delta.entry(
-                k,
-                slot.map(|s| {
-                    s.changed = false;
-                    &*s.value
-                }),
+                key,
+                e.map(|e| {
+                    e.set_changed(false);
+                    &*e
+                })
+                .map(Entry::value),
             );
         }
         let delta = delta.finish();
@@ -198,27 +326,33 @@ impl StateStore for MemoryStateStore {
         self.files.write_delta(version, &delta)?;
         if version % SNAPSHOT_INTERVAL == 0 {
             let snap = encode(
-                self.map
-                    .iter()
-                    .map(|(k, s)| (k.as_slice(), Some(s.value.as_slice()))),
+                self.table.iter().map(|e| (e.key(), Some(e.value()))),
                 self.bytes,
             );
             self.files.write_snapshot(version, &snap)?;
         }
         // The batch is durable: its undo log goes (not before, so a failed
-        // write can still be aborted).
+        // write can still be aborted), its room kept for the next batch's.
         self.undo.clear();
+        self.undo_bytes.clear();
         self.files.purge(version);
         Ok(())
     }
 
     fn abort(&mut self) {
-        while let Some((k, old)) = self.undo.pop() {
+        let undo = std::mem::take(&mut self.undo);
+        let bytes = std::mem::take(&mut self.undo_bytes);
+        for (k, old) in undo.into_iter().rev() {
+            let key = &bytes[k];
             match old {
-                Some(v) => self.map.insert(k, Slot::committed(v)),
-                None => self.map.remove(&k),
-            };
+                Some(v) => set(&mut self.table, &self.hasher, key, &bytes[v]),
+                None => {
+                    take(&mut self.table, &self.hasher, key);
+                }
+            }
         }
+        self.undo_bytes = bytes;
+        self.undo_bytes.clear();
         self.bytes = self.count_bytes();
     }
 
