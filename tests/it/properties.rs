@@ -94,20 +94,34 @@ fn check_store(
                     model.insert(k.clone(), v.clone());
                 }
                 Op::Replace(k, v) => {
-                    store.update(k, &mut |_| Ok(v.clone())).unwrap();
+                    let mut given_empty = true;
+                    store
+                        .update(k, &mut |_, out| {
+                            given_empty &= out.is_empty();
+                            out.extend_from_slice(v);
+                            Ok(())
+                        })
+                        .unwrap();
+                    prop_assert!(given_empty, "the updater's buffer was not empty");
                     model.insert(k.clone(), v.clone());
                 }
                 Op::Update(k, v, fails) => {
                     let expected_old = model.get(k).cloned();
                     let mut seen = None;
-                    let result = store.update(k, &mut |old| {
+                    let mut given_empty = true;
+                    let result = store.update(k, &mut |old, out| {
                         seen = Some(old.map(<[u8]>::to_vec));
+                        given_empty &= out.is_empty();
+                        out.extend_from_slice(old.unwrap_or_default());
+                        out.extend_from_slice(v);
                         if *fails {
+                            // What it wrote before failing is not kept.
                             return Err(weir::WeirError::Config("update refused".into()));
                         }
-                        Ok([old.unwrap_or_default(), v.as_slice()].concat())
+                        Ok(())
                     });
                     prop_assert_eq!(seen, Some(expected_old.clone()));
+                    prop_assert!(given_empty, "the updater's buffer was not empty");
                     if *fails {
                         prop_assert!(result.is_err());
                     } else {

@@ -43,6 +43,8 @@ pub struct MemoryStateStore {
     bytes: usize,
     /// The size of the last delta file written: the next one's first guess.
     delta_hint: usize,
+    /// The buffer an [`Updater`] writes a value into (reused).
+    scratch: Vec<u8>,
 }
 
 /// Bytes before an entry's key: a flags byte, the key's length (u32 LE).
@@ -193,6 +195,7 @@ impl MemoryStateStore {
             undo_bytes: Vec::new(),
             bytes: 0,
             delta_hint: 0,
+            scratch: Vec::new(),
         };
         store.bytes = store.count_bytes();
         Ok(store)
@@ -254,24 +257,22 @@ impl StateStore for MemoryStateStore {
     }
 
     fn update(&mut self, key: &[u8], f: Updater<'_>) -> Result<()> {
-        // One lookup reads the value and changes it in place.
+        // One lookup reads the value and changes it in place; the new value
+        // is written into the store's buffer, then copied into the entry.
         let h = self.hash(key);
+        let mut value = std::mem::take(&mut self.scratch);
+        value.clear();
         let mut log = Log {
             undo: &mut self.undo,
             undo_bytes: &mut self.undo_bytes,
             bytes: &mut self.bytes,
         };
-        match self.table.find_mut(h, |e| e.key() == key) {
-            Some(e) => {
-                let value = f(Some(e.value()))?;
-                log.change(e, &value);
-            }
-            None => {
-                let value = f(None)?;
-                self.write(h, key, &value);
-            }
-        }
-        Ok(())
+        let done = match self.table.find_mut(h, |e| e.key() == key) {
+            Some(e) => f(Some(e.value()), &mut value).map(|()| log.change(e, &value)),
+            None => f(None, &mut value).map(|()| self.write(h, key, &value)),
+        };
+        self.scratch = value;
+        done
     }
 
     fn remove(&mut self, key: &[u8]) {
@@ -395,7 +396,11 @@ mod tests {
 
     /// Sets `key` to `value` through `update`.
     fn set(s: &mut MemoryStateStore, key: &[u8], value: &[u8]) {
-        s.update(key, &mut |_| Ok(value.to_vec())).unwrap();
+        s.update(key, &mut |_, out| {
+            out.extend_from_slice(value);
+            Ok(())
+        })
+        .unwrap();
     }
 
     #[test]

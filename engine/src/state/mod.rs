@@ -25,8 +25,10 @@ pub use memory::MemoryStateStore;
 /// Iterates a store's key/value pairs.
 pub type StateIter<'a> = Box<dyn Iterator<Item = (Cow<'a, [u8]>, Cow<'a, [u8]>)> + 'a>;
 
-/// What [`StateStore::update`] makes of a key's value (`None`: absent).
-pub type Updater<'a> = &'a mut dyn FnMut(Option<&[u8]>) -> Result<Vec<u8>>;
+/// What [`StateStore::update`] makes of a key's value (`None`: absent),
+/// written into the empty buffer it is given (the store's, reused from key
+/// to key: no allocation per key).
+pub type Updater<'a> = &'a mut dyn FnMut(Option<&[u8]>, &mut Vec<u8>) -> Result<()>;
 
 /// One operator partition's versioned key/value state.
 pub trait StateStore: Send {
@@ -39,7 +41,8 @@ pub trait StateStore: Send {
     /// store copies a key it holds only for its undo log). An error from
     /// `f` is returned and leaves the key as it was.
     fn update(&mut self, key: &[u8], f: Updater<'_>) -> Result<()> {
-        let value = f(self.get(key).as_deref())?;
+        let mut value = Vec::new();
+        f(self.get(key).as_deref(), &mut value)?;
         self.put(key.to_vec(), value);
         Ok(())
     }

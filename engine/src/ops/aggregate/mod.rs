@@ -484,13 +484,12 @@ impl AggregateOp {
     /// A group's state value: its eviction time, then its accumulators,
     /// encoded in `buf` (reused across groups) and copied out at its exact
     /// length.
-    fn encode_group(evict_at: i64, accs: &[Acc], buf: &mut Vec<u8>) -> Vec<u8> {
+    fn encode_group(evict_at: i64, accs: &[Acc], buf: &mut Vec<u8>) {
         buf.clear();
         buf.extend_from_slice(&evict_at.to_le_bytes());
         for a in accs {
             a.encode(buf);
         }
-        buf.as_slice().to_vec()
     }
 
     /// Aggregates one batch within itself: its groups (state keys,
@@ -873,24 +872,24 @@ impl AggregateOp {
             .map(|late| late.saturating_mul(1000));
         let mut updated: Vec<u32> = Vec::with_capacity(groups.len());
         // A stored group is decoded here, the batch's folded into it, and
-        // the two swapped: no vectors per group but its new value (counts,
-        // sums and the like allocate nothing else; a `collect_*` or HLL
-        // accumulator holds its own).
+        // the two swapped, its new value encoded into the store's buffer: no
+        // vectors per group (counts, sums and the like allocate nothing
+        // else; a `collect_*` or HLL accumulator holds its own).
         let mut stored = self.new_accs();
-        let mut buf = Vec::new();
         for i in 0..groups.len() {
             let (key, evict_at, accs) = groups.group_mut(i);
             if late_us.is_some_and(|late| *evict_at <= late) {
                 counts.dropped += 1;
                 continue;
             }
-            store.update(key, &mut |old| {
+            store.update(key, &mut |old, out| {
                 if let Some(old) = old {
                     *evict_at = self.decode_into(old, &mut stored)?;
                     self.merge_accs(&mut stored, accs, key)?;
                     accs.swap_with_slice(&mut stored);
                 }
-                Ok(Self::encode_group(*evict_at, accs, &mut buf))
+                Self::encode_group(*evict_at, accs, out);
+                Ok(())
             })?;
             updated.push(i as u32);
         }
