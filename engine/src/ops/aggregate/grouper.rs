@@ -526,7 +526,9 @@ impl RowKey for PackedKey<'_> {
             Some(w) => w.code(r),
             None => 0,
         };
-        self.base = (first, key << self.shift);
+        // (`shift` is 0 or 64: constant shifts, not a variable u128 one.)
+        let rest = if self.shift == 64 { key << 64 } else { key };
+        self.base = (first, rest);
     }
 
     #[inline(always)]

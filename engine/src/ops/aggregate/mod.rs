@@ -201,6 +201,15 @@ impl TaskRows<'_> {
                 keyer.add_row(g, r, 0, column_evict_at);
                 continue;
             };
+            // A new group's eviction time: its window's end, or the row's
+            // watermarked key column.
+            let evict_at = |start: i64| {
+                if self.window_evicts {
+                    start + size
+                } else {
+                    column_evict_at()
+                }
+            };
             if ts.is_null(r) {
                 continue; // Spark leaves rows with a null time out
             }
@@ -228,6 +237,12 @@ impl TaskRows<'_> {
                     }
                     span_lo
                 };
+                if size == slide {
+                    // Tumbling: the row's one window starts at `last`.
+                    keyer.row(r);
+                    keyer.add_row(g, r, last, || evict_at(last));
+                    continue;
+                }
                 Starts::Within {
                     last,
                     k: per_row,
@@ -238,13 +253,7 @@ impl TaskRows<'_> {
             };
             keyer.row(r);
             for start in starts {
-                keyer.add_row(g, r, start, || {
-                    if self.window_evicts {
-                        start + size
-                    } else {
-                        column_evict_at()
-                    }
-                });
+                keyer.add_row(g, r, start, || evict_at(start));
             }
         }
         fold(g)?;
