@@ -51,15 +51,17 @@ pub struct MemoryStateStore {
 const HEADER: usize = 5;
 
 /// One key and its value in one allocation, after a header: whether this
-/// batch changed the key (then its previous value is in the undo log) and
-/// the key's length.
+/// batch changed the key since the last commit (then the undo log has the
+/// key, with its previous value when it had one) and the key's length.
 struct Entry(Box<[u8]>);
 
 impl Entry {
     fn new(key: &[u8], value: &[u8], changed: bool) -> Entry {
         let mut e = Vec::with_capacity(HEADER + key.len() + value.len());
         e.push(changed as u8);
-        e.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        // The state file format's own limit on a key.
+        let len = u32::try_from(key.len()).expect("a state key is shorter than 4 GiB");
+        e.extend_from_slice(&len.to_le_bytes());
         e.extend_from_slice(key);
         e.extend_from_slice(value);
         Entry(e.into_boxed_slice())
@@ -257,8 +259,9 @@ impl StateStore for MemoryStateStore {
     }
 
     fn update(&mut self, key: &[u8], f: Updater<'_>) -> Result<()> {
-        // One lookup reads the value and changes it in place; the new value
-        // is written into the store's buffer, then copied into the entry.
+        // One lookup reads a held key's value and changes it in place (a
+        // new key is looked up again to be added); the new value is written
+        // into the store's buffer, then copied into the entry.
         let h = self.hash(key);
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
@@ -341,9 +344,8 @@ impl StateStore for MemoryStateStore {
     }
 
     fn abort(&mut self) {
-        let undo = std::mem::take(&mut self.undo);
-        let bytes = std::mem::take(&mut self.undo_bytes);
-        for (k, old) in undo.into_iter().rev() {
+        let bytes = &self.undo_bytes;
+        for (k, old) in self.undo.drain(..).rev() {
             let key = &bytes[k];
             match old {
                 Some(v) => set(&mut self.table, &self.hasher, key, &bytes[v]),
@@ -352,7 +354,6 @@ impl StateStore for MemoryStateStore {
                 }
             }
         }
-        self.undo_bytes = bytes;
         self.undo_bytes.clear();
         self.bytes = self.count_bytes();
     }
@@ -415,8 +416,13 @@ mod tests {
         set(&mut s, b"c", b"3");
         s.remove(b"b");
         assert!(s.commit(2).is_err());
-        // A put after the failure, then the abort: the committed state.
+        // Changes after the failure (a rewritten at the same length in
+        // place, c, new in the failed batch, removed), then the abort: the
+        // committed state.
         set(&mut s, b"a", b"11");
+        set(&mut s, b"a", b"12");
+        s.remove(b"c");
+        assert_eq!(s.len(), 1);
         s.abort();
         assert_eq!(s.get(b"a").as_deref(), Some(&b"1"[..]));
         assert_eq!(s.get(b"b").as_deref(), Some(&b"2"[..]));

@@ -26,8 +26,8 @@ pub use memory::MemoryStateStore;
 pub type StateIter<'a> = Box<dyn Iterator<Item = (Cow<'a, [u8]>, Cow<'a, [u8]>)> + 'a>;
 
 /// What [`StateStore::update`] makes of a key's value (`None`: absent),
-/// written into the empty buffer it is given (the store's, reused from key
-/// to key: no allocation per key).
+/// written into the empty buffer it is given (the memory store reuses one
+/// from key to key: no allocation per key).
 pub type Updater<'a> = &'a mut dyn FnMut(Option<&[u8]>, &mut Vec<u8>) -> Result<()>;
 
 /// One operator partition's versioned key/value state.
@@ -37,9 +37,9 @@ pub trait StateStore: Send {
     /// Sets `key`.
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>);
     /// Sets `key` to what `f` makes of its value (`None`: absent), finding
-    /// the key once and copying it only where the store can (the memory
-    /// store copies a key it holds only for its undo log). An error from
-    /// `f` is returned and leaves the key as it was.
+    /// the key once where the store can (the memory store finds a key it
+    /// holds once, and writes a value of the same length in place). An
+    /// error from `f` is returned and leaves the key as it was.
     fn update(&mut self, key: &[u8], f: Updater<'_>) -> Result<()> {
         let mut value = Vec::new();
         f(self.get(key).as_deref(), &mut value)?;

@@ -622,6 +622,13 @@ mod tests {
         let dir = root.path().join("commits");
         fs::create_dir_all(&dir).unwrap();
         let guard = SpareGuard::new(vec![dir.clone()]);
+        // The guard is dropped on another thread when told (started before
+        // the pause: a thread that failed to start drops it here).
+        let (go, wait) = mpsc::channel::<()>();
+        let dropping = std::thread::spawn(move || {
+            let _ = wait.recv();
+            drop(guard);
+        });
         // The background thread held before its next job: the recycled
         // files wait to be emptied.
         let pause = PAUSE.lock().unwrap_or_else(|e| e.into_inner());
@@ -630,12 +637,14 @@ mod tests {
             fs::write(&old, vec![b'z'; 10_000]).unwrap();
             assert!(recycle(&dir, &old, false), "room for {i}");
         }
-        let dropping = std::thread::spawn(move || drop(guard));
+        assert_eq!(registry().slots.get(&dir).map(|s| s.emptying), Some(3));
+        go.send(()).unwrap();
         std::thread::sleep(Duration::from_millis(100));
         assert!(
             !dropping.is_finished(),
             "the last guard returned while files below it were still to be emptied"
         );
+        assert_eq!(files(&dir).len(), 3, "{:?}", files(&dir));
         drop(pause);
         dropping.join().unwrap();
         assert!(files(&dir).is_empty(), "{:?}", files(&dir));

@@ -491,8 +491,7 @@ impl AggregateOp {
     }
 
     /// A group's state value: its eviction time, then its accumulators,
-    /// encoded in `buf` (reused across groups) and copied out at its exact
-    /// length.
+    /// encoded into `buf` (emptied first; the state store's buffer).
     fn encode_group(evict_at: i64, accs: &[Acc], buf: &mut Vec<u8>) {
         buf.clear();
         buf.extend_from_slice(&evict_at.to_le_bytes());
@@ -881,9 +880,10 @@ impl AggregateOp {
             .map(|late| late.saturating_mul(1000));
         let mut updated: Vec<u32> = Vec::with_capacity(groups.len());
         // A stored group is decoded here, the batch's folded into it, and
-        // the two swapped, its new value encoded into the store's buffer: no
-        // vectors per group (counts, sums and the like allocate nothing
-        // else; a `collect_*` or HLL accumulator holds its own).
+        // the two swapped, its new value encoded into the store's buffer
+        // (the memory store's is reused: no vector per group; counts, sums
+        // and the like allocate nothing else; a `collect_*` or HLL
+        // accumulator holds its own).
         let mut stored = self.new_accs();
         for i in 0..groups.len() {
             let (key, evict_at, accs) = groups.group_mut(i);
