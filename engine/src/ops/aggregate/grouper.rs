@@ -44,13 +44,20 @@ pub(super) struct Grouper {
     seen_groups: Vec<u32>,
     /// The input row of each entry of `seen_groups`.
     seen_rows: Vec<u32>,
+    /// With only row counts to make (`count(*)`s, which read no column):
+    /// each group's rows seen, added to its counts by [`Grouper::fold`],
+    /// instead of (group, row) pairs.
+    row_counts: Option<Vec<i64>>,
 }
 
 impl Grouper {
     /// An empty grouping whose groups start from `template`, with room
-    /// for `groups` groups.
-    pub(super) fn new(template: Vec<Acc>, groups: usize) -> Grouper {
+    /// for `groups` groups; `rows_only`: every aggregate counts rows and
+    /// reads no column (`count(*)`), so a group's rows are only counted.
+    pub(super) fn new(template: Vec<Acc>, groups: usize, rows_only: bool) -> Grouper {
+        let rows_only = rows_only && template.iter().all(|a| matches!(a, Acc::Count(_)));
         Grouper {
+            row_counts: rows_only.then(|| Vec::with_capacity(groups)),
             accs: Vec::with_capacity(groups * template.len()),
             template,
             evicts: Vec::with_capacity(groups),
@@ -72,6 +79,10 @@ impl Grouper {
     /// Notes that row `row` belongs to group `group` (folded in by [`Grouper::fold`]).
     #[inline]
     fn see(&mut self, group: u32, row: usize) {
+        if let Some(counts) = &mut self.row_counts {
+            counts[group as usize] += 1;
+            return;
+        }
         self.seen_groups.push(group);
         self.seen_rows.push(row as u32);
     }
@@ -84,6 +95,15 @@ impl Grouper {
         readers: &[Reader],
     ) -> std::result::Result<(), (usize, usize, i64, WeirError)> {
         let n = self.template.len();
+        if let Some(counts) = &mut self.row_counts {
+            for (g, c) in counts.iter_mut().enumerate() {
+                let c = std::mem::take(c);
+                for a in &mut self.accs[g * n..(g + 1) * n] {
+                    a.add_rows(c);
+                }
+            }
+            return Ok(());
+        }
         for (ai, r) in readers.iter().enumerate() {
             Acc::update_rows(&mut self.accs, n, ai, &self.seen_groups, &self.seen_rows, r)
                 .map_err(|(k, e)| {
@@ -100,6 +120,9 @@ impl Grouper {
     fn add(&mut self, row: usize, start: i64, evict_at: i64) -> u32 {
         let i = self.evicts.len() as u32;
         self.accs.extend_from_slice(&self.template);
+        if let Some(counts) = &mut self.row_counts {
+            counts.push(0);
+        }
         self.evicts.push(evict_at);
         self.firsts.push(row as u32);
         self.starts.push(start);

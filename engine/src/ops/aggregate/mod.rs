@@ -566,7 +566,9 @@ impl AggregateOp {
             .groups_hint
             .load(Ordering::Relaxed)
             .min(n.saturating_mul(per_row.max(1) as usize));
-        let mut g = Grouper::new(self.new_accs(), hint);
+        // `count(*)`s alone (no column read): rows are only counted.
+        let rows_only = readers.iter().all(|r| matches!(r, Reader::None));
+        let mut g = Grouper::new(self.new_accs(), hint, rows_only);
         let fold = |g: &mut Grouper| {
             g.fold(&readers).map_err(|(ai, r, start, e)| {
                 self.in_group(ai, || self.describe_row(batch, r, start), e)
@@ -1315,6 +1317,66 @@ mod tests {
                     "keys {picked:?}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn row_counts_alone_are_counted_without_a_fold_and_each_count_sees_every_row() {
+        // Two `count(*)`s (rows only counted), then one with a column's
+        // count beside it (rows noted and folded): the same counts.
+        let keys: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "a", "c", "a", "b"]));
+        let values: ArrayRef = Arc::new(Int32Array::from(vec![
+            Some(1),
+            None,
+            Some(3),
+            Some(4),
+            None,
+            Some(6),
+        ]));
+        let schema = Arc::new(Schema::new(vec![
+            ArrowField::new("k", ArrowType::Utf8, true),
+            ArrowField::new("v", ArrowType::Int32, true),
+        ]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![keys.clone(), values]).unwrap();
+        let key = || {
+            vec![KeyExec::Column {
+                index: 0,
+                name: "k".into(),
+                watermarked: false,
+            }]
+        };
+        let count_v = || AggExec {
+            func: AggFn::Count,
+            input: Some(1),
+            input_type: Some(ArrowType::Int32),
+            name: "nv".into(),
+        };
+        let want = reference(&[keys]);
+        for with_column in [false, true] {
+            let second = if with_column { count_v() } else { count_star() };
+            let op = AggregateOp::new(0, key(), vec![count_star(), second], &schema).unwrap();
+            let groups = op.partial(&batch).unwrap().0.into_groups();
+            let counts_of = |i: usize| {
+                groups
+                    .iter()
+                    .map(|(k, _, accs)| {
+                        let out = Acc::evaluate(&[&accs[i]], &ArrowType::Int64).unwrap();
+                        (
+                            k.clone(),
+                            out.as_primitive::<arrow::datatypes::Int64Type>().value(0),
+                        )
+                    })
+                    .collect::<std::collections::BTreeMap<_, _>>()
+            };
+            assert_eq!(counts_of(0), want);
+            let got: Vec<i64> = counts_of(1).into_values().collect();
+            // Keys a, b, c: every row, or the non-null values of `v` (a {1, 3}, b {6}, c {4}).
+            let expected = if with_column {
+                vec![2, 1, 1]
+            } else {
+                vec![3, 2, 1]
+            };
+            assert_eq!(got, expected, "with a column: {with_column}");
         }
     }
 

@@ -12,6 +12,13 @@ use crate::error::Result;
 #[derive(Clone, Debug, PartialEq, Default)]
 pub(crate) struct Count(i64);
 
+impl Count {
+    /// Counts `n` more rows.
+    pub(super) fn add(&mut self, n: i64) {
+        self.0 += n;
+    }
+}
+
 impl Accumulator for Count {
     #[inline]
     fn update(&mut self, r: &Reader, i: usize) -> Result<()> {

@@ -195,6 +195,14 @@ accumulators! {
 }
 
 impl Acc {
+    /// Counts `n` more rows in a row count (`count(*)`: a [`Acc::Count`]
+    /// that reads no column); any other accumulator is left as it is.
+    pub(crate) fn add_rows(&mut self, n: i64) {
+        if let Acc::Count(c) = self {
+            c.add(n);
+        }
+    }
+
     /// A new (empty) accumulator of `func` over input values of `kind`
     /// (`collect_*` bounded by the default of
     /// `spark.sql.streaming.weir.collectMaxValues`); the operators use
