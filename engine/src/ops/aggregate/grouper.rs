@@ -52,8 +52,10 @@ pub(super) struct Grouper {
 
 impl Grouper {
     /// An empty grouping whose groups start from `template`, with room
-    /// for `groups` groups; `rows_only`: every aggregate counts rows and
-    /// reads no column (`count(*)`), so a group's rows are only counted.
+    /// for `groups` groups; `rows_only`: the caller's word that every
+    /// aggregate reads no column, so that, when every accumulator of
+    /// `template` is a count too (`count(*)`), a group's rows are only
+    /// counted.
     pub(super) fn new(template: Vec<Acc>, groups: usize, rows_only: bool) -> Grouper {
         let rows_only = rows_only && template.iter().all(|a| matches!(a, Acc::Count(_)));
         Grouper {
@@ -71,6 +73,7 @@ impl Grouper {
     /// Whether enough rows were seen to fold them in now ([`FOLD_EVERY`]):
     /// the rows seen are kept in a small buffer that stays in cache (grown
     /// only for rows in more than 64 windows), not one entry per input row.
+    /// Never when rows are only counted: they are folded once, at the end.
     #[inline]
     pub(super) fn should_fold(&self) -> bool {
         self.seen_groups.len() >= FOLD_EVERY
@@ -96,6 +99,7 @@ impl Grouper {
     ) -> std::result::Result<(), (usize, usize, i64, WeirError)> {
         let n = self.template.len();
         if let Some(counts) = &mut self.row_counts {
+            debug_assert!(readers.iter().all(|r| matches!(r, Reader::None)));
             for (g, c) in counts.iter_mut().enumerate() {
                 let c = std::mem::take(c);
                 for a in &mut self.accs[g * n..(g + 1) * n] {
@@ -659,5 +663,53 @@ impl<'a> Keyer<'a> {
             base: (0, 0),
             index: FastMap::with_capacity_and_hasher(groups, Default::default()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::accumulators::Kind;
+    use super::*;
+    use weir_plan::AggFn;
+
+    /// The two accumulators of group `group`.
+    fn counted(g: &Grouper, group: usize) -> Vec<Acc> {
+        g.accs[group * 2..group * 2 + 2].to_vec()
+    }
+
+    #[test]
+    fn row_counts_alone_are_counted_and_folded_once_at_the_end() {
+        let count = || Acc::new(AggFn::Count, Kind::Int);
+        let readers = [Reader::None, Reader::None];
+        // Counts only (and not with another function, or when the caller
+        // says a column is read).
+        let mut g = Grouper::new(vec![count(), count()], 0, true);
+        assert!(g.row_counts.is_some());
+        assert!(Grouper::new(vec![count()], 0, false).row_counts.is_none());
+        let sum = Acc::new(AggFn::Sum, Kind::Int);
+        assert!(Grouper::new(vec![count(), sum], 0, true)
+            .row_counts
+            .is_none());
+        let (a, b) = (g.add(0, 0, i64::MAX), g.add(1, 0, i64::MAX));
+        for r in 0..3 * FOLD_EVERY {
+            g.see(if r % 3 == 0 { b } else { a }, r);
+            assert!(
+                !g.should_fold(),
+                "row {r}: rows only counted fold at the end"
+            );
+        }
+        g.fold(&readers).unwrap();
+        // A second fold adds nothing.
+        g.fold(&readers).unwrap();
+        let mut want_a = vec![count(), count()];
+        let mut want_b = vec![count(), count()];
+        for acc in &mut want_a {
+            acc.add_rows(2 * FOLD_EVERY as i64);
+        }
+        for acc in &mut want_b {
+            acc.add_rows(FOLD_EVERY as i64);
+        }
+        assert_eq!(counted(&g, a as usize), want_a);
+        assert_eq!(counted(&g, b as usize), want_b);
     }
 }

@@ -170,8 +170,8 @@ struct TaskRows<'a> {
 impl TaskRows<'_> {
     /// Puts every row in its groups (one per window it falls in) with
     /// `keyer`, folding them in with `fold` every [`grouper::FOLD_EVERY`]
-    /// (row, window) pairs; returns how many rows lost windows near the
-    /// ends of time.
+    /// (row, window) pairs (once, at the end, when rows are only counted);
+    /// returns how many rows lost windows near the ends of time.
     /// Generic over the key's shape: the loop is compiled once per shape,
     /// each copy a function of its own (inlined into one, they crowded out
     /// the inlining of the key's hash).
@@ -1321,7 +1321,7 @@ mod tests {
     }
 
     #[test]
-    fn row_counts_alone_are_counted_without_a_fold_and_each_count_sees_every_row() {
+    fn row_counts_alone_are_folded_once_and_each_count_sees_every_row() {
         // Two `count(*)`s (rows only counted), then one with a column's
         // count beside it (rows noted and folded): the same counts.
         let keys: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "a", "c", "a", "b"]));
