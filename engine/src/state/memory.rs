@@ -33,13 +33,8 @@ pub struct MemoryStateStore {
     files: VersionFiles,
     table: hashbrown::HashTable<Entry>,
     hasher: foldhash::fast::RandomState,
-    /// The batch's changes in order: each key and its value before its
-    /// first change (none: the key was new), as ranges of `undo_bytes` (a
-    /// key removed and put again is logged once more per such cycle; abort
-    /// replays the log backwards, so the first entry wins).
-    undo: Vec<(Range<usize>, Option<Range<usize>>)>,
-    /// The undo log's keys and values, one after the other.
-    undo_bytes: Vec<u8>,
+    /// The batch's changes, for commit and abort.
+    undo: UndoLog,
     bytes: usize,
     /// The size of the last delta file written: the next one's first guess.
     delta_hint: usize,
@@ -124,34 +119,45 @@ fn set(
     }
 }
 
-/// The batch's undo log (see [`MemoryStateStore::undo`]) and the memory
-/// count, as one borrow beside the table's.
-struct Log<'a> {
-    undo: &'a mut Vec<(Range<usize>, Option<Range<usize>>)>,
-    undo_bytes: &'a mut Vec<u8>,
-    bytes: &'a mut usize,
+/// The batch's changes in order: each key and its value before its first
+/// change (none: the key was new), as ranges of one byte buffer (a key
+/// removed and put again is logged once more per such cycle; abort replays
+/// the log backwards, so the first entry wins). Its room is kept from batch
+/// to batch.
+#[derive(Default)]
+struct UndoLog {
+    entries: Vec<(Range<usize>, Option<Range<usize>>)>,
+    bytes: Vec<u8>,
 }
 
-impl Log<'_> {
-    /// Appends `bytes` to the undo log's bytes, returning where they are.
-    fn keep(&mut self, bytes: &[u8]) -> Range<usize> {
-        let at = self.undo_bytes.len();
-        self.undo_bytes.extend_from_slice(bytes);
-        at..self.undo_bytes.len()
+impl UndoLog {
+    /// Logs `key` and its value before this batch's first change (`None`: new).
+    fn record(&mut self, key: &[u8], old: Option<&[u8]>) {
+        let mut keep = |b: &[u8]| {
+            let at = self.bytes.len();
+            self.bytes.extend_from_slice(b);
+            at..self.bytes.len()
+        };
+        let k = keep(key);
+        let v = old.map(keep);
+        self.entries.push((k, v));
     }
 
-    /// Sets held entry `e`'s value; on its first change in a batch, logs
-    /// its key and previous value first.
-    fn change(&mut self, e: &mut Entry, value: &[u8]) {
-        *self.bytes = (*self.bytes + value.len()).saturating_sub(e.value().len());
-        if !e.changed() {
-            let k = self.keep(e.key());
-            let old = self.keep(e.value());
-            self.undo.push((k, Some(old)));
-            e.set_changed(true);
-        }
-        e.set_value(value);
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes.clear();
     }
+}
+
+/// Sets held entry `e`'s value; on its first change in a batch, logs its
+/// key and previous value in `undo` first; `bytes`: the memory count.
+fn change(e: &mut Entry, value: &[u8], undo: &mut UndoLog, bytes: &mut usize) {
+    *bytes = (*bytes + value.len()).saturating_sub(e.value().len());
+    if !e.changed() {
+        undo.record(e.key(), Some(e.value()));
+        e.set_changed(true);
+    }
+    e.set_value(value);
 }
 
 /// Removes `key` from `table` with no undo log, returning its entry.
@@ -193,8 +199,7 @@ impl MemoryStateStore {
             files,
             table,
             hasher,
-            undo: Vec::new(),
-            undo_bytes: Vec::new(),
+            undo: UndoLog::default(),
             bytes: 0,
             delta_hint: 0,
             scratch: Vec::new(),
@@ -215,35 +220,23 @@ impl MemoryStateStore {
         self.hasher.hash_one(key)
     }
 
-    /// The undo log and memory count.
-    fn log(&mut self) -> Log<'_> {
-        Log {
-            undo: &mut self.undo,
-            undo_bytes: &mut self.undo_bytes,
-            bytes: &mut self.bytes,
+    /// Sets `key` (hash `h`) to `value`: changed in place when held, else added.
+    fn write(&mut self, h: u64, key: &[u8], value: &[u8]) {
+        match self.table.find_mut(h, |e| e.key() == key) {
+            Some(e) => change(e, value, &mut self.undo, &mut self.bytes),
+            None => self.add(h, key, value),
         }
     }
 
-    /// Sets `key` (hash `h`) to `value`: changed in place when held, else added.
-    fn write(&mut self, h: u64, key: &[u8], value: &[u8]) {
-        let mut log = Log {
-            undo: &mut self.undo,
-            undo_bytes: &mut self.undo_bytes,
-            bytes: &mut self.bytes,
-        };
-        match self.table.find_mut(h, |e| e.key() == key) {
-            Some(e) => log.change(e, value),
-            None => {
-                *log.bytes += key.len() + value.len() + ENTRY_OVERHEAD;
-                let k = log.keep(key);
-                log.undo.push((k, None));
-                let hasher = &self.hasher;
-                self.table
-                    .insert_unique(h, Entry::new(key, value, true), |e| {
-                        hasher.hash_one(e.key())
-                    });
-            }
-        }
+    /// Adds `key` (hash `h`), not held, with `value`.
+    fn add(&mut self, h: u64, key: &[u8], value: &[u8]) {
+        self.bytes += key.len() + value.len() + ENTRY_OVERHEAD;
+        self.undo.record(key, None);
+        let hasher = &self.hasher;
+        self.table
+            .insert_unique(h, Entry::new(key, value, true), |e| {
+                hasher.hash_one(e.key())
+            });
     }
 }
 
@@ -259,20 +252,16 @@ impl StateStore for MemoryStateStore {
     }
 
     fn update(&mut self, key: &[u8], f: Updater<'_>) -> Result<()> {
-        // One lookup reads a held key's value and changes it in place (a
-        // new key is looked up again to be added); the new value is written
-        // into the store's buffer, then copied into the entry.
+        // One lookup reads the value and changes it in place (or finds
+        // where a new key goes); the new value is written into the store's
+        // buffer, then copied into the entry.
         let h = self.hash(key);
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
-        let mut log = Log {
-            undo: &mut self.undo,
-            undo_bytes: &mut self.undo_bytes,
-            bytes: &mut self.bytes,
-        };
         let done = match self.table.find_mut(h, |e| e.key() == key) {
-            Some(e) => f(Some(e.value()), &mut value).map(|()| log.change(e, &value)),
-            None => f(None, &mut value).map(|()| self.write(h, key, &value)),
+            Some(e) => f(Some(e.value()), &mut value)
+                .map(|()| change(e, &value, &mut self.undo, &mut self.bytes)),
+            None => f(None, &mut value).map(|()| self.add(h, key, &value)),
         };
         self.scratch = value;
         done
@@ -284,10 +273,7 @@ impl StateStore for MemoryStateStore {
                 .bytes
                 .saturating_sub(old.0.len() - HEADER + ENTRY_OVERHEAD);
             if !old.changed() {
-                let mut log = self.log();
-                let k = log.keep(key);
-                let v = log.keep(old.value());
-                log.undo.push((k, Some(v)));
+                self.undo.record(key, Some(old.value()));
             }
         }
     }
@@ -311,8 +297,8 @@ impl StateStore for MemoryStateStore {
         // fail, abort still restores every key in the undo log, whatever
         // its mark.
         let mut delta = Encoder::new(self.delta_hint);
-        for (k, _) in &self.undo {
-            let key = &self.undo_bytes[k.clone()];
+        for (k, _) in &self.undo.entries {
+            let key = &self.undo.bytes[k.clone()];
             let e = self
                 .table
                 .find_mut(self.hasher.hash_one(key), |e| e.key() == key);
@@ -338,14 +324,13 @@ impl StateStore for MemoryStateStore {
         // The batch is durable: its undo log goes (not before, so a failed
         // write can still be aborted), its room kept for the next batch's.
         self.undo.clear();
-        self.undo_bytes.clear();
         self.files.purge(version);
         Ok(())
     }
 
     fn abort(&mut self) {
-        let bytes = &self.undo_bytes;
-        for (k, old) in self.undo.drain(..).rev() {
+        let bytes = &self.undo.bytes;
+        for (k, old) in self.undo.entries.drain(..).rev() {
             let key = &bytes[k];
             match old {
                 Some(v) => set(&mut self.table, &self.hasher, key, &bytes[v]),
@@ -354,7 +339,7 @@ impl StateStore for MemoryStateStore {
                 }
             }
         }
-        self.undo_bytes.clear();
+        self.undo.bytes.clear();
         self.bytes = self.count_bytes();
     }
 

@@ -1181,12 +1181,20 @@ mod tests {
     }
 
     fn counts(groups: Vec<(Vec<u8>, i64, Vec<Acc>)>) -> std::collections::BTreeMap<Vec<u8>, i64> {
+        counts_at(&groups, 0)
+    }
+
+    /// Each group's count in its accumulator `i`.
+    fn counts_at(
+        groups: &[(Vec<u8>, i64, Vec<Acc>)],
+        i: usize,
+    ) -> std::collections::BTreeMap<Vec<u8>, i64> {
         groups
-            .into_iter()
+            .iter()
             .map(|(k, _, accs)| {
-                let out = Acc::evaluate(&[&accs[0]], &ArrowType::Int64).unwrap();
+                let out = Acc::evaluate(&[&accs[i]], &ArrowType::Int64).unwrap();
                 (
-                    k,
+                    k.clone(),
                     out.as_primitive::<arrow::datatypes::Int64Type>().value(0),
                 )
             })
@@ -1356,20 +1364,8 @@ mod tests {
             let second = if with_column { count_v() } else { count_star() };
             let op = AggregateOp::new(0, key(), vec![count_star(), second], &schema).unwrap();
             let groups = op.partial(&batch).unwrap().0.into_groups();
-            let counts_of = |i: usize| {
-                groups
-                    .iter()
-                    .map(|(k, _, accs)| {
-                        let out = Acc::evaluate(&[&accs[i]], &ArrowType::Int64).unwrap();
-                        (
-                            k.clone(),
-                            out.as_primitive::<arrow::datatypes::Int64Type>().value(0),
-                        )
-                    })
-                    .collect::<std::collections::BTreeMap<_, _>>()
-            };
-            assert_eq!(counts_of(0), want);
-            let got: Vec<i64> = counts_of(1).into_values().collect();
+            assert_eq!(counts_at(&groups, 0), want);
+            let got: Vec<i64> = counts_at(&groups, 1).into_values().collect();
             // Keys a, b, c: every row, or the non-null values of `v` (a {1, 3}, b {6}, c {4}).
             let expected = if with_column {
                 vec![2, 1, 1]
