@@ -46,7 +46,7 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use weir_plan::Field;
 
 pub use super::file::ParseMode;
-use super::{json_record, BoxSource, Offset, Source, SourceContext};
+use super::{json_decoders, json_record, BoxSource, Offset, Source, SourceContext};
 use crate::error::{Result, WeirError};
 
 /// The payload's format.
@@ -76,6 +76,8 @@ pub struct Decode {
     error: Option<String>,
     malformed_batch: u64,
     malformed_total: Arc<AtomicU64>,
+    /// JSON decoders kept from batch to batch (JSON only).
+    json: json_decoders::JsonDecoders,
 }
 
 /// `from_json` / `from_csv` on any source.
@@ -109,7 +111,7 @@ impl Decode {
             inner: std::sync::Mutex::new(inner.into()),
             column: column.to_string(),
             format,
-            parse_schema,
+            parse_schema: parse_schema.clone(),
             keep: Vec::new(),
             mode: ParseMode::Permissive,
             corrupt_column: "_corrupt_record".into(),
@@ -117,6 +119,7 @@ impl Decode {
             error: None,
             malformed_batch: 0,
             malformed_total: Arc::new(AtomicU64::new(0)),
+            json: json_decoders::JsonDecoders::new(parse_schema.clone()),
         };
         d.rebuild();
         d
@@ -245,11 +248,8 @@ impl Decode {
         };
         let batch = match self.format {
             PayloadFormat::Json => {
-                let mut dec = arrow::json::ReaderBuilder::new(self.parse_schema.clone())
-                    .with_batch_size(n.max(1))
-                    .with_strict_mode(false)
-                    .build_decoder()
-                    .map_err(|e| e.to_string())?;
+                let mut lease = self.json.lease(n)?;
+                let dec = lease.decoder();
                 // Each record straight from its message: a record that is
                 // one JSON object ends the decoder's row at its last byte.
                 for (k, r) in records.iter().enumerate() {
@@ -257,9 +257,9 @@ impl Decode {
                     let used = dec.decode(r).map_err(|e| e.to_string())?;
                     one_row(k, used, r.len(), dec.len(), dec.has_partial_record())?;
                 }
-                dec.flush()
-                    .map_err(|e| e.to_string())?
-                    .unwrap_or_else(|| RecordBatch::new_empty(self.parse_schema.clone()))
+                let batch = dec.flush().map_err(|e| e.to_string())?;
+                lease.flushed();
+                batch.unwrap_or_else(|| RecordBatch::new_empty(self.parse_schema.clone()))
             }
             PayloadFormat::Csv { delimiter } => {
                 let mut dec = arrow::csv::ReaderBuilder::new(self.parse_schema.clone())
@@ -355,28 +355,41 @@ impl Decode {
                 j += 1;
             }
         }
+        // Every record decoded, in order (no null payload, none malformed):
+        // the decoded rows and the kept columns are the output as they are.
+        let whole = decoded.num_rows() == n;
         let take_decoded = UInt32Array::from(rows.iter().map(|i| pos[*i]).collect::<Vec<_>>());
         let take_input = UInt32Array::from(rows.iter().map(|i| *i as u32).collect::<Vec<_>>());
         let mut cols: Vec<ArrayRef> = Vec::new();
         for c in decoded.columns() {
-            cols.push(arrow::compute::take(c.as_ref(), &take_decoded, None)?);
+            cols.push(match whole {
+                true => c.clone(),
+                false => arrow::compute::take(c.as_ref(), &take_decoded, None)?,
+            });
         }
         if self.mode == ParseMode::Permissive
             && self.parse_schema.index_of(&self.corrupt_column).is_err()
         {
-            let raw: StringArray = rows
-                .iter()
-                .map(|i| {
-                    bad_set
-                        .contains_key(i)
-                        .then(|| String::from_utf8_lossy(values.value(*i)).into_owned())
-                })
-                .collect();
-            cols.push(Arc::new(raw));
+            if whole {
+                cols.push(arrow::array::new_null_array(&DataType::Utf8, n));
+            } else {
+                let raw: StringArray = rows
+                    .iter()
+                    .map(|i| {
+                        bad_set
+                            .contains_key(i)
+                            .then(|| String::from_utf8_lossy(values.value(*i)).into_owned())
+                    })
+                    .collect();
+                cols.push(Arc::new(raw));
+            }
         }
         for k in &self.keep {
             let c = batch.column(batch.schema().index_of(k)?);
-            cols.push(arrow::compute::take(c.as_ref(), &take_input, None)?);
+            cols.push(match whole {
+                true => c.clone(),
+                false => arrow::compute::take(c.as_ref(), &take_input, None)?,
+            });
         }
         let out = RecordBatch::try_new_with_options(
             self.schema.clone(),
@@ -484,6 +497,7 @@ impl Source for Decode {
             error: None,
             malformed_batch: 0,
             malformed_total: Arc::new(AtomicU64::new(0)),
+            json: json_decoders::JsonDecoders::new(self.parse_schema.clone()),
         };
         d.rebuild();
         Ok(Box::new(d))

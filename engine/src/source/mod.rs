@@ -6,6 +6,7 @@
 pub mod by_name;
 pub mod decode;
 pub mod file;
+mod json_decoders;
 mod json_record;
 #[cfg(feature = "kafka")]
 pub mod kafka;
