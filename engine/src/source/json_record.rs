@@ -26,30 +26,34 @@ pub(crate) fn check_json_object(record: &[u8]) -> Result<(), String> {
 /// run of 64 digits (a number beyond `f64`), or more than 100 brackets (the
 /// parser's recursion limit of 128; the grammar check has none). Bytes
 /// inside strings count too: a false alarm costs only the full parse.
+///
+/// Each is found by a vectorized search (`memchr`) rather than a loop over
+/// every byte: a backslash followed by `u`; an `e` or `E` after a digit;
+/// the brackets counted; and the digit runs scanned only when an aligned
+/// block of 32 bytes is all digits, which every run of 64 holds.
 fn needs_full_parse(record: &[u8]) -> bool {
-    let (mut digits, mut brackets, mut prev) = (0usize, 0usize, 0u8);
-    for &b in record {
-        match b {
-            b'0'..=b'9' => {
-                digits += 1;
-                if digits >= 64 {
-                    return true;
-                }
-            }
-            b'e' | b'E' if prev.is_ascii_digit() => return true,
-            b'u' if prev == b'\\' => return true,
-            b'[' | b'{' => {
-                brackets += 1;
-                if brackets > 100 {
-                    return true;
-                }
-                digits = 0;
-            }
-            _ => digits = 0,
-        }
-        prev = b;
-    }
-    false
+    let after = |i: usize, what: fn(&u8) -> bool| record.get(i).is_some_and(what);
+    memchr::memchr_iter(b'\\', record).any(|i| after(i + 1, |b| *b == b'u'))
+        || memchr::memchr2_iter(b'e', b'E', record)
+            .any(|i| i > 0 && after(i - 1, u8::is_ascii_digit))
+        || (record.len() > 100 && memchr::memchr2_iter(b'[', b'{', record).count() > 100)
+        || (has_digit_block(record) && longest_digit_run(record) >= 64)
+}
+
+/// Whether some aligned block of 32 bytes of `record` is all digits.
+fn has_digit_block(record: &[u8]) -> bool {
+    record
+        .chunks_exact(32)
+        .any(|c| c.iter().fold(true, |all, b| all & b.is_ascii_digit()))
+}
+
+/// The longest run of digits in `record`.
+fn longest_digit_run(record: &[u8]) -> usize {
+    record
+        .split(|b| !b.is_ascii_digit())
+        .map(<[u8]>::len)
+        .max()
+        .unwrap_or(0)
 }
 
 /// serde_json's grammar alone: an object first, valid UTF-8, one value.
@@ -58,7 +62,7 @@ fn grammar_accepts(record: &[u8]) -> bool {
         .iter()
         .find(|b| !matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
         .is_some_and(|b| *b == b'{')
-        && std::str::from_utf8(record).is_ok()
+        && simdutf8::basic::from_utf8(record).is_ok()
         && serde_json::from_slice::<serde::de::IgnoredAny>(record).is_ok()
 }
 
@@ -312,8 +316,77 @@ mod tests {
         })
     }
 
+    /// [`needs_full_parse`] byte by byte, as it was first written: the
+    /// vectorized searches must give its verdict on every record.
+    fn needs_full_parse_bytewise(record: &[u8]) -> bool {
+        let (mut digits, mut brackets, mut prev) = (0usize, 0usize, 0u8);
+        for &b in record {
+            match b {
+                b'0'..=b'9' => {
+                    digits += 1;
+                    if digits >= 64 {
+                        return true;
+                    }
+                }
+                b'e' | b'E' if prev.is_ascii_digit() => return true,
+                b'u' if prev == b'\\' => return true,
+                b'[' | b'{' => {
+                    brackets += 1;
+                    if brackets > 100 {
+                        return true;
+                    }
+                    digits = 0;
+                }
+                _ => digits = 0,
+            }
+            prev = b;
+        }
+        false
+    }
+
+    #[test]
+    fn runs_of_digits_are_found_wherever_they_sit() {
+        // 63 and 64 digits at every offset against the aligned blocks.
+        for at in 0..40 {
+            for run in [31, 32, 63, 64, 65] {
+                let rec = format!("{{\"a\":{}{}}}", " ".repeat(at), "7".repeat(run));
+                assert_eq!(needs_full_parse(rec.as_bytes()), run >= 64, "{rec}");
+                assert_eq!(needs_full_parse_bytewise(rec.as_bytes()), run >= 64);
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// The vectorized searches judge every record as the byte loop does:
+        /// over objects with bits of JSON put anywhere in them, and long
+        /// runs of digits and brackets.
+        #[test]
+        fn the_searches_agree_with_the_byte_loop(
+            rec in object_text(),
+            edits in prop::collection::vec(
+                (any::<prop::sample::Index>(), prop_oneof![
+                    piece(),
+                    (1usize..80).prop_map(|n| vec![b'9'; n]),
+                    (1usize..120).prop_map(|n| vec![b'['; n]),
+                    (1usize..120).prop_map(|n| vec![b'{'; n]),
+                ]),
+                0..4,
+            ),
+        ) {
+            let mut rec = rec;
+            for (at, bits) in edits {
+                let i = at.index(rec.len() + 1);
+                rec.splice(i..i, bits);
+            }
+            prop_assert_eq!(
+                needs_full_parse(&rec),
+                needs_full_parse_bytewise(&rec),
+                "{:?}",
+                String::from_utf8_lossy(&rec)
+            );
+        }
 
         /// The fast check never accepts what the full parse refuses: over
         /// objects by the grammar with bits of JSON, right and wrong (stray
