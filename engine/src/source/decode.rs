@@ -362,9 +362,10 @@ impl Decode {
         let take_input = UInt32Array::from(rows.iter().map(|i| *i as u32).collect::<Vec<_>>());
         let mut cols: Vec<ArrayRef> = Vec::new();
         for c in decoded.columns() {
-            cols.push(match whole {
-                true => c.clone(),
-                false => arrow::compute::take(c.as_ref(), &take_decoded, None)?,
+            cols.push(if whole {
+                c.clone()
+            } else {
+                arrow::compute::take(c.as_ref(), &take_decoded, None)?
             });
         }
         if self.mode == ParseMode::Permissive
@@ -386,9 +387,10 @@ impl Decode {
         }
         for k in &self.keep {
             let c = batch.column(batch.schema().index_of(k)?);
-            cols.push(match whole {
-                true => c.clone(),
-                false => arrow::compute::take(c.as_ref(), &take_input, None)?,
+            cols.push(if whole {
+                c.clone()
+            } else {
+                arrow::compute::take(c.as_ref(), &take_input, None)?
             });
         }
         let out = RecordBatch::try_new_with_options(
@@ -576,6 +578,43 @@ mod tests {
         // tests/it/kafka.rs checks it through a real query.)
         let offs = out.column(3).as_primitive::<arrow::datatypes::Int64Type>();
         assert_eq!(offs.values().to_vec(), vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn clean_batches_around_a_malformed_one_decode_alone() {
+        // One source decodes three batches in turn (its decoders are kept
+        // between them): clean, one malformed record, clean.
+        let d = source().from_json("value", fields()).keep(&["offset"]);
+        let check_clean = |b: &RecordBatch, pages: &[&str]| {
+            let (out, malformed) = d.decode_batch(b).unwrap();
+            assert_eq!(malformed, 0);
+            let page = out.column(0).as_string::<i32>();
+            assert_eq!(page.iter().flatten().collect::<Vec<_>>(), pages);
+            let n = out.column(1).as_primitive::<arrow::datatypes::Int64Type>();
+            assert_eq!(n.values().len(), pages.len());
+            assert_eq!(out.column(2).null_count(), pages.len(), "no corrupt record");
+            let offs = out.column(3).as_primitive::<arrow::datatypes::Int64Type>();
+            assert_eq!(
+                offs.values().to_vec(),
+                (0..pages.len() as i64).collect::<Vec<_>>()
+            );
+        };
+        check_clean(
+            &payloads(&[
+                Some(r#"{"page":"/a","n":1}"#),
+                Some(r#"{"page":"/b","n":2}"#),
+            ]),
+            &["/a", "/b"],
+        );
+        let (out, malformed) = d
+            .decode_batch(&payloads(&[
+                Some(r#"{"page":"/c","n":3}"#),
+                Some(r#"{"page":"/d","n":"#),
+            ]))
+            .unwrap();
+        assert_eq!(malformed, 1);
+        assert_eq!(out.column(0).as_string::<i32>().value(0), "/c");
+        check_clean(&payloads(&[Some(r#"{"page":"/e","n":5}"#)]), &["/e"]);
     }
 
     #[test]

@@ -11,22 +11,33 @@ use std::sync::{Mutex, PoisonError};
 use arrow::datatypes::SchemaRef;
 use arrow::json::reader::{Decoder, ReaderBuilder};
 
-/// At most this many idle decoders are kept (one per concurrent task is
-/// enough; the pool has as many tasks as workers).
-const MAX_IDLE: usize = 8;
+/// A decoder for more rows than this is not kept: one unusually large
+/// batch (a backlog read without a per-trigger limit) must not hold its
+/// buffers for the life of the query.
+const MAX_KEPT_ROWS: usize = 1 << 17;
+
+/// Idle decoders kept: one per task that can run at once (the worker
+/// pool's threads), and at least this many (batches of different sizes).
+const MIN_IDLE: usize = 4;
 
 /// Decoders of one schema, idle between batches.
 pub(crate) struct JsonDecoders {
+    /// The rows' schema.
     schema: SchemaRef,
+    /// Idle decoders, each with the batch size it was built for.
     idle: Mutex<Vec<(usize, Decoder)>>,
 }
 
 /// A decoder lent for one batch; it goes back when dropped after
 /// [`Lease::flushed`], and is dropped with the lease otherwise.
 pub(crate) struct Lease<'a> {
+    /// Where the decoder goes back.
     pool: &'a JsonDecoders,
+    /// The decoder's batch size.
     rows: usize,
+    /// The decoder (taken out on drop).
     decoder: Option<Decoder>,
+    /// Set by [`Lease::flushed`].
     reusable: bool,
 }
 
@@ -39,15 +50,16 @@ impl JsonDecoders {
         }
     }
 
-    /// A decoder that takes at least `rows` rows before its flush: an idle
-    /// one large enough, or a new one (sized to the next power of two, so
-    /// batches of similar sizes share decoders).
+    /// A decoder that takes at least `rows` rows before its flush: the
+    /// smallest idle one large enough, or a new one (sized to the next power
+    /// of two, so batches of similar sizes share decoders).
     pub(crate) fn lease(&self, rows: usize) -> Result<Lease<'_>, String> {
         let rows = rows.max(1);
         let found = {
             let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-            idle.iter()
-                .position(|(r, _)| *r >= rows)
+            (0..idle.len())
+                .filter(|i| idle[*i].0 >= rows)
+                .min_by_key(|i| idle[*i].0)
                 .map(|i| idle.swap_remove(i))
         };
         let (rows, decoder) = match found {
@@ -94,7 +106,7 @@ impl Lease<'_> {
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
         let Some(d) = self.decoder.take() else { return };
-        if !self.reusable || d.has_partial_record() || !d.is_empty() {
+        if !self.reusable || d.has_partial_record() || !d.is_empty() || self.rows > MAX_KEPT_ROWS {
             return;
         }
         let mut idle = self
@@ -103,7 +115,7 @@ impl Drop for Lease<'_> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         idle.push((self.rows, d));
-        if idle.len() > MAX_IDLE {
+        if idle.len() > rayon::current_num_threads().max(MIN_IDLE) {
             // Keep the larger ones: they serve every smaller batch.
             if let Some(i) = (0..idle.len()).min_by_key(|i| idle[*i].0) {
                 idle.swap_remove(i);
@@ -161,6 +173,33 @@ mod tests {
         let got = decode(&p, &many).unwrap();
         assert_eq!(got, (0..5).map(Some).collect::<Vec<_>>());
         assert_eq!(p.idle(), 2);
+    }
+
+    #[test]
+    fn the_smallest_fitting_decoder_is_lent_and_a_huge_one_is_not_kept() {
+        let p = pool();
+        let small = p.lease(1).unwrap();
+        let big = p.lease(1000).unwrap();
+        for mut l in [small, big] {
+            l.decoder().flush().unwrap();
+            l.flushed();
+        }
+        assert_eq!(p.idle(), 2);
+        // A one-record batch takes the small one; the large one stays idle.
+        let l = p.lease(1).unwrap();
+        assert_eq!(l.rows, 1);
+        drop(l);
+        // A decoder beyond the bound decodes its batch and is then dropped.
+        let mut huge = p.lease(MAX_KEPT_ROWS + 1).unwrap();
+        huge.decoder().flush().unwrap();
+        huge.flushed();
+        drop(huge);
+        assert!(p
+            .idle
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(r, _)| *r <= MAX_KEPT_ROWS));
     }
 
     #[test]
