@@ -342,61 +342,65 @@ impl Decode {
             tracing::warn!(column = %self.column, count = bad.len(), first = %bad[0].1, "malformed records");
         }
         let bad_set: BTreeMap<usize, &String> = bad.iter().map(|(i, e)| (*i, e)).collect();
-        // Output rows (all, or without the malformed ones) and where each comes from in `decoded`.
-        let rows: Vec<usize> = match self.mode {
-            ParseMode::DropMalformed => (0..n).filter(|i| !bad_set.contains_key(i)).collect(),
-            _ => (0..n).collect(),
-        };
-        let mut pos = vec![None; n];
-        let mut j = 0u32;
-        for (i, p) in pos.iter_mut().enumerate() {
-            if values.is_valid(i) && !bad_set.contains_key(&i) {
-                *p = Some(j);
-                j += 1;
+        // Where each output row comes from, in `decoded` and in the input:
+        // none when every record decoded, in order (no null payload, none
+        // malformed), so the columns are the output as they are. Otherwise
+        // all rows, or those not malformed (DROPMALFORMED).
+        let picks = (decoded.num_rows() != n).then(|| {
+            let rows: Vec<usize> = match self.mode {
+                ParseMode::DropMalformed => (0..n).filter(|i| !bad_set.contains_key(i)).collect(),
+                _ => (0..n).collect(),
+            };
+            let mut pos = vec![None; n];
+            let mut j = 0u32;
+            for (i, p) in pos.iter_mut().enumerate() {
+                if values.is_valid(i) && !bad_set.contains_key(&i) {
+                    *p = Some(j);
+                    j += 1;
+                }
             }
-        }
-        // Every record decoded, in order (no null payload, none malformed):
-        // the decoded rows and the kept columns are the output as they are.
-        let whole = decoded.num_rows() == n;
-        let take_decoded = UInt32Array::from(rows.iter().map(|i| pos[*i]).collect::<Vec<_>>());
-        let take_input = UInt32Array::from(rows.iter().map(|i| *i as u32).collect::<Vec<_>>());
+            let in_decoded = UInt32Array::from(rows.iter().map(|i| pos[*i]).collect::<Vec<_>>());
+            let in_input = UInt32Array::from(rows.iter().map(|i| *i as u32).collect::<Vec<_>>());
+            (rows, in_decoded, in_input)
+        });
+        let (in_decoded, in_input) = match &picks {
+            Some((_, d, i)) => (Some(d), Some(i)),
+            None => (None, None),
+        };
+        let pick = |c: &ArrayRef, at: Option<&UInt32Array>| -> Result<ArrayRef> {
+            Ok(match at {
+                None => c.clone(),
+                Some(at) => arrow::compute::take(c.as_ref(), at, None)?,
+            })
+        };
         let mut cols: Vec<ArrayRef> = Vec::new();
         for c in decoded.columns() {
-            cols.push(if whole {
-                c.clone()
-            } else {
-                arrow::compute::take(c.as_ref(), &take_decoded, None)?
-            });
+            cols.push(pick(c, in_decoded)?);
         }
         if self.mode == ParseMode::Permissive
             && self.parse_schema.index_of(&self.corrupt_column).is_err()
         {
-            if whole {
-                cols.push(arrow::array::new_null_array(&DataType::Utf8, n));
-            } else {
-                let raw: StringArray = rows
-                    .iter()
-                    .map(|i| {
-                        bad_set
-                            .contains_key(i)
-                            .then(|| String::from_utf8_lossy(values.value(*i)).into_owned())
-                    })
-                    .collect();
-                cols.push(Arc::new(raw));
-            }
-        }
-        for k in &self.keep {
-            let c = batch.column(batch.schema().index_of(k)?);
-            cols.push(if whole {
-                c.clone()
-            } else {
-                arrow::compute::take(c.as_ref(), &take_input, None)?
+            cols.push(match &picks {
+                None => arrow::array::new_null_array(&DataType::Utf8, n),
+                Some((rows, ..)) => Arc::new(
+                    rows.iter()
+                        .map(|i| {
+                            bad_set
+                                .contains_key(i)
+                                .then(|| String::from_utf8_lossy(values.value(*i)).into_owned())
+                        })
+                        .collect::<StringArray>(),
+                ),
             });
         }
+        for k in &self.keep {
+            cols.push(pick(batch.column(batch.schema().index_of(k)?), in_input)?);
+        }
+        let num_rows = picks.as_ref().map_or(n, |(rows, ..)| rows.len());
         let out = RecordBatch::try_new_with_options(
             self.schema.clone(),
             cols,
-            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+            &RecordBatchOptions::new().with_row_count(Some(num_rows)),
         )?;
         Ok((out, malformed))
     }
