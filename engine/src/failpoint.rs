@@ -27,9 +27,11 @@ pub const POINTS: &[&str] = &[
     "after_source_log",
     // between a checkpoint temp file's write and its rename
     "before_rename",
-    // offsets/N written, no work done
+    // offsets/N written, nothing of the batch written (its read and
+    // computation run meanwhile, see `checkpoint::logged`)
     "after_offsets",
-    // the batch's rows read from the sources
+    // the batch's rows read from the sources (offsets/N may still be
+    // being written)
     "after_read",
     // file sink: a data file written, the manifest not yet
     "file_sink_after_data",

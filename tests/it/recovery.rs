@@ -279,25 +279,69 @@ fn a_killed_process_recovers_exactly_on_rocksdb() {
     );
 }
 
+/// A batch reads and computes while its `offsets/N` is written, but writes
+/// nothing before that is durable: a process killed right after the log
+/// (its state partitions would have committed meanwhile had they not
+/// waited for it) has written no state version for the batch, and the
+/// restart re-runs it exactly. Killed at every batch in turn: whether a
+/// state partition would have got ahead of the log is a matter of timing.
+#[test]
+fn a_process_killed_right_after_its_offsets_log_wrote_no_state_and_recovers_exactly() {
+    let name = "recovery::a_process_killed_right_after_its_offsets_log_wrote_no_state_and_recovers_exactly";
+    if crash_child_if_asked(MEMORY) {
+        return; // (not reached when the failpoint fires)
+    }
+    for (victim, _) in uninterrupted() {
+        killed_process_recovers_at(MEMORY, name, "after_offsets", victim);
+    }
+}
+
+/// The state files of version `version` under `chk` (any operator or
+/// partition, deltas and snapshots).
+fn state_files_of_version(chk: &Path, version: i64) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &Path, names: &[String], found: &mut Vec<std::path::PathBuf>) {
+        for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, names, found);
+            } else if names.iter().any(|n| e.file_name().to_str() == Some(n)) {
+                found.push(p);
+            }
+        }
+    }
+    let names = [format!("{version}.delta"), format!("{version}.snapshot")];
+    let mut found = Vec::new();
+    walk(&chk.join("state"), &names, &mut found);
+    found
+}
+
 /// Runs the query in a child process (this test binary, test `name`) that
 /// dies between a state commit and the commit log, then restarts it here.
 fn killed_process_recovers(provider: &str, name: &str) {
     if crash_child_if_asked(provider) {
         return; // (not reached when the failpoint fires)
     }
-    let expected = uninterrupted();
-    let dir = tempfile::tempdir().unwrap();
     // Kill the process while it commits the batch that emits the first windows.
-    let victim = expected
+    let victim = uninterrupted()
         .iter()
         .find(|(_, rows)| !rows.is_empty())
         .unwrap()
         .0;
+    killed_process_recovers_at(provider, name, "after_state_commit", victim)
+}
+
+/// Runs the query in a child process (this test binary, test `name`, which
+/// starts with [`crash_child_if_asked`]) that dies at failpoint `point` of
+/// batch `victim`, then restarts it here: the output from the victim on is
+/// the uninterrupted run's.
+fn killed_process_recovers_at(provider: &str, name: &str, point: &str, victim: i64) {
+    let expected = uninterrupted();
+    let dir = tempfile::tempdir().unwrap();
     crate::common::run_child_killed_at_failpoint(
         name,
         &[
             ("WEIR_CRASH_TEST_DIR", dir.path().display().to_string()),
-            ("WEIR_FAILPOINT", format!("after_state_commit:{victim}")),
+            ("WEIR_FAILPOINT", format!("{point}:{victim}")),
         ],
     );
     let chk = dir.path().join("chk");
@@ -306,6 +350,15 @@ fn killed_process_recovers(provider: &str, name: &str) {
         !chk.join("commits").join(victim.to_string()).exists(),
         "killed before the commit log"
     );
+    let state = state_files_of_version(&chk, victim + 1);
+    if point == "after_offsets" {
+        assert!(
+            state.is_empty(),
+            "written before offsets/{victim}: {state:?}"
+        );
+    } else {
+        assert!(!state.is_empty(), "the state commit came before {point}");
+    }
     // Restart (in this process) and finish: batches from the victim on are
     // re-run from the logged offsets and the restored state.
     let written = fs::read_dir(dir.path().join("in")).unwrap().count();

@@ -14,7 +14,8 @@
 //! does not replace (or a hard link; either fails if the name exists), fsync of the directory; on S3 a conditional
 //! PUT (`If-None-Match: *`). Other local files (such as a source's
 //! metadata) are replaced with a temp file, fsync, rename, fsync of the
-//! directory. `offsets/N` is written before batch N does any work and
+//! directory. `offsets/N` is durable before batch N writes anything (its read and
+//! computation run while it is written: `logged`) and
 //! `commits/N` after its sink and state have committed.
 //!
 //! Since the log entries are created once, the logs also live on object
@@ -27,6 +28,7 @@
 //! ([`Checkpoint::check_supported`]).
 
 pub mod log;
+pub mod logged;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

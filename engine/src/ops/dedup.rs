@@ -247,7 +247,7 @@ impl DedupOp {
                 Ok((keeps, c))
             };
         let results: Vec<(Kept, PartitionCounts)> =
-            store.map_parts(vec![(); n], ctx.state_version, run)?;
+            store.map_parts(vec![(); n], ctx.state_commit.as_ref(), run)?;
         // A row is kept by its partition; rows keep their input order.
         let mut out = Vec::new();
         for (bi, (batch, ..)) in encoded.iter().enumerate() {

@@ -27,7 +27,7 @@ use weir_plan::{GroupKey, Op, OutputMode, StreamPlan};
 use crate::error::{Result, WeirError};
 use crate::progress::held::WatermarkOperator;
 use crate::progress::StateOperatorProgress;
-use crate::state::PartitionedStore;
+use crate::state::{InTaskCommit, PartitionedStore};
 
 use aggregate::{AggExec, AggregateOp, KeyExec, Watermarks};
 use dedup::DedupOp;
@@ -88,10 +88,11 @@ pub struct BatchContext {
     pub late_rows: Vec<RecordBatch>,
     /// The state version this batch commits, when its state partitions may
     /// commit it in their own tasks, right after the operator's last
-    /// change to them (see `PartitionedStore::map_parts`); `None`: every
-    /// partition commits after the sink (as a scale-out task's must, so a
-    /// zombie's fenced sink write stops it before it writes state).
-    pub state_version: Option<u64>,
+    /// change to them and once `offsets/N` is durable (see
+    /// `PartitionedStore::map_parts`); `None`: every partition commits
+    /// after the sink (as a scale-out task's must, so a zombie's fenced
+    /// sink write stops it before it writes state).
+    pub state_commit: Option<InTaskCommit>,
 }
 
 impl BatchContext {

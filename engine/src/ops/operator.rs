@@ -94,7 +94,7 @@ pub trait StatefulOperator: Send {
     fn commit(&mut self, version: u64) -> Result<()>;
 
     /// False when every state partition already committed `version` in its
-    /// task (`BatchContext::state_version`): `commit` then writes nothing
+    /// task (`BatchContext::state_commit`): `commit` then writes nothing
     /// and needs no tasks.
     fn commit_pending(&mut self, _version: u64) -> bool {
         true

@@ -396,9 +396,11 @@ impl SessionAggregateOp {
             }
         }
         let inputs: Vec<_> = index.iter_mut().zip(per_part).collect();
-        let outputs = store.map_parts(inputs, ctx.state_version, |_, store, (index, new)| {
-            self.apply_partition(store, index, new, wm, mode)
-        })?;
+        let outputs = store.map_parts(
+            inputs,
+            ctx.state_commit.as_ref(),
+            |_, store, (index, new)| self.apply_partition(store, index, new, wm, mode),
+        )?;
         Ok((outputs, dropped))
     }
 

@@ -2,11 +2,13 @@
 //!
 //! 1. the trigger fires;
 //! 2. each source reports its latest offset;
-//! 3. `offsets/N` is written before any work;
+//! 3. `offsets/N` is written before the batch writes anything: its
+//!    sources' reads and its computation run meanwhile on the pool
+//!    (`checkpoint::logged`);
 //! 4. sources return the rows in `(start, end]`;
 //! 5. the pipeline runs: stateless ops, then stateful ones against state
 //!    version N, each state partition committing version N+1 in its own
-//!    task (`BatchContext::state_version`);
+//!    task (`BatchContext::state_commit`);
 //! 6. the sink commits batch N;
 //! 7. the state partitions not committed in their tasks (a stream-stream
 //!    join's, a scale-out task's) commit version N+1, then `commits/N`;
@@ -27,6 +29,7 @@ use weir_plan::{OutputMode, StreamPlan};
 use super::shared_watermark::{self, Pending, WatermarkShare};
 use super::spec::QuerySpec;
 use super::{QueryHost, QueryShared, StreamingQuery, Trigger};
+use crate::checkpoint::logged::OffsetsLogged;
 use crate::checkpoint::{Checkpoint, CommitEntry, OffsetEntry};
 use crate::error::{Result, WeirError};
 use crate::failpoint::{failpoint, set_current_batch};
@@ -38,7 +41,7 @@ use crate::progress::{
 };
 use crate::sink::{BoxSink, SinkContext};
 use crate::source::{BoxSource, Offset, SourceContext, SourceStorage};
-use crate::state::PartitionedStore;
+use crate::state::{InTaskCommit, PartitionedStore};
 
 /// The file marking a checkpoint as a scale-out query's (`crate::scale`).
 pub(crate) const SCALE_OUT_MARKER: &str = "scale-out";
@@ -521,10 +524,12 @@ impl Runner {
         let mut durations: BTreeMap<String, i64> = BTreeMap::new();
         let has_wm = self.pipeline.watermark_count() > 0;
         let batch_id = self.batch_id;
-        let (entry, no_data) = match self.pending.take() {
+        // `announce`: the batch is new, its `offsets/N` still to write
+        // (then its watermark is announced, with whether it has data).
+        let (entry, no_data, announce) = match self.pending.take() {
             Some(p) => {
                 let no_data = p.entry.sources == self.committed;
-                (p.entry, no_data)
+                (p.entry, no_data, None)
             }
             None => {
                 self.set_status("Checking for new data", false, true);
@@ -587,13 +592,7 @@ impl Runner {
                     operator_watermarks_ms: self.op_wms.clone(),
                     sources,
                 };
-                let t = Instant::now();
-                set_current_batch(batch_id);
-                self.checkpoint.offsets.write_offsets(batch_id, &entry)?;
-                failpoint("after_offsets", batch_id);
-                self.publish_watermark(!has_data, entry.batch_watermark_ms);
-                durations.insert("walCommit".into(), t.elapsed().as_millis() as i64);
-                (entry, no_data)
+                (entry, no_data, Some(!has_data))
             }
         };
         if let Some(share) = &self.watermark_share {
@@ -608,6 +607,17 @@ impl Runner {
         } else {
             Watermarks::default()
         };
+        // A new batch reads and computes on the pool while this thread
+        // writes its `offsets/N`; its state partitions commit only once that
+        // is durable (`checkpoint::logged`). A batch run again as logged
+        // has nothing to write first.
+        let (logged, logging) = match announce {
+            Some(_) => {
+                let (gate, logging) = OffsetsLogged::pending(batch_id);
+                (gate, Some(logging))
+            }
+            None => (OffsetsLogged::already(batch_id), None),
+        };
         let mut ctx = BatchContext {
             watermarks,
             no_data,
@@ -616,10 +626,10 @@ impl Runner {
             late_rows: vec![],
             // A scale-out task (it shares watermarks) writes its state after
             // its sink: a zombie is fenced at the sink before it writes any.
-            state_version: self
-                .watermark_share
-                .is_none()
-                .then_some(batch_id as u64 + 1),
+            state_commit: self.watermark_share.is_none().then(|| InTaskCommit {
+                version: batch_id as u64 + 1,
+                logged: logged.clone(),
+            }),
         };
         // The sources' reads (the Kafka source reads its partitions as
         // parallel tasks) and the batch's tasks (partial aggregation, state
@@ -631,7 +641,8 @@ impl Runner {
             (&mut self.sources, &self.committed, &mut self.pipeline);
         let mut source_rows = Vec::new();
         let mut run_started = Instant::now();
-        let run = pool.install(|| -> Result<Result<Vec<RecordBatch>>> {
+        let mut get_batch_ms = 0;
+        let job = || -> Result<Result<Vec<RecordBatch>>> {
             // Read each source's (committed, end].
             let t = Instant::now();
             let mut inputs: Vec<Vec<RecordBatch>> = Vec::new();
@@ -645,20 +656,63 @@ impl Runner {
                 source_rows.push(batches.iter().map(|b| b.num_rows() as i64).sum::<i64>());
                 inputs.push(batches);
             }
-            durations.insert("getBatch".into(), t.elapsed().as_millis() as i64);
+            get_batch_ms = t.elapsed().as_millis() as i64;
             set_current_batch(batch_id);
             failpoint("after_read", batch_id);
             run_started = Instant::now();
             Ok(pipeline.run(&inputs, &mut ctx))
-        })?;
-        let t = run_started;
-        let output = match run {
-            Ok(o) => o,
-            Err(e) => {
+        };
+        let (run, logged_in) = match logging {
+            None => (pool.install(job), Ok(Duration::ZERO)),
+            Some(logging) => {
+                let (log, entry) = (&self.checkpoint.offsets, &entry);
+                let (share, op_wms) = (self.watermark_share.as_deref(), &self.op_wms);
+                let mut run = None;
+                let logged_in = pool.in_place_scope(|scope| {
+                    scope.spawn(|_| {
+                        let mut job = job;
+                        run = Some(job());
+                    });
+                    let t = Instant::now();
+                    set_current_batch(batch_id);
+                    log.write_offsets(batch_id, entry)?;
+                    failpoint("after_offsets", batch_id);
+                    logging.logged();
+                    let logged_in = t.elapsed();
+                    let caught_up = announce.unwrap_or(false);
+                    publish_watermark(
+                        share,
+                        op_wms,
+                        committed,
+                        caught_up,
+                        entry.batch_watermark_ms,
+                    );
+                    Ok(logged_in)
+                });
+                let run = run.unwrap_or_else(|| {
+                    Err(WeirError::Config(
+                        "the batch's job on the worker pool did not run".into(),
+                    ))
+                });
+                (run, logged_in)
+            }
+        };
+        durations.insert("getBatch".into(), get_batch_ms);
+        // The batch's own error comes second to its log's: a batch whose
+        // `offsets/N` could not be written stopped at its first write.
+        let output = match logged_in.and_then(|wal| run.map(|r| (wal, r))) {
+            Ok((wal, Ok(o))) => {
+                if announce.is_some() {
+                    durations.insert("walCommit".into(), wal.as_millis() as i64);
+                }
+                o
+            }
+            Ok((_, Err(e))) | Err(e) => {
                 let _ = self.pipeline.abort_state();
                 return Err(e);
             }
         };
+        let t = run_started;
         if let Err(e) = self.sink.add_batch(batch_id, &output) {
             let _ = self.pipeline.abort_state();
             return Err(e);
@@ -754,14 +808,13 @@ impl Runner {
     /// batch's own in `offsets/N`, or the last `commits/N`'s), so a restart
     /// never runs a batch below what was announced.
     fn publish_watermark(&self, caught_up: bool, logged_next_wm: i64) {
-        if let Some(share) = &self.watermark_share {
-            share.publish(
-                &self.op_wms,
-                caught_up,
-                self.committed.first().and_then(|o| o.as_ref()),
-                logged_next_wm,
-            );
-        }
+        publish_watermark(
+            self.watermark_share.as_deref(),
+            &self.op_wms,
+            &self.committed,
+            caught_up,
+            logged_next_wm,
+        );
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -854,5 +907,24 @@ impl Runner {
         while st.progress.len() > keep {
             st.progress.pop_front();
         }
+    }
+}
+
+/// [`Runner::publish_watermark`] from the fields it reads (callable while
+/// the batch's job borrows the others).
+fn publish_watermark(
+    share: Option<&dyn WatermarkShare>,
+    op_wms: &[Option<i64>],
+    committed: &[Option<Offset>],
+    caught_up: bool,
+    logged_next_wm: i64,
+) {
+    if let Some(share) = share {
+        share.publish(
+            op_wms,
+            caught_up,
+            committed.first().and_then(|o| o.as_ref()),
+            logged_next_wm,
+        );
     }
 }

@@ -13,8 +13,10 @@ pub mod read;
 pub mod rocksdb;
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::checkpoint::logged::OffsetsLogged;
 use crate::error::Result;
 use crate::storage::Storage;
 
@@ -85,6 +87,26 @@ pub struct PartitionedStore {
     committed_in_task: Vec<Option<(u64, Duration)>>,
 }
 
+/// A state version the partitions commit in their own tasks
+/// ([`PartitionedStore::map_parts`]), each once its batch is logged.
+#[derive(Debug, Clone)]
+pub struct InTaskCommit {
+    /// The version (batch N commits version N+1).
+    pub version: u64,
+    /// The batch's `offsets/N`: a partition commits once it is durable.
+    pub logged: Arc<OffsetsLogged>,
+}
+
+impl InTaskCommit {
+    /// Version `version`, its batch (`version - 1`) already logged.
+    pub fn after_logged(version: u64) -> InTaskCommit {
+        InTaskCommit {
+            version,
+            logged: OffsetsLogged::already(version as i64 - 1),
+        }
+    }
+}
+
 /// 64-bit FNV-1a of `bytes`: a hash that is the same in every process and
 /// on every machine (key partitions, working copy names, and the checksum
 /// of state files in their first format, `WEIRST01`).
@@ -137,11 +159,14 @@ impl PartitionedStore {
     /// second round of tasks after the sink ([`StateStore::commit`] then
     /// skips it). A failure after that leaves the version written ahead of
     /// `commits/N`, as a crash between two partitions' commits does: the
-    /// batch runs again on restart and writes it again.
+    /// batch runs again on restart and writes it again. A partition waits
+    /// for its batch's `offsets/N` to be durable before it commits (the
+    /// batch computes while it is written) and commits nothing when that
+    /// write failed.
     pub fn map_parts<I: Send, R: Send>(
         &mut self,
         inputs: Vec<I>,
-        commit_at: Option<u64>,
+        commit_at: Option<&InTaskCommit>,
         f: impl Fn(usize, &mut dyn StateStore, I) -> Result<R> + Sync + Send,
     ) -> Result<Vec<R>> {
         use rayon::prelude::*;
@@ -160,20 +185,22 @@ impl PartitionedStore {
             .map(|((store, committed), input)| (store, committed, input))
             .enumerate();
         let run = |(p, (store, committed, input)): (usize, Job<'_, I>)| {
-            if let (Some(v), Some((done, _))) = (commit_at, *committed) {
-                if v == done {
+            if let (Some(c), Some((done, _))) = (commit_at, *committed) {
+                if c.version == done {
                     // A second commit of the version would write only the
                     // second call's changes over the first's.
                     return Err(crate::error::WeirError::Config(format!(
-                        "state partition {p} was asked to commit version {v} twice in one batch: an operator commits its state in the tasks of its last change only"
+                        "state partition {p} was asked to commit version {} twice in one batch: an operator commits its state in the tasks of its last change only",
+                        c.version
                     )));
                 }
             }
             let out = f(p, store.as_mut(), input)?;
-            if let Some(version) = commit_at {
+            if let Some(c) = commit_at {
+                c.logged.wait()?;
                 let t = Instant::now();
-                store.commit(version)?;
-                *committed = Some((version, t.elapsed()));
+                store.commit(c.version)?;
+                *committed = Some((c.version, t.elapsed()));
                 if many {
                     crate::failpoint::failpoint_here("between_state_partitions");
                 }
@@ -385,12 +412,53 @@ mod tests {
 
     /// Puts `key` = `value` into every partition as its batch's change.
     fn put_everywhere(store: &mut PartitionedStore, commit_at: Option<u64>, value: &[u8]) {
+        let commit_at = commit_at.map(InTaskCommit::after_logged);
         store
-            .map_parts(vec![(); 2], commit_at, |p, s, ()| {
+            .map_parts(vec![(); 2], commit_at.as_ref(), |p, s, ()| {
                 s.put(format!("k{p}").into_bytes(), value.to_vec());
                 Ok(())
             })
             .unwrap();
+    }
+
+    #[test]
+    fn partitions_commit_in_their_tasks_only_once_their_batch_is_logged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = two_parts(dir.path(), 0);
+        let (logged, logging) = OffsetsLogged::pending(0);
+        let at_1 = InTaskCommit { version: 1, logged };
+        std::thread::scope(|s| {
+            let tasks = s.spawn(|| {
+                store.map_parts(vec![(); 2], Some(&at_1), |p, s, ()| {
+                    s.put(format!("k{p}").into_bytes(), b"a".to_vec());
+                    Ok(())
+                })
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            for p in 0..2 {
+                assert!(!dir.path().join(format!("{p}/1.delta")).exists());
+            }
+            logging.logged();
+            tasks.join().unwrap().unwrap();
+        });
+        for p in 0..2 {
+            assert!(dir.path().join(format!("{p}/1.delta")).exists());
+        }
+        // Its log failed: no partition writes the version.
+        let (logged, logging) = OffsetsLogged::pending(1);
+        drop(logging);
+        let at_2 = InTaskCommit { version: 2, logged };
+        let err = store
+            .map_parts(vec![(); 2], Some(&at_2), |_, s, ()| {
+                s.put(b"k".to_vec(), b"b".to_vec());
+                Ok(())
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("batch 1 was not logged"), "{err}");
+        for p in 0..2 {
+            assert!(!dir.path().join(format!("{p}/2.delta")).exists());
+        }
     }
 
     #[test]
@@ -423,7 +491,8 @@ mod tests {
         assert_eq!(again.get(b"k0").as_deref(), Some(&b"b"[..]));
         put_everywhere(&mut again, Some(3), b"d");
         // A second in-task commit of the version in one batch is refused.
-        let twice = again.map_parts(vec![(); 2], Some(3), |_, _, ()| Ok(()));
+        let at_3 = InTaskCommit::after_logged(3);
+        let twice = again.map_parts(vec![(); 2], Some(&at_3), |_, _, ()| Ok(()));
         assert!(
             twice
                 .unwrap_err()

@@ -845,19 +845,20 @@ impl AggregateOp {
         }
         // Each partition merges the last wave, applies its groups to its
         // store and sorts what it emits, as one task.
-        let outputs = store.map_parts(sets, ctx.state_version, |p, store, mut groups| {
-            self.merge_wave(p, &mut groups, &last)?;
-            let mut out = self.apply_partition(store, groups, wm, mode)?;
-            let PartitionOutput { groups, rows, .. } = &mut out;
-            // Keys are unique: an unstable sort gives the one order.
-            let mut sorted: Vec<(&[u8], u32)> =
-                rows.iter().map(|&i| (groups.key(i as usize), i)).collect();
-            sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            for (r, (_, i)) in rows.iter_mut().zip(sorted) {
-                *r = i;
-            }
-            Ok(out)
-        })?;
+        let outputs =
+            store.map_parts(sets, ctx.state_commit.as_ref(), |p, store, mut groups| {
+                self.merge_wave(p, &mut groups, &last)?;
+                let mut out = self.apply_partition(store, groups, wm, mode)?;
+                let PartitionOutput { groups, rows, .. } = &mut out;
+                // Keys are unique: an unstable sort gives the one order.
+                let mut sorted: Vec<(&[u8], u32)> =
+                    rows.iter().map(|&i| (groups.key(i as usize), i)).collect();
+                sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (r, (_, i)) in rows.iter_mut().zip(sorted) {
+                    *r = i;
+                }
+                Ok(out)
+            })?;
         Ok((outputs, lost))
     }
 
