@@ -662,41 +662,33 @@ impl Runner {
             run_started = Instant::now();
             Ok(pipeline.run(&inputs, &mut ctx))
         };
-        let (run, logged_in) = match logging {
-            None => (pool.install(job), Ok(Duration::ZERO)),
-            Some(logging) => {
-                let (log, entry) = (&self.checkpoint.offsets, &entry);
-                let (share, op_wms) = (self.watermark_share.as_deref(), &self.op_wms);
-                let mut run = None;
-                let logged_in = pool.in_place_scope(|scope| {
-                    scope.spawn(|_| {
-                        let mut job = job;
-                        run = Some(job());
-                    });
-                    let t = Instant::now();
-                    set_current_batch(batch_id);
-                    log.write_offsets(batch_id, entry)?;
-                    failpoint("after_offsets", batch_id);
-                    logging.logged();
-                    let logged_in = t.elapsed();
-                    let caught_up = announce.unwrap_or(false);
-                    publish_watermark(
-                        share,
-                        op_wms,
-                        committed,
-                        caught_up,
-                        entry.batch_watermark_ms,
-                    );
-                    Ok(logged_in)
-                });
-                let run = run.unwrap_or_else(|| {
-                    Err(WeirError::Config(
-                        "the batch's job on the worker pool did not run".into(),
-                    ))
-                });
-                (run, logged_in)
-            }
+        // A new batch's `offsets/N` is written as a task of its own beside
+        // the read and the computation: the pool's first worker writes it
+        // while another starts the batch (with one worker, before it). Not
+        // on this thread: with as many workers as cores it would wait for
+        // a core until the workers sleep, and the state partitions with it.
+        let (log, share, op_wms) = (
+            &self.checkpoint.offsets,
+            self.watermark_share.as_deref(),
+            &self.op_wms,
+        );
+        let logged_entry = &entry;
+        let write_log = move || -> Result<Duration> {
+            let Some(logging) = logging else {
+                return Ok(Duration::ZERO);
+            };
+            let t = Instant::now();
+            set_current_batch(batch_id);
+            log.write_offsets(batch_id, logged_entry)?;
+            failpoint("after_offsets", batch_id);
+            logging.logged();
+            let logged_in = t.elapsed();
+            let caught_up = announce.unwrap_or(false);
+            let wm = logged_entry.batch_watermark_ms;
+            publish_watermark(share, op_wms, committed, caught_up, wm);
+            Ok(logged_in)
         };
+        let (logged_in, run) = pool.install(|| rayon::join(write_log, job));
         durations.insert("getBatch".into(), get_batch_ms);
         // The batch's own error comes second to its log's: a batch whose
         // `offsets/N` could not be written stopped at its first write.
