@@ -617,7 +617,8 @@ fn lost_offsets(q: &StreamingQuery) -> i64 {
         .sum()
 }
 
-/// A batch planned over [40, 80) and logged, killed before it read, then
+/// A batch planned over [40, 80) and logged, killed before it wrote anything
+/// (its read may have begun: it runs beside the log's write), then
 /// run again after the records before 60 were deleted: its fixed range
 /// meets the loss as a new plan does (`failOnDataLoss`), found by the
 /// batch's check of the partition's earliest offset before it reads.

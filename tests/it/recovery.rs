@@ -52,6 +52,9 @@ const MEMORY: &str = "memory";
 fn session_on(provider: &str) -> Session {
     let mut conf = SessionConfig {
         fsync_checkpoint: true,
+        // Two workers on any machine: a batch's offsets/N is then written
+        // beside its computation, not before it (the kill tests' timing).
+        worker_threads: 2,
         ..SessionConfig::default()
     };
     conf.set("spark.sql.streaming.stateStore.providerClass", provider)
@@ -291,8 +294,9 @@ fn a_process_killed_right_after_its_offsets_log_wrote_no_state_and_recovers_exac
     if crash_child_if_asked(MEMORY) {
         return; // (not reached when the failpoint fires)
     }
-    for (victim, _) in uninterrupted() {
-        killed_process_recovers_at(MEMORY, name, "after_offsets", victim);
+    let expected = uninterrupted();
+    for (victim, _) in &expected {
+        killed_process_recovers_at(MEMORY, name, "after_offsets", *victim, &expected);
     }
 }
 
@@ -322,20 +326,26 @@ fn killed_process_recovers(provider: &str, name: &str) {
         return; // (not reached when the failpoint fires)
     }
     // Kill the process while it commits the batch that emits the first windows.
-    let victim = uninterrupted()
+    let expected = uninterrupted();
+    let victim = expected
         .iter()
         .find(|(_, rows)| !rows.is_empty())
         .unwrap()
         .0;
-    killed_process_recovers_at(provider, name, "after_state_commit", victim)
+    killed_process_recovers_at(provider, name, "after_state_commit", victim, &expected)
 }
 
 /// Runs the query in a child process (this test binary, test `name`, which
 /// starts with [`crash_child_if_asked`]) that dies at failpoint `point` of
 /// batch `victim`, then restarts it here: the output from the victim on is
-/// the uninterrupted run's.
-fn killed_process_recovers_at(provider: &str, name: &str, point: &str, victim: i64) {
-    let expected = uninterrupted();
+/// the uninterrupted run's (`expected`).
+fn killed_process_recovers_at(
+    provider: &str,
+    name: &str,
+    point: &str,
+    victim: i64,
+    expected: &[(i64, Vec<String>)],
+) {
     let dir = tempfile::tempdir().unwrap();
     crate::common::run_child_killed_at_failpoint(
         name,
@@ -357,7 +367,11 @@ fn killed_process_recovers_at(provider: &str, name: &str, point: &str, victim: i
             "written before offsets/{victim}: {state:?}"
         );
     } else {
-        assert!(!state.is_empty(), "the state commit came before {point}");
+        assert!(
+            !state.is_empty(),
+            "no state version {} written before {point}",
+            victim + 1
+        );
     }
     // Restart (in this process) and finish: batches from the victim on are
     // re-run from the logged offsets and the restored state.

@@ -1,21 +1,25 @@
 //! [`OffsetsLogged`]: what a batch's first durable write waits for.
 //!
-//! A batch reads its sources and computes while the query's thread writes
-//! `offsets/N` (a temp file, fsync, rename and directory fsync locally; a
-//! PUT on S3): the read and the computation only fill memory. What the batch
-//! writes (a state partition's version, committed in its task) waits until
-//! `offsets/N` is durable, so the checkpoint sees the lifecycle's order
-//! (`offsets/N`, state N+1, the sink, `commits/N`) whatever the timing.
-//! When the write fails (another run logged batch N first, the store went
-//! away) nothing of the batch is written and the query fails with that
-//! write's error.
+//! A batch reads its sources and computes while one of the pool's workers
+//! writes `offsets/N` (a temp file, fsync, rename and directory fsync
+//! locally; a PUT on S3): the read and the computation only fill memory.
+//! What the batch writes (a state partition's version, committed in its
+//! task) waits until `offsets/N` is durable, so the checkpoint sees the
+//! lifecycle's order (`offsets/N`, state N+1, the sink, `commits/N`)
+//! whatever the timing. When the write fails (another run logged batch N
+//! first, the store went away) no state of the batch is written and the
+//! query fails with that write's error.
+//!
+//! The write must never use the worker pool (no `par_iter`, `join` or
+//! `install` on the path to storage): a worker waiting in it could pick up
+//! a state partition's task, which would wait for the write below it.
 
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::error::{Result, WeirError};
 
-/// Whether batch N's `offsets/N` is durable: pending while the query's
-/// thread writes it, then logged or failed for good.
+/// Whether batch N's `offsets/N` is durable: pending while it is written,
+/// then logged or failed for good.
 #[derive(Debug)]
 pub struct OffsetsLogged {
     batch: i64,
@@ -43,7 +47,7 @@ impl OffsetsLogged {
     }
 
     /// Batch `batch`'s entry, already durable (a batch run again as it was
-    /// logged, or a caller with no log to wait for).
+    /// logged).
     pub fn already(batch: i64) -> Arc<OffsetsLogged> {
         Arc::new(OffsetsLogged {
             batch,
@@ -61,7 +65,7 @@ impl OffsetsLogged {
                 Some(true) => return Ok(()),
                 Some(false) => {
                     return Err(WeirError::Config(format!(
-                        "batch {} was not logged (writing offsets/{} failed): it writes no state",
+                        "batch {} was not logged (offsets/{} was not written: its write failed or stopped): it writes no state",
                         self.batch, self.batch
                     )))
                 }

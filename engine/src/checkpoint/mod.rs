@@ -14,8 +14,10 @@
 //! does not replace (or a hard link; either fails if the name exists), fsync of the directory; on S3 a conditional
 //! PUT (`If-None-Match: *`). Other local files (such as a source's
 //! metadata) are replaced with a temp file, fsync, rename, fsync of the
-//! directory. `offsets/N` is durable before batch N writes anything (its read and
-//! computation run while it is written: `logged`) and
+//! directory. `offsets/N` is durable before batch N writes its state, its
+//! sink output or its commit (its read and computation run while it is
+//! written: `logged`; a file source logs the files it lists for the batch
+//! before) and
 //! `commits/N` after its sink and state have committed.
 //!
 //! Since the log entries are created once, the logs also live on object

@@ -2,9 +2,9 @@
 //!
 //! 1. the trigger fires;
 //! 2. each source reports its latest offset;
-//! 3. `offsets/N` is written before the batch writes anything: its
-//!    sources' reads and its computation run meanwhile on the pool
-//!    (`checkpoint::logged`);
+//! 3. `offsets/N` is written before the batch writes its state, its sink
+//!    output or its commit: its sources' reads and its computation run
+//!    meanwhile on the pool (`checkpoint::logged`);
 //! 4. sources return the rows in `(start, end]`;
 //! 5. the pipeline runs: stateless ops, then stateful ones against state
 //!    version N, each state partition committing version N+1 in its own
@@ -607,10 +607,10 @@ impl Runner {
         } else {
             Watermarks::default()
         };
-        // A new batch reads and computes on the pool while this thread
-        // writes its `offsets/N`; its state partitions commit only once that
-        // is durable (`checkpoint::logged`). A batch run again as logged
-        // has nothing to write first.
+        // A new batch reads and computes on the pool while a worker writes
+        // its `offsets/N`; its state partitions commit only once that is
+        // durable (`checkpoint::logged`). A batch run again as logged has
+        // nothing to write first.
         let (logged, logging) = match announce {
             Some(_) => {
                 let (gate, logging) = OffsetsLogged::pending(batch_id);
@@ -667,6 +667,7 @@ impl Runner {
         // while another starts the batch (with one worker, before it). Not
         // on this thread: with as many workers as cores it would wait for
         // a core until the workers sleep, and the state partitions with it.
+        // The write must not use the pool itself (see `checkpoint::logged`).
         let (log, share, op_wms) = (
             &self.checkpoint.offsets,
             self.watermark_share.as_deref(),
@@ -719,7 +720,7 @@ impl Runner {
         failpoint("after_sink", batch_id);
         let t = Instant::now();
         // State partitions not committed in their tasks (see
-        // `BatchContext::state_version`) commit in parallel on the pool.
+        // `BatchContext::state_commit`) commit in parallel on the pool.
         let pipeline = &mut self.pipeline;
         let version = batch_id as u64 + 1;
         if pipeline.commit_pending(version) {

@@ -97,6 +97,7 @@ pub struct InTaskCommit {
     pub logged: Arc<OffsetsLogged>,
 }
 
+#[cfg(test)]
 impl InTaskCommit {
     /// Version `version`, its batch (`version - 1`) already logged.
     pub fn after_logged(version: u64) -> InTaskCommit {
@@ -197,8 +198,9 @@ impl PartitionedStore {
             }
             let out = f(p, store.as_mut(), input)?;
             if let Some(c) = commit_at {
-                c.logged.wait()?;
+                // The commit's time includes its wait for the batch's log.
                 let t = Instant::now();
+                c.logged.wait()?;
                 store.commit(c.version)?;
                 *committed = Some((c.version, t.elapsed()));
                 if many {
