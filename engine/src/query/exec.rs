@@ -611,10 +611,10 @@ impl Runner {
         // its `offsets/N`; its state partitions commit only once that is
         // durable (`checkpoint::logged`). A batch run again as logged has
         // nothing to write first.
-        let (logged, logging) = match announce {
-            Some(_) => {
+        let (logged, to_log) = match announce {
+            Some(caught_up) => {
                 let (gate, logging) = OffsetsLogged::pending(batch_id);
-                (gate, Some(logging))
+                (gate, Some((logging, caught_up)))
             }
             None => (OffsetsLogged::already(batch_id), None),
         };
@@ -675,7 +675,7 @@ impl Runner {
         );
         let logged_entry = &entry;
         let write_log = move || -> Result<Duration> {
-            let Some(logging) = logging else {
+            let Some((logging, caught_up)) = to_log else {
                 return Ok(Duration::ZERO);
             };
             let t = Instant::now();
@@ -684,7 +684,6 @@ impl Runner {
             failpoint("after_offsets", batch_id);
             logging.logged();
             let logged_in = t.elapsed();
-            let caught_up = announce.unwrap_or(false);
             let wm = logged_entry.batch_watermark_ms;
             publish_watermark(share, op_wms, committed, caught_up, wm);
             Ok(logged_in)

@@ -111,7 +111,8 @@ impl Decode {
             inner: std::sync::Mutex::new(inner.into()),
             column: column.to_string(),
             format,
-            parse_schema: parse_schema.clone(),
+            json: json_decoders::JsonDecoders::new(parse_schema.clone()),
+            parse_schema,
             keep: Vec::new(),
             mode: ParseMode::Permissive,
             corrupt_column: "_corrupt_record".into(),
@@ -119,7 +120,6 @@ impl Decode {
             error: None,
             malformed_batch: 0,
             malformed_total: Arc::new(AtomicU64::new(0)),
-            json: json_decoders::JsonDecoders::new(parse_schema.clone()),
         };
         d.rebuild();
         d
@@ -363,10 +363,8 @@ impl Decode {
             let in_input = UInt32Array::from(rows.iter().map(|i| *i as u32).collect::<Vec<_>>());
             (rows, in_decoded, in_input)
         });
-        let (in_decoded, in_input) = match &picks {
-            Some((_, d, i)) => (Some(d), Some(i)),
-            None => (None, None),
-        };
+        let in_decoded = picks.as_ref().map(|(_, d, _)| d);
+        let in_input = picks.as_ref().map(|(.., i)| i);
         let pick = |c: &ArrayRef, at: Option<&UInt32Array>| -> Result<ArrayRef> {
             Ok(match at {
                 None => c.clone(),
