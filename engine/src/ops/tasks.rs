@@ -12,20 +12,23 @@ use crate::error::Result;
 /// even slices of at most this many.
 pub const ROWS_PER_TASK: usize = 64 * 1024;
 
+/// `0..len` cut into the fewest even ranges of at most `max` (one empty
+/// range when `len` is 0): 100k rows are two tasks of 50k, not 64k and 36k.
+pub fn even_ranges(len: usize, max: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let n = len.div_ceil(max.max(1)).max(1);
+    let size = len.div_ceil(n).max(1);
+    (0..n).map(move |i| {
+        let at = (i * size).min(len);
+        at..(at + size).min(len)
+    })
+}
+
 /// The batches cut into tasks of at most [`ROWS_PER_TASK`] rows, in order
 /// (zero-copy slices).
 pub fn slices(batches: &[RecordBatch]) -> Vec<RecordBatch> {
     batches
         .iter()
-        .flat_map(|b| {
-            // Even slices: 100k rows are two tasks of 50k, not 64k and 36k.
-            let n = b.num_rows().div_ceil(ROWS_PER_TASK).max(1);
-            let size = b.num_rows().div_ceil(n).max(1);
-            (0..n).map(move |i| {
-                let off = (i * size).min(b.num_rows());
-                b.slice(off, size.min(b.num_rows() - off))
-            })
-        })
+        .flat_map(|b| even_ranges(b.num_rows(), ROWS_PER_TASK).map(|r| b.slice(r.start, r.len())))
         .collect()
 }
 
