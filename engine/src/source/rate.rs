@@ -71,8 +71,8 @@ impl RateSource {
 
     /// Partitions a batch's rows are generated in, at least 1 (Spark's
     /// `numPartitions`): partition `p` of `n` takes every `n`th value from
-    /// the batch's first plus `p`, each partition a batch of its own,
-    /// generated in parallel on the query's worker pool.
+    /// the batch's first plus `p`, each partition its own batches (runs of at
+    /// most 64k values), generated in parallel on the query's worker pool.
     pub fn num_partitions(mut self, n: u32) -> Self {
         if let Some(n) = self.check(connectors::count(
             "numPartitions",

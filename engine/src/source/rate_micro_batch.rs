@@ -60,8 +60,8 @@ impl RateMicroBatchSource {
 
     /// Partitions a batch's rows are generated in (Spark's `numPartitions`,
     /// at least 1; default 1): partition `p` of `n` takes every `n`th value
-    /// from the batch's first plus `p`, each partition a batch of its own,
-    /// generated in parallel on the query's worker pool.
+    /// from the batch's first plus `p`, each partition its own batches (runs of at
+    /// most 64k values), generated in parallel on the query's worker pool.
     pub fn num_partitions(mut self, n: u32) -> Self {
         self.num_partitions = n;
         self.check(n, "numPartitions");
