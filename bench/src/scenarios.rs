@@ -61,7 +61,8 @@ pub struct Opts {
     #[arg(long)]
     workers: Option<usize>,
     /// The lab's rate source's `numPartitions` (its batch generated as
-    /// that many partitions in parallel; default 1, the source's default).
+    /// that many partitions in parallel, a partition of more than 64k rows
+    /// as runs of them; default 1, the source's default).
     #[arg(long, default_value_t = 1)]
     source_partitions: u32,
     /// Where checkpoints go: a directory or an object store prefix such as

@@ -14,7 +14,7 @@ pub const ROWS_PER_TASK: usize = 64 * 1024;
 
 /// `0..len` cut into the fewest even ranges of at most `max` (one empty
 /// range when `len` is 0): 100k rows are two tasks of 50k, not 64k and 36k.
-pub fn even_ranges(len: usize, max: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+pub(crate) fn even_ranges(len: usize, max: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
     let n = len.div_ceil(max.max(1)).max(1);
     let size = len.div_ceil(n).max(1);
     (0..n).map(move |i| {
