@@ -17,7 +17,6 @@ mod partitions;
 mod plan_agreement;
 mod properties;
 mod query_changes;
-mod read_ahead;
 mod recovery;
 mod reliability;
 mod s3;

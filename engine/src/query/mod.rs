@@ -2,7 +2,6 @@
 
 mod exec;
 mod host;
-mod read_ahead;
 mod shared_watermark;
 mod spec;
 mod trigger;
