@@ -60,6 +60,10 @@ pub struct Opts {
     /// `weir.workerThreads` (default: the engine's, one per core).
     #[arg(long)]
     workers: Option<usize>,
+    /// `weir.readAhead`: the next batch read and routed beside this one's
+    /// state stage (`true` or `false`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    read_ahead: bool,
     /// The lab's rate source's `numPartitions` (its batch generated as
     /// that many partitions in parallel, a partition of more than 64k rows
     /// as runs of them; default 1, the source's default).
@@ -226,6 +230,10 @@ impl Source for PageViewSource {
     fn log_on_storage(&self) -> bool {
         true
     }
+    /// Yes: its rows are computed from the offsets.
+    fn reads_ahead(&self) -> bool {
+        true
+    }
     fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
         Ok(Some(next_batch(start, self.batches)))
     }
@@ -253,6 +261,10 @@ impl Source for KeyedSource {
     }
     fn description(&self) -> String {
         "KeyedGenerator".into()
+    }
+    /// Yes: its rows are computed from the offsets.
+    fn reads_ahead(&self) -> bool {
+        true
     }
     fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
         Ok(Some(next_batch(start, self.batches)))
@@ -313,6 +325,10 @@ impl Source for AdSource {
     }
     fn description(&self) -> String {
         format!("AdGenerator[{}]", self.names().0)
+    }
+    /// Yes: its rows are computed from the offsets.
+    fn reads_ahead(&self) -> bool {
+        true
     }
     fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
         Ok(Some(next_batch(start, self.batches)))
@@ -475,6 +491,7 @@ fn measure(
         "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
         "partitions": session.conf().shuffle_partitions.unwrap_or_else(weir::session::available_cores),
         "workers": session.conf().worker_threads,
+        "read_ahead": session.conf().read_ahead,
         // Object store requests (checkpoints on s3://), per batch.
         "object_puts_per_batch": requests.puts as f64 / ends.len().max(1) as f64,
         "object_gets_per_batch": requests.gets as f64 / ends.len().max(1) as f64,
@@ -500,6 +517,7 @@ fn session(opts: &Opts) -> weir::Result<Session> {
     if let Some(n) = opts.workers {
         conf.set("weir.workerThreads", &n.to_string())?;
     }
+    conf.set("weir.readAhead", &opts.read_ahead.to_string())?;
     Ok(Session::with_config(conf))
 }
 

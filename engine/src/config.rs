@@ -27,6 +27,12 @@ pub struct SessionConfig {
     /// `weir.workerThreads`: threads of the pool a micro-batch's tasks run
     /// on (default: the available cores).
     pub worker_threads: usize,
+    /// `weir.readAhead`: while a micro-batch's state stage runs, the next
+    /// batch is planned, read and routed beside it on the pool (see
+    /// `crate::ops::ahead`; default true). Only where that cannot change a
+    /// result: the default or available-now trigger, sources that read
+    /// ahead, no late-rows side output, not a scale-out task.
+    pub read_ahead: bool,
     /// `spark.sql.streaming.noDataMicroBatches.enabled` (default true).
     pub no_data_batches: bool,
     /// `spark.sql.streaming.multipleWatermarkPolicy` (default min).
@@ -84,6 +90,7 @@ impl Default for SessionConfig {
         SessionConfig {
             shuffle_partitions: None,
             worker_threads: available_cores(),
+            read_ahead: true,
             no_data_batches: true,
             watermark_policy: WatermarkPolicy::Min,
             min_batches_to_retain: 100,
@@ -109,6 +116,7 @@ impl std::fmt::Debug for SessionConfig {
         f.debug_struct("SessionConfig")
             .field("shuffle_partitions", &self.shuffle_partitions)
             .field("worker_threads", &self.worker_threads)
+            .field("read_ahead", &self.read_ahead)
             .field("no_data_batches", &self.no_data_batches)
             .field("watermark_policy", &self.watermark_policy)
             .field("min_batches_to_retain", &self.min_batches_to_retain)
@@ -151,6 +159,7 @@ impl SessionConfig {
                 }
                 self.worker_threads = n
             }
+            "weir.readAhead" => self.read_ahead = flag()?,
             "spark.sql.streaming.noDataMicroBatches.enabled" => self.no_data_batches = flag()?,
             "spark.sql.streaming.multipleWatermarkPolicy" => {
                 self.watermark_policy = match value.to_ascii_lowercase().as_str() {

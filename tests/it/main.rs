@@ -17,6 +17,7 @@ mod partitions;
 mod plan_agreement;
 mod properties;
 mod query_changes;
+mod read_ahead;
 mod recovery;
 mod reliability;
 mod s3;

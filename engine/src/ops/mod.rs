@@ -2,6 +2,7 @@
 //! into operators over Arrow batches, run once per micro-batch.
 
 pub mod aggregate;
+pub mod ahead;
 pub mod dedup;
 pub mod functions;
 pub mod join;
@@ -30,6 +31,7 @@ use crate::progress::StateOperatorProgress;
 use crate::state::{InTaskCommit, PartitionedStore};
 
 use aggregate::{AggExec, AggregateOp, KeyExec, Watermarks};
+use ahead::Ahead;
 use dedup::DedupOp;
 use join::JoinOp;
 use narrow::Narrow;
@@ -585,6 +587,34 @@ impl Pipeline {
         sources: &[Vec<RecordBatch>],
         ctx: &mut BatchContext,
     ) -> Result<Vec<RecordBatch>> {
+        self.run_ahead(sources, ctx, &mut Ahead::default())
+    }
+
+    /// Whether a batch may be read ahead ([`ahead`]): one node, reading
+    /// the one source, whose first operator after its narrow steps is a
+    /// stateful one without a right side (it then prepares the source's
+    /// rows as they are read, if it can).
+    pub fn reads_ahead(&self) -> bool {
+        let [node] = self.nodes.as_slice() else {
+            return false;
+        };
+        matches!(node.input, Input::Source(0))
+            && matches!(
+                node.ops.get(Narrow::count(&node.ops)),
+                Some(OpExec::Stateful(_, None))
+            )
+    }
+
+    /// Runs one micro-batch as [`Pipeline::run`] does, handing `ahead`
+    /// to the first stateful operator when the pipeline reads ahead
+    /// ([`Pipeline::reads_ahead`]; else `ahead` is left alone).
+    pub fn run_ahead(
+        &mut self,
+        sources: &[Vec<RecordBatch>],
+        ctx: &mut BatchContext,
+        ahead: &mut Ahead<'_>,
+    ) -> Result<Vec<RecordBatch>> {
+        let mut ahead = self.reads_ahead().then_some(ahead);
         ctx.event_time = vec![EventTimeStats::default(); self.watermark_delays.len()];
         let mut outputs: Vec<Option<Vec<RecordBatch>>> =
             (0..self.nodes.len()).map(|_| None).collect();
@@ -618,7 +648,10 @@ impl Pipeline {
                             Some(k) => outputs[*k].clone().unwrap_or_default(),
                             None => vec![],
                         };
-                        op.process(&narrow, &batches, &r, ctx, mode)?
+                        match ahead.take() {
+                            Some(a) => op.process_ahead(&narrow, &batches, &r, ctx, mode, a)?,
+                            None => op.process(&narrow, &batches, &r, ctx, mode)?,
+                        }
                     }
                     // (Not met: `Narrow::count` takes a run whole.)
                     OpExec::Filter(_) | OpExec::Project(_) | OpExec::Watermark(_) => {

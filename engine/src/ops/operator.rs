@@ -9,6 +9,7 @@ use arrow::datatypes::Field;
 use weir_plan::OutputMode;
 
 use super::aggregate::Watermarks;
+use super::ahead::Ahead;
 use super::narrow::Narrow;
 use super::BatchContext;
 use std::sync::Mutex;
@@ -88,6 +89,24 @@ pub trait StatefulOperator: Send {
             crate::progress::held::note_late_rows(self.metrics_mut(), rows);
         }
         Ok(out)
+    }
+
+    /// Runs one micro-batch as [`StatefulOperator::process`] does, with
+    /// the batch's read-ahead ([`super::ahead`]): an operator whose first
+    /// stage reads no state takes its input prepared from `ahead` (else
+    /// prepares `input` itself) and runs the next batch's read beside its
+    /// state stage ([`Ahead::beside`]). The default runs `process` and
+    /// leaves `ahead` alone: nothing is read ahead.
+    fn process_ahead(
+        &mut self,
+        narrow: &Narrow,
+        input: &[RecordBatch],
+        right: &[RecordBatch],
+        ctx: &mut BatchContext,
+        mode: OutputMode,
+        _ahead: &mut Ahead<'_>,
+    ) -> Result<Vec<RecordBatch>> {
+        self.process(narrow, input, right, ctx, mode)
     }
 
     /// Makes this batch's state changes durable as `version`.

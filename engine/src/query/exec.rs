@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use arrow::record_batch::RecordBatch;
 use weir_plan::{OutputMode, StreamPlan};
 
+use super::read_ahead::{self, ReadAhead};
 use super::shared_watermark::{self, Pending, WatermarkShare};
 use super::spec::QuerySpec;
 use super::{QueryHost, QueryShared, StreamingQuery, Trigger};
@@ -34,6 +35,7 @@ use crate::checkpoint::{Checkpoint, CommitEntry, OffsetEntry};
 use crate::error::{Result, WeirError};
 use crate::failpoint::{failpoint, set_current_batch};
 use crate::ops::aggregate::Watermarks;
+use crate::ops::ahead::Ahead;
 use crate::ops::{BatchContext, Pipeline};
 use crate::progress::{
     format_ms, QueryListener, QueryStartedEvent, QueryStatus, QueryTerminatedEvent, SinkProgress,
@@ -81,6 +83,10 @@ struct Runner {
     idle_reported: bool,
     /// Scale-out: the other tasks' watermarks.
     watermark_share: Option<Arc<dyn WatermarkShare>>,
+    /// Whether batches are read ahead (`read_ahead::allowed`).
+    reads_ahead: bool,
+    /// The next batch, read while the last one ran.
+    read_ahead: Option<ReadAhead>,
 }
 
 pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
@@ -265,6 +271,14 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
     ));
     *shared.resumed_from.lock().unwrap() = committed.clone();
     let listeners = host.listeners();
+    let reads_ahead = read_ahead::allowed(
+        conf.read_ahead,
+        trigger,
+        &sources,
+        &pipeline,
+        late_sink.is_some(),
+        watermark_share.is_some(),
+    );
     let runner = Runner {
         shared: shared.clone(),
         host: host.clone(),
@@ -286,6 +300,8 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
         last_trigger_ms: None,
         idle_reported: false,
         watermark_share,
+        reads_ahead,
+        read_ahead: None,
     };
     for l in &runner.listeners {
         l.on_query_started(&QueryStartedEvent {
@@ -524,10 +540,17 @@ impl Runner {
         let mut durations: BTreeMap<String, i64> = BTreeMap::new();
         let has_wm = self.pipeline.watermark_count() > 0;
         let batch_id = self.batch_id;
+        // This batch, if the last one read it ahead.
+        let mut ahead = self
+            .read_ahead
+            .take()
+            .filter(|r| r.batch_id == batch_id && r.start == self.committed);
         // `announce`: the batch is new, its `offsets/N` still to write
         // (then its watermark is announced, with whether it has data).
         let (entry, no_data, announce) = match self.pending.take() {
             Some(p) => {
+                // Run again as logged (nothing is read ahead of a restart).
+                ahead = None;
                 let no_data = p.entry.sources == self.committed;
                 (p.entry, no_data, None)
             }
@@ -541,10 +564,15 @@ impl Runner {
                     .watermark_share
                     .as_ref()
                     .and_then(|s| s.whole_source(self.op_wms.len()));
-                for ((_, s), c) in self.sources.iter_mut().zip(&self.committed) {
-                    latest.push(s.latest_offset(c.as_ref())?);
+                if let Some(r) = &ahead {
+                    latest = r.latest.clone();
+                    durations.insert("latestOffset".into(), r.latest_ms);
+                } else {
+                    for ((_, s), c) in self.sources.iter_mut().zip(&self.committed) {
+                        latest.push(s.latest_offset(c.as_ref())?);
+                    }
+                    durations.insert("latestOffset".into(), t.elapsed().as_millis() as i64);
                 }
-                durations.insert("latestOffset".into(), t.elapsed().as_millis() as i64);
                 let has_data = latest
                     .iter()
                     .zip(&self.committed)
@@ -637,30 +665,59 @@ impl Runner {
         // hand-over to the pool wakes a sleeping worker and then this
         // thread, which costs tens of microseconds on a virtual machine.
         let pool = self.host.workers()?;
+        // The next batch is read ahead beside this one's state stage (not
+        // beside a no-data batch's, nor once the query is stopping).
+        let read_next = self.reads_ahead && !no_data && !self.stopping();
         let (sources, committed, pipeline) =
             (&mut self.sources, &self.committed, &mut self.pipeline);
         let mut source_rows = Vec::new();
+        let mut source_metrics = Vec::new();
         let mut run_started = Instant::now();
         let mut get_batch_ms = 0;
+        let mut next_read = None;
         let job = || -> Result<Result<Vec<RecordBatch>>> {
-            // Read each source's (committed, end].
-            let t = Instant::now();
-            let mut inputs: Vec<Vec<RecordBatch>> = Vec::new();
-            for (i, (_, s)) in sources.iter_mut().enumerate() {
-                let end = entry.sources.get(i).cloned().flatten();
-                let start = committed[i].as_ref();
-                let batches = match &end {
-                    Some(e) if Some(e) != start => s.get_batch(start, e)?,
-                    _ => vec![],
-                };
-                source_rows.push(batches.iter().map(|b| b.num_rows() as i64).sum::<i64>());
-                inputs.push(batches);
-            }
-            get_batch_ms = t.elapsed().as_millis() as i64;
+            let mut prepared = None;
+            let inputs = match ahead.take() {
+                Some(r) => {
+                    get_batch_ms = r.get_batch_ms;
+                    source_metrics = r.metrics;
+                    prepared = r.prepared;
+                    r.inputs
+                }
+                None => {
+                    // Read each source's (committed, end].
+                    let t = Instant::now();
+                    let mut inputs: Vec<Vec<RecordBatch>> = Vec::new();
+                    for (i, (_, s)) in sources.iter_mut().enumerate() {
+                        let end = entry.sources.get(i).cloned().flatten();
+                        let start = committed[i].as_ref();
+                        inputs.push(match &end {
+                            Some(e) if Some(e) != start => s.get_batch(start, e)?,
+                            _ => vec![],
+                        });
+                    }
+                    get_batch_ms = t.elapsed().as_millis() as i64;
+                    // As read, before the next batch's read changes them.
+                    source_metrics = sources.iter().map(|(_, s)| s.metrics()).collect();
+                    inputs
+                }
+            };
+            source_rows = inputs
+                .iter()
+                .map(|b| b.iter().map(|b| b.num_rows() as i64).sum::<i64>())
+                .collect();
             set_current_batch(batch_id);
             failpoint("after_read", batch_id);
             run_started = Instant::now();
-            Ok(pipeline.run(&inputs, &mut ctx))
+            let mut ahead = Ahead {
+                prepared,
+                next: read_next
+                    .then(|| read_ahead::read_next(batch_id + 1, sources, entry.sources.clone())),
+                read: None,
+            };
+            let out = pipeline.run_ahead(&inputs, &mut ctx, &mut ahead);
+            next_read = ahead.read.and_then(|r| r.downcast::<ReadAhead>().ok());
+            Ok(out)
         };
         // A new batch's `offsets/N` is written as a task of its own beside
         // the read and the computation: the pool's first worker writes it
@@ -771,6 +828,7 @@ impl Runner {
             self.checkpoint.commits.purge_before(batch_id - retain)?;
         }
         let start_offsets = std::mem::replace(&mut self.committed, entry.sources.clone());
+        self.read_ahead = next_read.map(|r| *r);
         self.current_wm = Some(entry.batch_watermark_ms);
         self.next_wm = next_wm;
         self.logged_next_wm = next_wm;
@@ -787,6 +845,7 @@ impl Runner {
             &entry,
             start_offsets,
             &source_rows,
+            source_metrics,
             &ctx,
             &output,
             durations,
@@ -817,6 +876,7 @@ impl Runner {
         entry: &OffsetEntry,
         start_offsets: Vec<Option<Offset>>,
         source_rows: &[i64],
+        mut source_metrics: Vec<BTreeMap<String, String>>,
         ctx: &BatchContext,
         output: &[RecordBatch],
         durations: BTreeMap<String, i64>,
@@ -862,7 +922,10 @@ impl Runner {
                     .map(|d| source_rows[i] as f64 * 1000.0 / d)
                     .unwrap_or(0.0),
                 processed_rows_per_second: source_rows[i] as f64 * 1000.0 / exec_ms,
-                metrics: s.metrics(),
+                metrics: source_metrics
+                    .get_mut(i)
+                    .map(std::mem::take)
+                    .unwrap_or_else(|| s.metrics()),
             })
             .collect();
         // Each source's watermark and which one holds the query's back.

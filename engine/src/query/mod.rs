@@ -2,6 +2,7 @@
 
 mod exec;
 mod host;
+mod read_ahead;
 mod shared_watermark;
 mod spec;
 mod trigger;

@@ -441,6 +441,13 @@ impl Source for Decode {
             .unwrap_or_else(|e| e.into_inner().log_on_storage())
     }
 
+    fn reads_ahead(&self) -> bool {
+        self.inner
+            .lock()
+            .map(|s| s.reads_ahead())
+            .unwrap_or_else(|e| e.into_inner().reads_ahead())
+    }
+
     fn latest_offset(&mut self, start: Option<&Offset>) -> Result<Option<Offset>> {
         self.malformed_batch = 0;
         self.inner_mut().latest_offset(start)

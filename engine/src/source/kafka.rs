@@ -528,6 +528,12 @@ impl Source for KafkaSource {
         Ok(())
     }
 
+    /// Yes: it reads the topics and writes nothing (the query's
+    /// checkpoint holds its offsets).
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
     fn latest_offset(&mut self, start: Option<&Offset>) -> Result<Option<Offset>> {
         self.metrics.lost_batch = 0;
         let from = self.starts(start)?;

@@ -111,6 +111,10 @@ impl Source for MemoryStream {
     fn description(&self) -> String {
         "MemoryStream".into()
     }
+    /// Yes: it reads from memory and writes nothing.
+    fn reads_ahead(&self) -> bool {
+        true
+    }
     fn latest_offset(&mut self, _start: Option<&Offset>) -> Result<Option<Offset>> {
         let n = self.len();
         Ok((n > 0).then(|| Offset::from(n as i64 - 1)))

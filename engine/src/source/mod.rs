@@ -121,6 +121,14 @@ pub trait Source: Send {
     /// far ended at `start`, within the source's per-trigger limit. `None`:
     /// no data has ever been available.
     fn latest_offset(&mut self, start: Option<&Offset>) -> Result<Option<Offset>>;
+    /// Whether the next batch may be planned and read while the last one
+    /// still runs (`weir.readAhead`): [`Source::latest_offset`] and
+    /// [`Source::get_batch`] write nothing durable (no log of the source's
+    /// own) and may be called again for the same batch, and
+    /// [`Source::metrics`] describes the last `get_batch`. Default false.
+    fn reads_ahead(&self) -> bool {
+        false
+    }
     /// The rows in `(start, end]`.
     fn get_batch(&mut self, start: Option<&Offset>, end: &Offset) -> Result<Vec<RecordBatch>>;
     /// Batches up to `end` are committed: data before it may be released.

@@ -181,6 +181,11 @@ impl Source for RateSource {
         Ok(())
     }
 
+    /// Yes: its rows are computed from the offsets.
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
     fn latest_offset(&mut self, _start: Option<&Offset>) -> Result<Option<Offset>> {
         let now = self.clock.now_ms();
         let created = self.creation_ms.unwrap_or(now);

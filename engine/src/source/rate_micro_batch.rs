@@ -113,6 +113,11 @@ impl Source for RateMicroBatchSource {
         )
     }
 
+    /// Yes: its rows are computed from the offsets.
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
     fn latest_offset(&mut self, start: Option<&Offset>) -> Result<Option<Offset>> {
         let next = start.and_then(|o| o.as_i64()).map(|b| b + 1).unwrap_or(0);
         let mut latest = match self.max_batches {

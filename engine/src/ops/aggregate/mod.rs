@@ -33,6 +33,7 @@ mod grouper;
 pub(crate) use accumulators::{agg_arrays, kind_of, output_type, Acc, Kind, Reader};
 
 use crate::error::{Result, WeirError};
+use crate::ops::ahead::{Ahead, Prepared};
 use crate::ops::narrow::{Narrow, SliceEventTimes};
 use crate::ops::operator::{
     single_store, unknown_store, DecodedState, OperatorState, PartitionCounts, StatefulOperator,
@@ -664,51 +665,72 @@ impl AggregateOp {
     /// parallel. The output is the union of the partitions', sorted by key.
     /// `narrow` steps run on each slice in its task before it is
     /// aggregated, and what their watermarks saw goes into `ctx`.
+    ///
+    /// The slices' tasks read no state: with `ahead` ([`crate::ops::ahead`])
+    /// the input comes already routed when it was read ahead, and the next
+    /// batch's read routes its rows beside this batch's partitions.
     pub fn process(
         &mut self,
         narrow: &Narrow,
         input: &[RecordBatch],
         ctx: &mut BatchContext,
         mode: OutputMode,
+        ahead: &mut Ahead<'_>,
     ) -> Result<Vec<RecordBatch>> {
         let started = Instant::now();
         let mut store = self.store.take()?;
-        let result = self.process_partitions(&mut store, narrow, input, ctx, mode);
-        let (total, memory) = (store.len() as i64, store.memory_used_bytes() as i64);
-        // The updates' time leaves out the partitions' commits (`commitTimeMs`).
-        let started = started + store.in_task_commit_time();
+        let n = store.partitions();
+        let this = &*self;
+        let routed = match ahead.take_prepared::<Routed>() {
+            Some(r) if r.sets.len() == n => Ok(r),
+            _ => this.route(narrow, input, n),
+        };
+        let prepare = |rows: &[RecordBatch]| -> Result<Prepared> {
+            Ok(Box::new(this.route(narrow, rows, n)?))
+        };
+        // The state stage, to the batch's output; the next batch's read
+        // beside it.
+        let state = || -> Result<(Vec<RecordBatch>, StateOperatorProgress)> {
+            let (parts, lost) = this.process_partitions(&mut store, narrow, routed?, ctx, mode)?;
+            let (total, memory) = (store.len() as i64, store.memory_used_bytes() as i64);
+            // The updates' time leaves out the partitions' commits (`commitTimeMs`).
+            let started = started + store.in_task_commit_time();
+            let mut m = StateOperatorProgress::new("stateStoreSave");
+            if lost > 0 {
+                m.custom_metrics
+                    .insert("numRowsOutsideRepresentableWindows".into(), lost);
+            }
+            for p in &parts {
+                p.counts.add_to(&mut m);
+            }
+            // The union of the partitions' output, sorted by key: each
+            // partition sorted its own in its task, and the stable sort finds
+            // those runs and merges them.
+            let mut out: Vec<(&[u8], &[Acc])> =
+                Vec::with_capacity(parts.iter().map(|p| p.rows.len()).sum());
+            for p in &parts {
+                out.extend(p.rows.iter().map(|&i| {
+                    let i = i as usize;
+                    (p.groups.key(i), p.groups.accs(i))
+                }));
+            }
+            out.sort_by(|a, b| a.0.cmp(b.0));
+            m.all_updates_time_ms = started.elapsed().as_millis() as i64;
+            m.num_rows_total = total;
+            m.memory_used_bytes = memory;
+            let batch = this.build_output(&out)?;
+            let batches = if batch.num_rows() == 0 {
+                vec![]
+            } else {
+                vec![batch]
+            };
+            Ok((batches, m))
+        };
+        let result = ahead.beside(state, &prepare);
         self.store.put(store);
-        let (parts, lost) = result?;
-        let mut m = StateOperatorProgress::new("stateStoreSave");
-        if lost > 0 {
-            m.custom_metrics
-                .insert("numRowsOutsideRepresentableWindows".into(), lost);
-        }
-        for p in &parts {
-            p.counts.add_to(&mut m);
-        }
-        // The union of the partitions' output, sorted by key: each
-        // partition sorted its own in its task, and the stable sort finds
-        // those runs and merges them.
-        let mut out: Vec<(&[u8], &[Acc])> =
-            Vec::with_capacity(parts.iter().map(|p| p.rows.len()).sum());
-        for p in &parts {
-            out.extend(p.rows.iter().map(|&i| {
-                let i = i as usize;
-                (p.groups.key(i), p.groups.accs(i))
-            }));
-        }
-        out.sort_by(|a, b| a.0.cmp(b.0));
-        m.all_updates_time_ms = started.elapsed().as_millis() as i64;
-        m.num_rows_total = total;
-        m.memory_used_bytes = memory;
+        let (batches, m) = result?;
         self.metrics = m;
-        let batch = self.build_output(&out)?;
-        Ok(if batch.num_rows() == 0 {
-            vec![]
-        } else {
-            vec![batch]
-        })
+        Ok(batches)
     }
 
     /// The batch's groups per state partition: each task (a slice of the
@@ -818,11 +840,13 @@ impl AggregateOp {
         Ok(())
     }
 
+    /// The state stage of a batch whose input is `routed`: each state
+    /// partition's share applied to its store, as one task per partition.
     fn process_partitions(
         &self,
         store: &mut PartitionedStore,
         narrow: &Narrow,
-        input: &[RecordBatch],
+        routed: Routed,
         ctx: &mut BatchContext,
         mode: OutputMode,
     ) -> Result<(Vec<PartitionOutput>, i64)> {
@@ -832,7 +856,7 @@ impl AggregateOp {
             last,
             lost,
             seen,
-        } = self.route(narrow, input, n)?;
+        } = routed;
         narrow.record(seen.iter().chain(last.iter().map(|t| &t.seen)), ctx);
         let (wm, no_data) = (ctx.watermarks, ctx.no_data);
         // A global aggregation always has its one group in a data batch.
@@ -1097,7 +1121,22 @@ impl StatefulOperator for AggregateOp {
         ctx: &mut BatchContext,
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
-        AggregateOp::process(self, narrow, input, ctx, mode)
+        AggregateOp::process(self, narrow, input, ctx, mode, &mut Ahead::default())
+    }
+    fn process_ahead(
+        &mut self,
+        narrow: &Narrow,
+        input: &[RecordBatch],
+        right: &[RecordBatch],
+        ctx: &mut BatchContext,
+        mode: OutputMode,
+        ahead: &mut Ahead<'_>,
+    ) -> Result<Vec<RecordBatch>> {
+        // Late rows sent aside are read from the whole input first.
+        if ctx.collect_late {
+            return StatefulOperator::process(self, narrow, input, right, ctx, mode);
+        }
+        AggregateOp::process(self, narrow, input, ctx, mode, ahead)
     }
     fn late_rows(
         &self,

@@ -1,0 +1,396 @@
+//! Reading ahead (`weir.readAhead`, issue 11): while a batch's state stage
+//! runs, the next batch is planned, read and routed beside it. A query
+//! that reads ahead emits, batch for batch, what it emits reading each
+//! batch in turn (rows, offsets, state and event-time metrics); a read
+//! ahead that fails is left to its batch; and a process killed after it
+//! read a batch ahead restarts to the uninterrupted run's output.
+
+use std::sync::{Arc, Mutex};
+
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use weir::functions::{col, count_star, max, sliding_window, sum, window};
+use weir::plan::OutputMode;
+use weir::source::{MemoryStream, Offset, Source};
+use weir::{DataStream, Session, SessionConfig, WeirError};
+
+use crate::common::{fields, iso, rows_json};
+
+/// What happened, in order: `read N` (a source read batch N's rows) and
+/// `sink N` (the sink took batch N).
+type Log = Arc<Mutex<Vec<String>>>;
+
+/// A source that offers its inputs one batch per trigger (batch `i` is
+/// input `i`), reads ahead, and logs its reads. `fail_at`: the reads of
+/// that batch fail, `fail_times` times (then succeed).
+struct Steps {
+    inner: MemoryStream,
+    batches: i64,
+    log: Log,
+    fail_at: Option<i64>,
+    fail_times: Arc<Mutex<usize>>,
+}
+
+impl Steps {
+    fn new(inputs: &[Vec<Value>], log: Log) -> Steps {
+        let inner = MemoryStream::new(&fields());
+        for input in inputs {
+            inner.add_json(input).unwrap();
+        }
+        Steps {
+            inner,
+            batches: inputs.len() as i64,
+            log,
+            fail_at: None,
+            fail_times: Arc::new(Mutex::new(0)),
+        }
+    }
+}
+
+impl Source for Steps {
+    fn schema(&self) -> weir::arrow::datatypes::SchemaRef {
+        self.inner.schema()
+    }
+    fn description(&self) -> String {
+        "Steps".into()
+    }
+    fn log_on_storage(&self) -> bool {
+        true
+    }
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+    fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
+        let next = start.and_then(|o| o.as_i64()).map_or(0, |b| b + 1);
+        Ok((self.batches > 0).then(|| Offset::from(next.min(self.batches - 1))))
+    }
+    fn get_batch(
+        &mut self,
+        start: Option<&Offset>,
+        end: &Offset,
+    ) -> weir::Result<Vec<weir::arrow::record_batch::RecordBatch>> {
+        let batch = end.as_i64().unwrap_or(-1);
+        if self.fail_at == Some(batch) {
+            let mut left = self.fail_times.lock().unwrap();
+            if *left > 0 {
+                *left -= 1;
+                return Err(WeirError::Source {
+                    source_name: "Steps".into(),
+                    message: format!("batch {batch} cannot be read"),
+                });
+            }
+        }
+        self.log.lock().unwrap().push(format!("read {batch}"));
+        self.inner.get_batch(start, end)
+    }
+}
+
+/// What a query does to the stream.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    /// 10-minute windows per key: count, sum, max.
+    Windows(OutputMode),
+    /// 20-minute windows sliding by 5 minutes, per key.
+    Sliding,
+    /// A global count and sum.
+    Global,
+    /// dropDuplicates(key, value) with a watermark (it does not read ahead).
+    Dedup,
+}
+
+fn build(s: &Session, source: Steps, shape: Shape) -> (DataStream, OutputMode) {
+    let d = s
+        .read_stream(source)
+        .with_watermark("ts", "10 minutes")
+        .filter("value < 3");
+    match shape {
+        Shape::Windows(mode) => (
+            d.group_by(vec![window("ts", "10 minutes"), col("key")])
+                .agg(vec![
+                    count_star("n"),
+                    sum("value", "total"),
+                    max("value", "top"),
+                ]),
+            mode,
+        ),
+        Shape::Sliding => (
+            d.group_by(vec![
+                sliding_window("ts", "20 minutes", "5 minutes"),
+                col("key"),
+            ])
+            .agg(vec![count_star("n"), sum("value", "total")]),
+            OutputMode::Update,
+        ),
+        Shape::Global => (
+            d.group_by(vec![])
+                .agg(vec![count_star("n"), sum("value", "total")]),
+            OutputMode::Update,
+        ),
+        Shape::Dedup => (d.drop_duplicates(&["key", "value"]), OutputMode::Append),
+    }
+}
+
+/// What the sink took: each batch's id and rows.
+type Emitted = Arc<Mutex<Vec<(i64, Vec<Value>)>>>;
+
+/// One emitted batch: its id, rows, and what its progress reported
+/// (input rows, offsets, event time, the state operator's counts).
+type Batch = (i64, Vec<Value>, Value);
+
+/// Runs the inputs (one batch each) on checkpoint `chk` with reading ahead
+/// on or off; returns the batches emitted and the log.
+fn run_on(
+    shape: Shape,
+    inputs: &[Vec<Value>],
+    read_ahead: bool,
+    workers: usize,
+    chk: &std::path::Path,
+    fail: Option<(i64, usize)>,
+) -> (Vec<Batch>, Vec<String>, Option<String>) {
+    let mut conf = SessionConfig {
+        fsync_checkpoint: false,
+        polling_delay: std::time::Duration::from_secs(3600),
+        ..SessionConfig::default()
+    };
+    conf.set("spark.sql.shuffle.partitions", "2").unwrap();
+    conf.set("weir.workerThreads", &workers.to_string())
+        .unwrap();
+    conf.set("weir.readAhead", &read_ahead.to_string()).unwrap();
+    let s = Session::with_config(conf);
+    let log: Log = Arc::default();
+    let mut source = Steps::new(inputs, log.clone());
+    if let Some((at, times)) = fail {
+        source.fail_at = Some(at);
+        *source.fail_times.lock().unwrap() = times;
+    }
+    let (d, mode) = build(&s, source, shape);
+    let rows: Emitted = Arc::default();
+    let (sink_rows, sink_log) = (rows.clone(), log.clone());
+    let q = d
+        .write_stream()
+        .output_mode(mode)
+        .foreach_batch(move |id, batches| {
+            sink_log.lock().unwrap().push(format!("sink {id}"));
+            let mut r = rows_json(batches);
+            if matches!(shape, Shape::Dedup) {
+                r.sort_by_key(|v| v.to_string());
+            }
+            sink_rows.lock().unwrap().push((id, r));
+            Ok(())
+        })
+        .checkpoint_location(chk.to_str().unwrap())
+        .start()
+        .unwrap();
+    let _ = q.process_all_available();
+    let _ = q.stop();
+    let error = q.exception().map(|e| e.to_string());
+    let progress: std::collections::BTreeMap<i64, Value> = q
+        .recent_progress()
+        .iter()
+        .map(|p| {
+            let op = p.state_operators.first();
+            let src = &p.sources[0];
+            let v = json!({
+                "numInputRows": p.num_input_rows,
+                "startOffset": src.start_offset,
+                "endOffset": src.end_offset,
+                "eventTime": p.event_time,
+                "state": op.map(|o| [o.num_rows_total, o.num_rows_updated,
+                    o.num_rows_removed, o.num_rows_dropped_by_watermark]),
+            });
+            (p.batch_id, v)
+        })
+        .collect();
+    let out = rows
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(id, r)| {
+            (
+                *id,
+                r.clone(),
+                progress.get(id).cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let log = log.lock().unwrap().clone();
+    (out, log, error)
+}
+
+fn run(
+    shape: Shape,
+    inputs: &[Vec<Value>],
+    read_ahead: bool,
+    workers: usize,
+) -> (Vec<Batch>, Vec<String>) {
+    let chk = tempfile::tempdir().unwrap();
+    let (out, log, error) = run_on(shape, inputs, read_ahead, workers, chk.path(), None);
+    assert_eq!(error, None);
+    (out, log)
+}
+
+/// Whether batch `k + 1` was read before the sink took batch `k`, for every
+/// batch `k` that has a next one.
+fn read_before_sink(log: &[String], batches: usize) -> Vec<bool> {
+    let at = |e: String| log.iter().position(|l| *l == e);
+    (0..batches.saturating_sub(1))
+        .map(|k| at(format!("read {}", k + 1)) < at(format!("sink {k}")))
+        .collect()
+}
+
+fn event(minute: i64, key: u8, value: i64) -> Value {
+    json!({
+        "ts": iso((1_704_110_400 + minute * 60) * 1_000_000),
+        "key": format!("k{key}"),
+        "value": value,
+    })
+}
+
+/// Batches of events moving forward in time with disorder, some behind
+/// the watermark.
+fn inputs() -> impl Strategy<Value = Vec<Vec<Value>>> {
+    prop::collection::vec(
+        prop::collection::vec((-30i64..15, 0u8..6, 0i64..4), 0..25),
+        2..6,
+    )
+    .prop_map(|batches| {
+        batches
+            .into_iter()
+            .enumerate()
+            .map(|(b, evs)| {
+                evs.into_iter()
+                    .map(|(dt, k, v)| event(b as i64 * 12 + dt, k, v))
+                    .collect()
+            })
+            .collect()
+    })
+}
+
+fn shapes() -> impl Strategy<Value = Shape> {
+    prop_oneof![
+        Just(Shape::Windows(OutputMode::Update)),
+        Just(Shape::Windows(OutputMode::Append)),
+        Just(Shape::Windows(OutputMode::Complete)),
+        Just(Shape::Sliding),
+        Just(Shape::Global),
+        Just(Shape::Dedup),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Read ahead or in turn, on 1 or 2 workers: the same batches, rows
+    /// and progress. An aggregation read each next batch before its sink
+    /// took the batch before; a deduplication (which does not read ahead)
+    /// never did.
+    #[test]
+    fn a_query_reading_ahead_emits_what_it_emits_reading_in_turn(
+        shape in shapes(),
+        inputs in inputs(),
+        workers in 1usize..=2,
+    ) {
+        let (want, in_turn) = run(shape, &inputs, false, 1);
+        let (got, ahead) = run(shape, &inputs, true, workers);
+        prop_assert_eq!(&got, &want);
+        let n = inputs.len();
+        prop_assert!(read_before_sink(&in_turn, n).iter().all(|b| !b), "{:?}", in_turn);
+        let read_ahead = !matches!(shape, Shape::Dedup);
+        prop_assert!(
+            read_before_sink(&ahead, n).iter().all(|b| *b == read_ahead),
+            "{:?}: {:?}", shape, ahead
+        );
+    }
+}
+
+/// Five batches of events, ten minutes apart, with rows in every batch.
+fn fixed_inputs() -> Vec<Vec<Value>> {
+    (0..5i64)
+        .map(|b| {
+            (0..12)
+                .map(|i| event(b * 10 + i % 7 - 2, (i % 4) as u8, i % 3))
+                .collect()
+        })
+        .collect()
+}
+
+/// A read ahead that fails is dropped: the batch reads its rows itself
+/// (and succeeds), so the output is what an undisturbed run emits. When
+/// the batch's own read fails too, the query stops with the source's
+/// error, after the batches before it.
+#[test]
+fn a_failed_read_ahead_is_left_to_its_batch() {
+    let inputs = fixed_inputs();
+    let shape = Shape::Windows(OutputMode::Update);
+    let (want, _) = run(shape, &inputs, false, 1);
+    for workers in [1, 2] {
+        let chk = tempfile::tempdir().unwrap();
+        let (got, log, error) = run_on(shape, &inputs, true, workers, chk.path(), Some((2, 1)));
+        assert_eq!(error, None);
+        assert_eq!(got, want, "{workers} workers");
+        // Batch 2 was read by its own batch, after batch 1's sink; batch 3
+        // was read ahead again.
+        assert_eq!(
+            read_before_sink(&log, inputs.len()),
+            [true, false, true, true]
+        );
+
+        let chk = tempfile::tempdir().unwrap();
+        let (got, _, error) = run_on(shape, &inputs, true, workers, chk.path(), Some((2, 2)));
+        let error = error.expect("the query fails");
+        assert!(error.contains("batch 2 cannot be read"), "{error}");
+        assert_eq!(got, want[..2].to_vec(), "{workers} workers");
+        assert!(chk.path().join("commits").join("1").exists());
+        assert!(!chk.path().join("commits").join("2").exists());
+    }
+}
+
+/// The batch the killed process was in.
+const VICTIM: i64 = 2;
+
+/// A process killed (SIGKILL) after its sink took a batch, or after that
+/// batch's commit, with the next batch already read ahead (nothing of it
+/// logged): restarted, it runs on from its checkpoint and emits what an
+/// uninterrupted run emits from there.
+#[test]
+fn a_kill_after_reading_ahead_restarts_to_the_uninterrupted_output() {
+    const NAME: &str =
+        "read_ahead::a_kill_after_reading_ahead_restarts_to_the_uninterrupted_output";
+    let inputs = fixed_inputs();
+    let shape = Shape::Windows(OutputMode::Update);
+    if let Ok(dir) = std::env::var("WEIR_CRASH_TEST_DIR") {
+        // The child: runs until its failpoint kills it.
+        let chk = std::path::Path::new(&dir).join("chk");
+        run_on(shape, &inputs, true, 2, &chk, None);
+        return;
+    }
+    let (want, log) = run(shape, &inputs, true, 2);
+    // The child, with the same settings, reads each next batch ahead.
+    assert!(
+        read_before_sink(&log, inputs.len()).iter().all(|b| *b),
+        "{log:?}"
+    );
+    for (point, first_rerun) in [("after_sink", VICTIM), ("after_commit_log", VICTIM + 1)] {
+        let dir = tempfile::tempdir().unwrap();
+        crate::common::run_child_killed_at_failpoint(
+            NAME,
+            &[
+                ("WEIR_CRASH_TEST_DIR", dir.path().display().to_string()),
+                ("WEIR_FAILPOINT", format!("{point}:{VICTIM}")),
+            ],
+        );
+        let chk = dir.path().join("chk");
+        assert!(chk.join("offsets").join(VICTIM.to_string()).exists());
+        // The next batch was read ahead, never logged.
+        assert!(!chk.join("offsets").join((VICTIM + 1).to_string()).exists());
+        let (got, _, error) = run_on(shape, &inputs, true, 2, &chk, None);
+        assert_eq!(error, None);
+        let tail: Vec<Batch> = want
+            .iter()
+            .filter(|b| b.0 >= first_rerun)
+            .cloned()
+            .collect();
+        assert!(!tail.is_empty());
+        assert_eq!(got, tail, "killed {point} of batch {VICTIM}");
+    }
+}
