@@ -27,11 +27,12 @@ pub struct SessionConfig {
     /// `weir.workerThreads`: threads of the pool a micro-batch's tasks run
     /// on (default: the available cores).
     pub worker_threads: usize,
-    /// `weir.readAhead`: while a micro-batch's state stage runs, the next
-    /// batch is planned, read and routed beside it on the pool (see
-    /// `crate::ops::ahead`; default true). Only where that cannot change a
-    /// result: the default or available-now trigger, sources that read
-    /// ahead, no late-rows side output, not a scale-out task.
+    /// `weir.readAhead`: while a micro-batch runs, the next batch is
+    /// planned, read and routed beside it, as a task of its own on the pool
+    /// (see `crate::ops::ahead`; default true). Only where that cannot
+    /// change a result: the default or available-now trigger, one source
+    /// that reads ahead, an aggregation first, no late-rows side output,
+    /// not a scale-out task.
     pub read_ahead: bool,
     /// `spark.sql.streaming.noDataMicroBatches.enabled` (default true).
     pub no_data_batches: bool,

@@ -1,11 +1,12 @@
-//! Reading ahead (`weir.readAhead`, issue 11): while a batch's state stage
-//! runs, the next batch is planned, read and routed beside it. A query
+//! Reading ahead (`weir.readAhead`, issue 11): while a batch runs, the next
+//! batch is planned, read and routed beside it, as a task of its own. A query
 //! that reads ahead emits, batch for batch, what it emits reading each
 //! batch in turn (rows, offsets, state and event-time metrics); a read
 //! ahead that fails is left to its batch; and a process killed after it
 //! read a batch ahead restarts to the uninterrupted run's output.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -16,9 +17,39 @@ use weir::{DataStream, Session, SessionConfig, WeirError};
 
 use crate::common::{fields, iso, rows_json};
 
-/// What happened, in order: `read N` (a source read batch N's rows) and
-/// `sink N` (the sink took batch N).
-type Log = Arc<Mutex<Vec<String>>>;
+/// What happened, in order: `read N` (a source read batch N's rows),
+/// `fail N` (its read failed) and `sink N` (the sink took batch N); and a
+/// signal for each entry.
+#[derive(Default)]
+struct Events {
+    log: Mutex<Vec<String>>,
+    added: Condvar,
+}
+
+type Log = Arc<Events>;
+
+impl Events {
+    fn push(&self, e: String) {
+        self.log.lock().unwrap().push(e);
+        self.added.notify_all();
+    }
+
+    /// Waits up to `wait` for an entry about batch `batch` (`read` or
+    /// `fail`), then logs `sink {id}`.
+    fn sink_after(&self, id: i64, batch: i64, wait: Duration) {
+        let deadline = Instant::now() + wait;
+        let about = |l: &String| *l == format!("read {batch}") || *l == format!("fail {batch}");
+        let mut log = self.log.lock().unwrap();
+        while !log.iter().any(about) {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            log = self.added.wait_timeout(log, deadline - now).unwrap().0;
+        }
+        log.push(format!("sink {id}"));
+    }
+}
 
 /// A source that offers its inputs one batch per trigger (batch `i` is
 /// input `i`), reads ahead, and logs its reads. `fail_at`: the reads of
@@ -74,13 +105,14 @@ impl Source for Steps {
             let mut left = self.fail_times.lock().unwrap();
             if *left > 0 {
                 *left -= 1;
+                self.log.push(format!("fail {batch}"));
                 return Err(WeirError::Source {
                     source_name: "Steps".into(),
                     message: format!("batch {batch} cannot be read"),
                 });
             }
         }
-        self.log.lock().unwrap().push(format!("read {batch}"));
+        self.log.push(format!("read {batch}"));
         self.inner.get_batch(start, end)
     }
 }
@@ -138,7 +170,9 @@ type Emitted = Arc<Mutex<Vec<(i64, Vec<Value>)>>>;
 type Batch = (i64, Vec<Value>, Value);
 
 /// Runs the inputs (one batch each) on checkpoint `chk` with reading ahead
-/// on or off; returns the batches emitted and the log.
+/// on or off; returns the batches emitted, the log and the query's error.
+/// The sink waits up to `wait` for the next batch's read before it takes
+/// a batch (a read ahead comes while it waits; a read in turn after it).
 fn run_on(
     shape: Shape,
     inputs: &[Vec<Value>],
@@ -146,6 +180,7 @@ fn run_on(
     workers: usize,
     chk: &std::path::Path,
     fail: Option<(i64, usize)>,
+    wait: Duration,
 ) -> (Vec<Batch>, Vec<String>, Option<String>) {
     let mut conf = SessionConfig {
         fsync_checkpoint: false,
@@ -166,11 +201,16 @@ fn run_on(
     let (d, mode) = build(&s, source, shape);
     let rows: Emitted = Arc::default();
     let (sink_rows, sink_log) = (rows.clone(), log.clone());
+    let batches_in = inputs.len() as i64;
     let q = d
         .write_stream()
         .output_mode(mode)
         .foreach_batch(move |id, batches| {
-            sink_log.lock().unwrap().push(format!("sink {id}"));
+            if id + 1 < batches_in {
+                sink_log.sink_after(id, id + 1, wait);
+            } else {
+                sink_log.push(format!("sink {id}"));
+            }
             let mut r = rows_json(batches);
             if matches!(shape, Shape::Dedup) {
                 r.sort_by_key(|v| v.to_string());
@@ -213,10 +253,16 @@ fn run_on(
             )
         })
         .collect();
-    let log = log.lock().unwrap().clone();
+    let log = log.log.lock().unwrap().clone();
     (out, log, error)
 }
 
+/// How long a sink waits for a read ahead that is due: far longer than it
+/// takes (it returns as soon as the read is logged).
+const DUE: Duration = Duration::from_secs(20);
+
+/// [`run_on`] on a new checkpoint, the sink waiting for the next batch's
+/// read when it is to be read ahead (an aggregation, reading ahead).
 fn run(
     shape: Shape,
     inputs: &[Vec<Value>],
@@ -224,13 +270,15 @@ fn run(
     workers: usize,
 ) -> (Vec<Batch>, Vec<String>) {
     let chk = tempfile::tempdir().unwrap();
-    let (out, log, error) = run_on(shape, inputs, read_ahead, workers, chk.path(), None);
+    let due = read_ahead && !matches!(shape, Shape::Dedup);
+    let wait = if due { DUE } else { Duration::ZERO };
+    let (out, log, error) = run_on(shape, inputs, read_ahead, workers, chk.path(), None, wait);
     assert_eq!(error, None);
     (out, log)
 }
 
-/// Whether batch `k + 1` was read before the sink took batch `k`, for every
-/// batch `k` that has a next one.
+/// Whether batch `k + 1` was read before the sink took batch `k` (while
+/// the sink waited for it), for every batch `k` that has a next one.
 fn read_before_sink(log: &[String], batches: usize) -> Vec<bool> {
     let at = |e: String| log.iter().position(|l| *l == e);
     (0..batches.saturating_sub(1))
@@ -281,9 +329,9 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
     /// Read ahead or in turn, on 1 or 2 workers: the same batches, rows
-    /// and progress. An aggregation read each next batch before its sink
-    /// took the batch before; a deduplication (which does not read ahead)
-    /// never did.
+    /// and progress. An aggregation read each next batch while the sink of
+    /// the batch before waited; in turn, and for a deduplication (which does
+    /// not read ahead), it came after that sink.
     #[test]
     fn a_query_reading_ahead_emits_what_it_emits_reading_in_turn(
         shape in shapes(),
@@ -325,18 +373,20 @@ fn a_failed_read_ahead_is_left_to_its_batch() {
     let (want, _) = run(shape, &inputs, false, 1);
     for workers in [1, 2] {
         let chk = tempfile::tempdir().unwrap();
-        let (got, log, error) = run_on(shape, &inputs, true, workers, chk.path(), Some((2, 1)));
+        let (got, log, error) =
+            run_on(shape, &inputs, true, workers, chk.path(), Some((2, 1)), DUE);
         assert_eq!(error, None);
         assert_eq!(got, want, "{workers} workers");
-        // Batch 2 was read by its own batch, after batch 1's sink; batch 3
-        // was read ahead again.
+        // Batch 2's read ahead failed while batch 1's sink waited, and batch
+        // 2 read its rows itself, after that sink; batch 3 was read ahead
+        // again.
         assert_eq!(
             read_before_sink(&log, inputs.len()),
             [true, false, true, true]
         );
 
         let chk = tempfile::tempdir().unwrap();
-        let (got, _, error) = run_on(shape, &inputs, true, workers, chk.path(), Some((2, 2)));
+        let (got, _, error) = run_on(shape, &inputs, true, workers, chk.path(), Some((2, 2)), DUE);
         let error = error.expect("the query fails");
         assert!(error.contains("batch 2 cannot be read"), "{error}");
         assert_eq!(got, want[..2].to_vec(), "{workers} workers");
@@ -361,7 +411,7 @@ fn a_kill_after_reading_ahead_restarts_to_the_uninterrupted_output() {
     if let Ok(dir) = std::env::var("WEIR_CRASH_TEST_DIR") {
         // The child: runs until its failpoint kills it.
         let chk = std::path::Path::new(&dir).join("chk");
-        run_on(shape, &inputs, true, 2, &chk, None);
+        run_on(shape, &inputs, true, 2, &chk, None, DUE);
         return;
     }
     let (want, log) = run(shape, &inputs, true, 2);
@@ -383,7 +433,7 @@ fn a_kill_after_reading_ahead_restarts_to_the_uninterrupted_output() {
         assert!(chk.join("offsets").join(VICTIM.to_string()).exists());
         // The next batch was read ahead, never logged.
         assert!(!chk.join("offsets").join((VICTIM + 1).to_string()).exists());
-        let (got, _, error) = run_on(shape, &inputs, true, 2, &chk, None);
+        let (got, _, error) = run_on(shape, &inputs, true, 2, &chk, None, DUE);
         assert_eq!(error, None);
         let tail: Vec<Batch> = want
             .iter()

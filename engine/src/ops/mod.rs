@@ -31,7 +31,7 @@ use crate::progress::StateOperatorProgress;
 use crate::state::{InTaskCommit, PartitionedStore};
 
 use aggregate::{AggExec, AggregateOp, KeyExec, Watermarks};
-use ahead::Ahead;
+use ahead::{Prepared, Preparer};
 use dedup::DedupOp;
 use join::JoinOp;
 use narrow::Narrow;
@@ -587,14 +587,27 @@ impl Pipeline {
         sources: &[Vec<RecordBatch>],
         ctx: &mut BatchContext,
     ) -> Result<Vec<RecordBatch>> {
-        self.run_ahead(sources, ctx, &mut Ahead::default())
+        self.run_prepared(sources, ctx, None)
     }
 
-    /// Whether a batch may be read ahead ([`ahead`]): one node, reading
-    /// the one source, whose first operator after its narrow steps is a
-    /// stateful one without a right side (it then prepares the source's
-    /// rows as they are read, if it can).
-    pub fn reads_ahead(&self) -> bool {
+    /// The first stage of the pipeline's first stateful operator, for
+    /// reading ahead ([`ahead`]): with one node, reading the one source,
+    /// whose first operator after its narrow steps is a stateful one
+    /// without a right side that can prepare its input
+    /// ([`StatefulOperator::preparer`]). Called once the state is open.
+    pub fn preparer(&self) -> Option<Preparer> {
+        if !self.reads_ahead() {
+            return None;
+        }
+        let node = &self.nodes[0];
+        match node.ops.get(Narrow::count(&node.ops)) {
+            Some(OpExec::Stateful(op, None)) => op.preparer(narrow::NarrowSteps::of(&node.ops)),
+            _ => None,
+        }
+    }
+
+    /// Whether the pipeline has the shape [`Pipeline::preparer`] needs.
+    fn reads_ahead(&self) -> bool {
         let [node] = self.nodes.as_slice() else {
             return false;
         };
@@ -605,16 +618,16 @@ impl Pipeline {
             )
     }
 
-    /// Runs one micro-batch as [`Pipeline::run`] does, handing `ahead`
-    /// to the first stateful operator when the pipeline reads ahead
-    /// ([`Pipeline::reads_ahead`]; else `ahead` is left alone).
-    pub fn run_ahead(
+    /// Runs one micro-batch as [`Pipeline::run`] does, with the input of
+    /// the first stateful operator `prepared` by [`Pipeline::preparer`]
+    /// from `sources` (dropped if the pipeline has none).
+    pub fn run_prepared(
         &mut self,
         sources: &[Vec<RecordBatch>],
         ctx: &mut BatchContext,
-        ahead: &mut Ahead<'_>,
+        prepared: Option<Prepared>,
     ) -> Result<Vec<RecordBatch>> {
-        let mut ahead = self.reads_ahead().then_some(ahead);
+        let mut prepared = prepared.filter(|_| self.reads_ahead());
         ctx.event_time = vec![EventTimeStats::default(); self.watermark_delays.len()];
         let mut outputs: Vec<Option<Vec<RecordBatch>>> =
             (0..self.nodes.len()).map(|_| None).collect();
@@ -648,8 +661,8 @@ impl Pipeline {
                             Some(k) => outputs[*k].clone().unwrap_or_default(),
                             None => vec![],
                         };
-                        match ahead.take() {
-                            Some(a) => op.process_ahead(&narrow, &batches, &r, ctx, mode, a)?,
+                        match prepared.take() {
+                            Some(p) => op.process_prepared(&narrow, &batches, &r, ctx, mode, p)?,
                             None => op.process(&narrow, &batches, &r, ctx, mode)?,
                         }
                     }

@@ -26,6 +26,46 @@ pub struct Narrow<'a> {
     steps: Vec<Step<'a>>,
 }
 
+/// A run of narrow steps of its own (copies of the pipeline's), for a task
+/// that outlives the batch (the next batch's read ahead).
+pub struct NarrowSteps(Vec<OwnedStep>);
+
+enum OwnedStep {
+    Filter(FilterOp),
+    Project(ProjectOp),
+    Watermark(WatermarkOp),
+}
+
+impl NarrowSteps {
+    /// The leading narrow operators of `ops`, copied.
+    pub(super) fn of(ops: &[OpExec]) -> NarrowSteps {
+        let steps = ops
+            .iter()
+            .map_while(|o| match o {
+                OpExec::Filter(f) => Some(OwnedStep::Filter(f.clone())),
+                OpExec::Project(p) => Some(OwnedStep::Project(p.clone())),
+                OpExec::Watermark(w) => Some(OwnedStep::Watermark(w.clone())),
+                _ => None,
+            })
+            .collect();
+        NarrowSteps(steps)
+    }
+
+    /// The steps, to apply.
+    pub fn narrow(&self) -> Narrow<'_> {
+        let steps = self
+            .0
+            .iter()
+            .map(|s| match s {
+                OwnedStep::Filter(f) => Step::Filter(f),
+                OwnedStep::Project(p) => Step::Project(p),
+                OwnedStep::Watermark(w) => Step::Watermark(w),
+            })
+            .collect();
+        Narrow { steps }
+    }
+}
+
 /// What one slice's watermark steps saw: each step's event-time sums, in
 /// step order, to be added over the batch's slices before one rounding.
 #[derive(Default)]

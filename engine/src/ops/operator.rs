@@ -9,8 +9,8 @@ use arrow::datatypes::Field;
 use weir_plan::OutputMode;
 
 use super::aggregate::Watermarks;
-use super::ahead::Ahead;
-use super::narrow::Narrow;
+use super::ahead::{Prepared, Preparer};
+use super::narrow::{Narrow, NarrowSteps};
 use super::BatchContext;
 use std::sync::Mutex;
 
@@ -91,20 +91,25 @@ pub trait StatefulOperator: Send {
         Ok(out)
     }
 
-    /// Runs one micro-batch as [`StatefulOperator::process`] does, with
-    /// the batch's read-ahead ([`super::ahead`]): an operator whose first
-    /// stage reads no state takes its input prepared from `ahead` (else
-    /// prepares `input` itself) and runs the next batch's read beside its
-    /// state stage ([`Ahead::beside`]). The default runs `process` and
-    /// leaves `ahead` alone: nothing is read ahead.
-    fn process_ahead(
+    /// Its first stage as a task of its own, over the rows of the narrow
+    /// `steps` before it, for reading ahead ([`super::ahead`]): `None`
+    /// (the default) when its first stage reads state or it has none.
+    /// Called once its state is open.
+    fn preparer(&self, _steps: NarrowSteps) -> Option<Preparer> {
+        None
+    }
+
+    /// Runs one micro-batch as [`StatefulOperator::process`] does, on the
+    /// input its [`StatefulOperator::preparer`] prepared from `input`
+    /// (given too). The default ignores `prepared`.
+    fn process_prepared(
         &mut self,
         narrow: &Narrow,
         input: &[RecordBatch],
         right: &[RecordBatch],
         ctx: &mut BatchContext,
         mode: OutputMode,
-        _ahead: &mut Ahead<'_>,
+        _prepared: Prepared,
     ) -> Result<Vec<RecordBatch>> {
         self.process(narrow, input, right, ctx, mode)
     }
@@ -290,6 +295,12 @@ impl OperatorState {
         self.slot()
             .take()
             .ok_or_else(|| WeirError::Config("state store not opened".into()))
+    }
+
+    /// Its state partitions, once opened.
+    pub(crate) fn partitions(&self) -> Option<usize> {
+        let slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref().map(PartitionedStore::partitions)
     }
 
     /// Puts the state back after a batch.

@@ -95,6 +95,7 @@ pub fn eval(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<Arc<dyn
 }
 
 /// Keeps the rows where a predicate is true.
+#[derive(Clone)]
 pub struct FilterOp {
     predicate: Arc<dyn PhysicalExpr>,
     schema: SchemaRef,
@@ -134,6 +135,7 @@ impl FilterOp {
 }
 
 /// Computes a new set of columns (select) or adds/replaces one (with_column).
+#[derive(Clone)]
 pub struct ProjectOp {
     exprs: Vec<Arc<dyn PhysicalExpr>>,
     schema: SchemaRef,

@@ -49,6 +49,7 @@ impl EventTimeStats {
 }
 
 /// The watermark operator.
+#[derive(Clone)]
 pub struct WatermarkOp {
     /// Index among the query's watermark operators.
     pub id: usize,

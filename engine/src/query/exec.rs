@@ -20,6 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,7 +36,7 @@ use crate::checkpoint::{Checkpoint, CommitEntry, OffsetEntry};
 use crate::error::{Result, WeirError};
 use crate::failpoint::{failpoint, set_current_batch};
 use crate::ops::aggregate::Watermarks;
-use crate::ops::ahead::Ahead;
+use crate::ops::ahead::Preparer;
 use crate::ops::{BatchContext, Pipeline};
 use crate::progress::{
     format_ms, QueryListener, QueryStartedEvent, QueryStatus, QueryTerminatedEvent, SinkProgress,
@@ -83,10 +84,16 @@ struct Runner {
     idle_reported: bool,
     /// Scale-out: the other tasks' watermarks.
     watermark_share: Option<Arc<dyn WatermarkShare>>,
-    /// Whether batches are read ahead (`read_ahead::allowed`).
-    reads_ahead: bool,
+    /// The first stage of the pipeline, when batches are read ahead
+    /// (`read_ahead::allowed`).
+    preparer: Option<Preparer>,
+    /// The next batch's read, under way: it holds the sources.
+    reading: Option<Receiver<read_ahead::Returned>>,
     /// The next batch, read while the last one ran.
     read_ahead: Option<ReadAhead>,
+    /// Where the last batch ended, for the sources' `commit` once the read
+    /// ahead gives them back.
+    commit_after_read: Option<Vec<Option<Offset>>>,
 }
 
 pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
@@ -271,14 +278,15 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
     ));
     *shared.resumed_from.lock().unwrap() = committed.clone();
     let listeners = host.listeners();
-    let reads_ahead = read_ahead::allowed(
+    let preparer = read_ahead::allowed(
         conf.read_ahead,
         trigger,
         &sources,
-        &pipeline,
         late_sink.is_some(),
         watermark_share.is_some(),
-    );
+    )
+    .then(|| pipeline.preparer())
+    .flatten();
     let runner = Runner {
         shared: shared.clone(),
         host: host.clone(),
@@ -300,8 +308,10 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
         last_trigger_ms: None,
         idle_reported: false,
         watermark_share,
-        reads_ahead,
+        preparer,
+        reading: None,
         read_ahead: None,
+        commit_after_read: None,
     };
     for l in &runner.listeners {
         l.on_query_started(&QueryStartedEvent {
@@ -396,6 +406,24 @@ impl Runner {
         self.shared.stop.load(Ordering::SeqCst)
     }
 
+    /// Waits for the next batch's read ahead, if one is under way: the
+    /// sources come back (and commit where the last batch ended) and what
+    /// it read is kept for the batch.
+    fn collect_read(&mut self) -> Result<()> {
+        let Some(reading) = self.reading.take() else {
+            return Ok(());
+        };
+        let (sources, read) = reading
+            .recv()
+            .map_err(|_| WeirError::Config("the read ahead lost the query's sources".into()))?;
+        self.sources = sources;
+        self.read_ahead = read;
+        match self.commit_after_read.take() {
+            Some(ends) => commit_sources(&mut self.sources, &ends),
+            None => Ok(()),
+        }
+    }
+
     fn run(mut self) {
         // A panic (a bug, or a panicking foreach_batch closure) ends the query
         // with an error instead of leaving waiters hanging.
@@ -410,6 +438,10 @@ impl Runner {
                     )))
                 }
             };
+        // A read ahead under way gives the sources back first.
+        if let Err(e) = self.collect_read() {
+            tracing::warn!(query = %self.shared.id, "{e}");
+        }
         for (_, s) in self.sources.iter_mut() {
             s.stop();
         }
@@ -538,6 +570,7 @@ impl Runner {
         let trigger_start = Instant::now();
         let trigger_ms = self.host.conf().clock.now_ms();
         let mut durations: BTreeMap<String, i64> = BTreeMap::new();
+        self.collect_read()?;
         let has_wm = self.pipeline.watermark_count() > 0;
         let batch_id = self.batch_id;
         // This batch, if the last one read it ahead.
@@ -665,16 +698,20 @@ impl Runner {
         // hand-over to the pool wakes a sleeping worker and then this
         // thread, which costs tens of microseconds on a virtual machine.
         let pool = self.host.workers()?;
-        // The next batch is read ahead beside this one's state stage (not
-        // beside a no-data batch's, nor once the query is stopping).
-        let read_next = self.reads_ahead && !no_data && !self.stopping();
+        // The next batch is read ahead, as a task of its own beside this
+        // batch's (not beside a no-data batch, nor once the query is
+        // stopping).
+        let preparer = self
+            .preparer
+            .clone()
+            .filter(|_| !no_data && !self.stopping());
         let (sources, committed, pipeline) =
             (&mut self.sources, &self.committed, &mut self.pipeline);
         let mut source_rows = Vec::new();
         let mut source_metrics = Vec::new();
         let mut run_started = Instant::now();
         let mut get_batch_ms = 0;
-        let mut next_read = None;
+        let mut reading = None;
         let job = || -> Result<Result<Vec<RecordBatch>>> {
             let mut prepared = None;
             let inputs = match ahead.take() {
@@ -698,7 +735,10 @@ impl Runner {
                     }
                     get_batch_ms = t.elapsed().as_millis() as i64;
                     // As read, before the next batch's read changes them.
-                    source_metrics = sources.iter().map(|(_, s)| s.metrics()).collect();
+                    source_metrics = sources
+                        .iter()
+                        .map(|(_, s)| (s.description(), s.metrics()))
+                        .collect();
                     inputs
                 }
             };
@@ -709,14 +749,14 @@ impl Runner {
             set_current_batch(batch_id);
             failpoint("after_read", batch_id);
             run_started = Instant::now();
-            let mut ahead = Ahead {
-                prepared,
-                next: read_next
-                    .then(|| read_ahead::read_next(batch_id + 1, sources, entry.sources.clone())),
-                read: None,
-            };
-            let out = pipeline.run_ahead(&inputs, &mut ctx, &mut ahead);
-            next_read = ahead.read.and_then(|r| r.downcast::<ReadAhead>().ok());
+            // The next batch's read starts now, beside this batch's tasks,
+            // with the sources.
+            if let Some(prepare) = preparer {
+                let start = entry.sources.clone();
+                let owned = std::mem::take(sources);
+                reading = Some(read_ahead::spawn(batch_id + 1, owned, start, prepare));
+            }
+            let out = pipeline.run_prepared(&inputs, &mut ctx, prepared);
             Ok(out)
         };
         // A new batch's `offsets/N` is written as a task of its own beside
@@ -746,6 +786,8 @@ impl Runner {
             Ok(logged_in)
         };
         let (logged_in, run) = pool.install(|| rayon::join(write_log, job));
+        // The sources are with the next batch's read until it is taken.
+        self.reading = reading;
         durations.insert("getBatch".into(), get_batch_ms);
         // The batch's own error comes second to its log's: a batch whose
         // `offsets/N` could not be written stopped at its first write.
@@ -816,10 +858,10 @@ impl Runner {
         )?;
         failpoint("after_commit_log", batch_id);
         durations.insert("commitOffsets".into(), t.elapsed().as_millis() as i64);
-        for (i, (_, s)) in self.sources.iter_mut().enumerate() {
-            if let Some(e) = entry.sources.get(i).cloned().flatten() {
-                s.commit(&e)?;
-            }
+        if self.reading.is_some() {
+            self.commit_after_read = Some(entry.sources.clone());
+        } else {
+            commit_sources(&mut self.sources, &entry.sources)?;
         }
         let retain = self.host.conf().min_batches_to_retain as i64;
         if batch_id >= retain && batch_id % 10 == 0 {
@@ -828,7 +870,7 @@ impl Runner {
             self.checkpoint.commits.purge_before(batch_id - retain)?;
         }
         let start_offsets = std::mem::replace(&mut self.committed, entry.sources.clone());
-        self.read_ahead = next_read.map(|r| *r);
+
         self.current_wm = Some(entry.batch_watermark_ms);
         self.next_wm = next_wm;
         self.logged_next_wm = next_wm;
@@ -876,7 +918,7 @@ impl Runner {
         entry: &OffsetEntry,
         start_offsets: Vec<Option<Offset>>,
         source_rows: &[i64],
-        mut source_metrics: Vec<BTreeMap<String, String>>,
+        source_metrics: Vec<(String, BTreeMap<String, String>)>,
         ctx: &BatchContext,
         output: &[RecordBatch],
         durations: BTreeMap<String, i64>,
@@ -908,12 +950,13 @@ impl Runner {
         if has_wm {
             event_time.insert("watermark".into(), format_ms(entry.batch_watermark_ms));
         }
-        let mut sources: Vec<SourceProgress> = self
-            .sources
-            .iter()
+        // Each source as it was read (the next batch's read ahead may hold
+        // the sources now).
+        let mut sources: Vec<SourceProgress> = source_metrics
+            .into_iter()
             .enumerate()
-            .map(|(i, (_, s))| SourceProgress {
-                description: s.description(),
+            .map(|(i, (description, metrics))| SourceProgress {
+                description,
                 start_offset: start_offsets.get(i).cloned().flatten(),
                 end_offset: entry.sources.get(i).cloned().flatten(),
                 latest_offset: entry.sources.get(i).cloned().flatten(),
@@ -922,10 +965,7 @@ impl Runner {
                     .map(|d| source_rows[i] as f64 * 1000.0 / d)
                     .unwrap_or(0.0),
                 processed_rows_per_second: source_rows[i] as f64 * 1000.0 / exec_ms,
-                metrics: source_metrics
-                    .get_mut(i)
-                    .map(std::mem::take)
-                    .unwrap_or_else(|| s.metrics()),
+                metrics,
             })
             .collect();
         // Each source's watermark and which one holds the query's back.
@@ -963,6 +1003,16 @@ impl Runner {
             st.progress.pop_front();
         }
     }
+}
+
+/// Tells each source its batches up to `ends` are committed.
+fn commit_sources(sources: &mut [(String, BoxSource)], ends: &[Option<Offset>]) -> Result<()> {
+    for ((_, s), e) in sources.iter_mut().zip(ends) {
+        if let Some(e) = e {
+            s.commit(e)?;
+        }
+    }
+    Ok(())
 }
 
 /// [`Runner::publish_watermark`] from the fields it reads (callable while

@@ -125,7 +125,9 @@ pub trait Source: Send {
     /// still runs (`weir.readAhead`): [`Source::latest_offset`] and
     /// [`Source::get_batch`] write nothing durable (no log of the source's
     /// own) and may be called again for the same batch, and
-    /// [`Source::metrics`] describes the last `get_batch`. Default false.
+    /// [`Source::metrics`] describes the last `get_batch`. The next batch's
+    /// read then runs on a worker of the pool, the source moved there
+    /// until it is done. Default false.
     fn reads_ahead(&self) -> bool {
         false
     }

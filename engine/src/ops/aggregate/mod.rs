@@ -33,8 +33,8 @@ mod grouper;
 pub(crate) use accumulators::{agg_arrays, kind_of, output_type, Acc, Kind, Reader};
 
 use crate::error::{Result, WeirError};
-use crate::ops::ahead::{Ahead, Prepared};
-use crate::ops::narrow::{Narrow, SliceEventTimes};
+use crate::ops::ahead::{Prepared, Preparer};
+use crate::ops::narrow::{Narrow, NarrowSteps, SliceEventTimes};
 use crate::ops::operator::{
     single_store, unknown_store, DecodedState, OperatorState, PartitionCounts, StatefulOperator,
 };
@@ -85,6 +85,16 @@ pub struct AggExec {
 pub struct AggregateOp {
     /// Index among the query's stateful operators.
     pub id: usize,
+    /// What its tasks read (shared with the next batch's read ahead, which
+    /// routes its rows while this batch runs).
+    core: Arc<AggCore>,
+    store: OperatorState,
+    metrics: StateOperatorProgress,
+}
+
+/// The aggregation as its routing tasks read it: keys, aggregates and
+/// formats, no state.
+pub struct AggCore {
     keys: Vec<KeyExec>,
     aggs: Vec<AggExec>,
     kinds: Vec<Kind>,
@@ -92,14 +102,20 @@ pub struct AggregateOp {
     schema: SchemaRef,
     /// The key position that bounds state (window end or watermarked column).
     watermark_key: Option<usize>,
-    store: OperatorState,
-    metrics: StateOperatorProgress,
     /// Each aggregate as written (`collect_list(user) AS users`), for errors.
     calls: Vec<String>,
     /// `spark.sql.streaming.weir.collectMaxValues`.
-    collect_max_values: usize,
+    collect_max_values: AtomicUsize,
     /// How many groups the last task found: the next task's first guess.
     groups_hint: AtomicUsize,
+}
+
+impl std::ops::Deref for AggregateOp {
+    type Target = AggCore;
+
+    fn deref(&self) -> &AggCore {
+        &self.core
+    }
 }
 
 /// The starts of the windows a timestamp falls in, oldest first: in `i64`
@@ -301,114 +317,12 @@ pub struct Watermarks {
     pub evict_ms: Option<i64>,
 }
 
-impl AggregateOp {
-    /// Builds the operator over `input`.
-    pub fn new(
-        id: usize,
-        keys: Vec<KeyExec>,
-        aggs: Vec<AggExec>,
-        input: &Schema,
-    ) -> Result<AggregateOp> {
-        let mut key_fields = Vec::new();
-        let mut out_fields = Vec::new();
-        let mut watermark_key = None;
-        for (i, k) in keys.iter().enumerate() {
-            match k {
-                KeyExec::Window {
-                    name, watermarked, ..
-                } => {
-                    key_fields.push(SortField::new(timestamp_type()));
-                    key_fields.push(SortField::new(timestamp_type()));
-                    out_fields.push(ArrowField::new(name, crate::row::window_type(), true));
-                    if *watermarked && watermark_key.is_none() {
-                        watermark_key = Some(i);
-                    }
-                }
-                KeyExec::Column {
-                    index,
-                    name,
-                    watermarked,
-                } => {
-                    let t = input.field(*index).data_type().clone();
-                    key_fields.push(SortField::new(t.clone()));
-                    out_fields.push(ArrowField::new(name, t, true));
-                    if *watermarked && watermark_key.is_none() {
-                        watermark_key = Some(i);
-                    }
-                }
-            }
-        }
-        let mut kinds = Vec::new();
-        let mut calls = Vec::new();
-        for a in &aggs {
-            let column = a.input.map_or("*", |i| input.field(i).name().as_str());
-            calls.push(format!("{} AS {}", a.func.call(column), a.name));
-            kinds.push(a.input_type.as_ref().map(kind_of).unwrap_or(Kind::Int));
-            let out_t = output_type(a.func, a.input_type.as_ref());
-            out_fields.push(ArrowField::new(&a.name, out_t, true));
-        }
-        let converter = if key_fields.is_empty() {
-            None
-        } else {
-            Some(RowConverter::new(key_fields)?)
-        };
-        Ok(AggregateOp {
-            id,
-            keys,
-            aggs,
-            kinds,
-            converter,
-            schema: Arc::new(Schema::new(out_fields)),
-            watermark_key,
-            store: OperatorState::default(),
-            metrics: StateOperatorProgress::new("stateStoreSave"),
-            calls,
-            collect_max_values: crate::config::COLLECT_MAX_VALUES_DEFAULT,
-            groups_hint: AtomicUsize::new(0),
-        })
-    }
-
-    /// Bounds each group's `collect_list`/`collect_set` to `n` values
-    /// (`spark.sql.streaming.weir.collectMaxValues`).
-    pub fn set_collect_max_values(&mut self, n: usize) {
-        self.collect_max_values = n.max(1);
-    }
-
-    /// The output schema.
-    pub fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-
-    /// True when the grouping includes a watermarked key (state is bounded).
-    pub fn has_watermark(&self) -> bool {
-        self.watermark_key.is_some()
-    }
-
-    /// The window size (µs) when the watermarked key is a window (a group
-    /// is evicted at its window's end), else `None`.
-    fn evicting_window_size(&self) -> Option<i64> {
-        match self.keys.get(self.watermark_key?)? {
-            KeyExec::Window { assigner, .. } => Some(assigner.size_us),
-            KeyExec::Column { .. } => None,
-        }
-    }
-
-    /// Gives the operator its state, split over the state partitions (opened
-    /// at the last committed version).
-    pub fn set_store(&mut self, store: PartitionedStore) {
-        self.store.set(store);
-    }
-
-    /// This batch's metrics.
-    pub fn metrics(&self) -> StateOperatorProgress {
-        self.metrics.clone()
-    }
-
+impl AggCore {
     fn new_accs(&self) -> Vec<Acc> {
         self.aggs
             .iter()
             .zip(&self.kinds)
-            .map(|(a, k)| Acc::bounded(a.func, *k, self.collect_max_values))
+            .map(|(a, k)| Acc::bounded(a.func, *k, self.collect_max_values.load(Ordering::Relaxed)))
             .collect()
     }
 
@@ -489,16 +403,6 @@ impl AggregateOp {
             })
             .collect();
         parts.join(", ")
-    }
-
-    /// A group's state value: its eviction time, then its accumulators,
-    /// encoded into `buf` (emptied first; the state store's buffer).
-    fn encode_group(evict_at: i64, accs: &[Acc], buf: &mut Vec<u8>) {
-        buf.clear();
-        buf.extend_from_slice(&evict_at.to_le_bytes());
-        for a in accs {
-            a.encode(buf);
-        }
     }
 
     /// Aggregates one batch within itself: its groups (state keys,
@@ -621,118 +525,6 @@ impl AggregateOp {
         Ok((g.finish(Some(rows)), lost))
     }
 
-    /// The input rows this batch drops as late in full (every window they
-    /// fall in is closed), for the late-rows side output.
-    pub fn late_rows(
-        &self,
-        input: &[RecordBatch],
-        wm: Watermarks,
-        mode: OutputMode,
-    ) -> Result<Vec<RecordBatch>> {
-        let (Some(ki), Some(late)) = (self.watermark_key, wm.late_ms) else {
-            return Ok(vec![]);
-        };
-        if mode == OutputMode::Complete {
-            return Ok(vec![]);
-        }
-        let mut out = Vec::new();
-        for b in input {
-            let late = match &self.keys[ki] {
-                KeyExec::Window { assigner, .. } => match assigner.source {
-                    crate::ops::window::TimeSource::Column(c) => {
-                        crate::ops::watermark::late_rows(b, c, late, |t| {
-                            assigner.last_window_end(t)
-                        })?
-                    }
-                    crate::ops::window::TimeSource::WindowTime(_) => None,
-                },
-                KeyExec::Column { index, .. } => {
-                    crate::ops::watermark::late_rows(b, *index, late, |t| t)?
-                }
-            };
-            out.extend(late);
-        }
-        Ok(out)
-    }
-
-    /// Runs one micro-batch: input rows in, output rows per `mode` out.
-    ///
-    /// The batch runs as tasks on the worker pool it is called in (rayon):
-    /// each slice of [`crate::ops::tasks::ROWS_PER_TASK`] input rows is aggregated on its own
-    /// and its groups routed by key hash to the state partitions; then each
-    /// partition merges its groups in input order, applies them to its
-    /// store, evicts behind the watermark and produces its output, in
-    /// parallel. The output is the union of the partitions', sorted by key.
-    /// `narrow` steps run on each slice in its task before it is
-    /// aggregated, and what their watermarks saw goes into `ctx`.
-    ///
-    /// The slices' tasks read no state: with `ahead` ([`crate::ops::ahead`])
-    /// the input comes already routed when it was read ahead, and the next
-    /// batch's read routes its rows beside this batch's partitions.
-    pub fn process(
-        &mut self,
-        narrow: &Narrow,
-        input: &[RecordBatch],
-        ctx: &mut BatchContext,
-        mode: OutputMode,
-        ahead: &mut Ahead<'_>,
-    ) -> Result<Vec<RecordBatch>> {
-        let started = Instant::now();
-        let mut store = self.store.take()?;
-        let n = store.partitions();
-        let this = &*self;
-        let routed = match ahead.take_prepared::<Routed>() {
-            Some(r) if r.sets.len() == n => Ok(r),
-            _ => this.route(narrow, input, n),
-        };
-        let prepare = |rows: &[RecordBatch]| -> Result<Prepared> {
-            Ok(Box::new(this.route(narrow, rows, n)?))
-        };
-        // The state stage, to the batch's output; the next batch's read
-        // beside it.
-        let state = || -> Result<(Vec<RecordBatch>, StateOperatorProgress)> {
-            let (parts, lost) = this.process_partitions(&mut store, narrow, routed?, ctx, mode)?;
-            let (total, memory) = (store.len() as i64, store.memory_used_bytes() as i64);
-            // The updates' time leaves out the partitions' commits (`commitTimeMs`).
-            let started = started + store.in_task_commit_time();
-            let mut m = StateOperatorProgress::new("stateStoreSave");
-            if lost > 0 {
-                m.custom_metrics
-                    .insert("numRowsOutsideRepresentableWindows".into(), lost);
-            }
-            for p in &parts {
-                p.counts.add_to(&mut m);
-            }
-            // The union of the partitions' output, sorted by key: each
-            // partition sorted its own in its task, and the stable sort finds
-            // those runs and merges them.
-            let mut out: Vec<(&[u8], &[Acc])> =
-                Vec::with_capacity(parts.iter().map(|p| p.rows.len()).sum());
-            for p in &parts {
-                out.extend(p.rows.iter().map(|&i| {
-                    let i = i as usize;
-                    (p.groups.key(i), p.groups.accs(i))
-                }));
-            }
-            out.sort_by(|a, b| a.0.cmp(b.0));
-            m.all_updates_time_ms = started.elapsed().as_millis() as i64;
-            m.num_rows_total = total;
-            m.memory_used_bytes = memory;
-            let batch = this.build_output(&out)?;
-            let batches = if batch.num_rows() == 0 {
-                vec![]
-            } else {
-                vec![batch]
-            };
-            Ok((batches, m))
-        };
-        let result = ahead.beside(state, &prepare);
-        self.store.put(store);
-        let (batches, m) = result?;
-        self.metrics = m;
-        Ok(batches)
-    }
-
     /// The batch's groups per state partition: each task (a slice of the
     /// input) aggregated on its own, routed by key hash, and merged into its
     /// partition in input order (so a result never depends on how many
@@ -838,6 +630,222 @@ impl AggregateOp {
             }
         }
         Ok(())
+    }
+}
+
+impl AggregateOp {
+    /// Builds the operator over `input`.
+    pub fn new(
+        id: usize,
+        keys: Vec<KeyExec>,
+        aggs: Vec<AggExec>,
+        input: &Schema,
+    ) -> Result<AggregateOp> {
+        let mut key_fields = Vec::new();
+        let mut out_fields = Vec::new();
+        let mut watermark_key = None;
+        for (i, k) in keys.iter().enumerate() {
+            match k {
+                KeyExec::Window {
+                    name, watermarked, ..
+                } => {
+                    key_fields.push(SortField::new(timestamp_type()));
+                    key_fields.push(SortField::new(timestamp_type()));
+                    out_fields.push(ArrowField::new(name, crate::row::window_type(), true));
+                    if *watermarked && watermark_key.is_none() {
+                        watermark_key = Some(i);
+                    }
+                }
+                KeyExec::Column {
+                    index,
+                    name,
+                    watermarked,
+                } => {
+                    let t = input.field(*index).data_type().clone();
+                    key_fields.push(SortField::new(t.clone()));
+                    out_fields.push(ArrowField::new(name, t, true));
+                    if *watermarked && watermark_key.is_none() {
+                        watermark_key = Some(i);
+                    }
+                }
+            }
+        }
+        let mut kinds = Vec::new();
+        let mut calls = Vec::new();
+        for a in &aggs {
+            let column = a.input.map_or("*", |i| input.field(i).name().as_str());
+            calls.push(format!("{} AS {}", a.func.call(column), a.name));
+            kinds.push(a.input_type.as_ref().map(kind_of).unwrap_or(Kind::Int));
+            let out_t = output_type(a.func, a.input_type.as_ref());
+            out_fields.push(ArrowField::new(&a.name, out_t, true));
+        }
+        let converter = if key_fields.is_empty() {
+            None
+        } else {
+            Some(RowConverter::new(key_fields)?)
+        };
+        Ok(AggregateOp {
+            id,
+            core: Arc::new(AggCore {
+                keys,
+                aggs,
+                kinds,
+                converter,
+                schema: Arc::new(Schema::new(out_fields)),
+                watermark_key,
+                calls,
+                collect_max_values: AtomicUsize::new(crate::config::COLLECT_MAX_VALUES_DEFAULT),
+                groups_hint: AtomicUsize::new(0),
+            }),
+            store: OperatorState::default(),
+            metrics: StateOperatorProgress::new("stateStoreSave"),
+        })
+    }
+
+    /// Bounds each group's `collect_list`/`collect_set` to `n` values
+    /// (`spark.sql.streaming.weir.collectMaxValues`).
+    pub fn set_collect_max_values(&mut self, n: usize) {
+        self.collect_max_values.store(n.max(1), Ordering::Relaxed);
+    }
+
+    /// The output schema.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// True when the grouping includes a watermarked key (state is bounded).
+    pub fn has_watermark(&self) -> bool {
+        self.watermark_key.is_some()
+    }
+
+    /// The window size (µs) when the watermarked key is a window (a group
+    /// is evicted at its window's end), else `None`.
+    fn evicting_window_size(&self) -> Option<i64> {
+        match self.keys.get(self.watermark_key?)? {
+            KeyExec::Window { assigner, .. } => Some(assigner.size_us),
+            KeyExec::Column { .. } => None,
+        }
+    }
+
+    /// Gives the operator its state, split over the state partitions (opened
+    /// at the last committed version).
+    pub fn set_store(&mut self, store: PartitionedStore) {
+        self.store.set(store);
+    }
+
+    /// This batch's metrics.
+    pub fn metrics(&self) -> StateOperatorProgress {
+        self.metrics.clone()
+    }
+
+    /// A group's state value: its eviction time, then its accumulators,
+    /// encoded into `buf` (emptied first; the state store's buffer).
+    fn encode_group(evict_at: i64, accs: &[Acc], buf: &mut Vec<u8>) {
+        buf.clear();
+        buf.extend_from_slice(&evict_at.to_le_bytes());
+        for a in accs {
+            a.encode(buf);
+        }
+    }
+
+    /// The input rows this batch drops as late in full (every window they
+    /// fall in is closed), for the late-rows side output.
+    pub fn late_rows(
+        &self,
+        input: &[RecordBatch],
+        wm: Watermarks,
+        mode: OutputMode,
+    ) -> Result<Vec<RecordBatch>> {
+        let (Some(ki), Some(late)) = (self.watermark_key, wm.late_ms) else {
+            return Ok(vec![]);
+        };
+        if mode == OutputMode::Complete {
+            return Ok(vec![]);
+        }
+        let mut out = Vec::new();
+        for b in input {
+            let late = match &self.keys[ki] {
+                KeyExec::Window { assigner, .. } => match assigner.source {
+                    crate::ops::window::TimeSource::Column(c) => {
+                        crate::ops::watermark::late_rows(b, c, late, |t| {
+                            assigner.last_window_end(t)
+                        })?
+                    }
+                    crate::ops::window::TimeSource::WindowTime(_) => None,
+                },
+                KeyExec::Column { index, .. } => {
+                    crate::ops::watermark::late_rows(b, *index, late, |t| t)?
+                }
+            };
+            out.extend(late);
+        }
+        Ok(out)
+    }
+
+    /// Runs one micro-batch: input rows in, output rows per `mode` out.
+    ///
+    /// The batch runs as tasks on the worker pool it is called in (rayon):
+    /// each slice of [`crate::ops::tasks::ROWS_PER_TASK`] input rows is aggregated on its own
+    /// and its groups routed by key hash to the state partitions; then each
+    /// partition merges its groups in input order, applies them to its
+    /// store, evicts behind the watermark and produces its output, in
+    /// parallel. The output is the union of the partitions', sorted by key.
+    /// `narrow` steps run on each slice in its task before it is
+    /// aggregated, and what their watermarks saw goes into `ctx`.
+    ///
+    /// The slices' tasks read no state: `prepared` holds them when they
+    /// ran ahead ([`crate::ops::ahead`]), while the batch before ran.
+    pub fn process(
+        &mut self,
+        narrow: &Narrow,
+        input: &[RecordBatch],
+        ctx: &mut BatchContext,
+        mode: OutputMode,
+        prepared: Option<Prepared>,
+    ) -> Result<Vec<RecordBatch>> {
+        let started = Instant::now();
+        let mut store = self.store.take()?;
+        let n = store.partitions();
+        let routed = match prepared.and_then(|p| p.downcast::<Routed>().ok()) {
+            Some(r) if r.sets.len() == n => Ok(*r),
+            _ => self.route(narrow, input, n),
+        };
+        let result = routed.and_then(|r| self.process_partitions(&mut store, narrow, r, ctx, mode));
+        let (total, memory) = (store.len() as i64, store.memory_used_bytes() as i64);
+        // The updates' time leaves out the partitions' commits (`commitTimeMs`).
+        let started = started + store.in_task_commit_time();
+        self.store.put(store);
+        let (parts, lost) = result?;
+        let mut m = StateOperatorProgress::new("stateStoreSave");
+        if lost > 0 {
+            m.custom_metrics
+                .insert("numRowsOutsideRepresentableWindows".into(), lost);
+        }
+        for p in &parts {
+            p.counts.add_to(&mut m);
+        }
+        // The union of the partitions' output, sorted by key: each
+        // partition sorted its own in its task, and the stable sort finds
+        // those runs and merges them.
+        let mut out: Vec<(&[u8], &[Acc])> =
+            Vec::with_capacity(parts.iter().map(|p| p.rows.len()).sum());
+        for p in &parts {
+            out.extend(p.rows.iter().map(|&i| {
+                let i = i as usize;
+                (p.groups.key(i), p.groups.accs(i))
+            }));
+        }
+        out.sort_by(|a, b| a.0.cmp(b.0));
+        m.all_updates_time_ms = started.elapsed().as_millis() as i64;
+        m.num_rows_total = total;
+        m.memory_used_bytes = memory;
+        self.metrics = m;
+        let batch = self.build_output(&out)?;
+        Ok(if batch.num_rows() == 0 {
+            vec![]
+        } else {
+            vec![batch]
+        })
     }
 
     /// The state stage of a batch whose input is `routed`: each state
@@ -1121,22 +1129,29 @@ impl StatefulOperator for AggregateOp {
         ctx: &mut BatchContext,
         mode: OutputMode,
     ) -> Result<Vec<RecordBatch>> {
-        AggregateOp::process(self, narrow, input, ctx, mode, &mut Ahead::default())
+        AggregateOp::process(self, narrow, input, ctx, mode, None)
     }
-    fn process_ahead(
+    fn preparer(&self, steps: NarrowSteps) -> Option<Preparer> {
+        let n = self.store.partitions()?;
+        let core = self.core.clone();
+        Some(Arc::new(move |rows: &[RecordBatch]| -> Result<Prepared> {
+            Ok(Box::new(core.route(&steps.narrow(), rows, n)?))
+        }))
+    }
+    fn process_prepared(
         &mut self,
         narrow: &Narrow,
         input: &[RecordBatch],
         right: &[RecordBatch],
         ctx: &mut BatchContext,
         mode: OutputMode,
-        ahead: &mut Ahead<'_>,
+        prepared: Prepared,
     ) -> Result<Vec<RecordBatch>> {
         // Late rows sent aside are read from the whole input first.
         if ctx.collect_late {
             return StatefulOperator::process(self, narrow, input, right, ctx, mode);
         }
-        AggregateOp::process(self, narrow, input, ctx, mode, ahead)
+        AggregateOp::process(self, narrow, input, ctx, mode, Some(prepared))
     }
     fn late_rows(
         &self,
