@@ -60,8 +60,8 @@ pub struct Opts {
     /// `weir.workerThreads` (default: the engine's, one per core).
     #[arg(long)]
     workers: Option<usize>,
-    /// `weir.readAhead`: the next batch read and routed beside this one's
-    /// state stage (`true` or `false`).
+    /// `weir.readAhead`: the next batch read and routed as a task of its
+    /// own while this one runs (`true` or `false`).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     read_ahead: bool,
     /// The lab's rate source's `numPartitions` (its batch generated as

@@ -330,8 +330,9 @@ proptest! {
 
     /// Read ahead or in turn, on 1 or 2 workers: the same batches, rows
     /// and progress. An aggregation read each next batch while the sink of
-    /// the batch before waited; in turn, and for a deduplication (which does
-    /// not read ahead), it came after that sink.
+    /// the batch before waited, and once (the batch took what was read
+    /// ahead); in turn, and for a deduplication (which does not read
+    /// ahead), it came after that sink.
     #[test]
     fn a_query_reading_ahead_emits_what_it_emits_reading_in_turn(
         shape in shapes(),
@@ -348,6 +349,11 @@ proptest! {
             read_before_sink(&ahead, n).iter().all(|b| *b == read_ahead),
             "{:?}: {:?}", shape, ahead
         );
+        // What was read ahead was used: no batch read twice.
+        for b in 0..n {
+            let reads = ahead.iter().filter(|l| **l == format!("read {b}")).count();
+            prop_assert_eq!(reads, 1, "batch {} in {:?}", b, ahead);
+        }
     }
 }
 

@@ -29,6 +29,7 @@ use weir_plan::{OutputMode, StreamPlan};
 
 use super::read_ahead::{self, ReadAhead};
 use super::shared_watermark::{self, Pending, WatermarkShare};
+use super::source_reads;
 use super::spec::QuerySpec;
 use super::{QueryHost, QueryShared, StreamingQuery, Trigger};
 use crate::checkpoint::logged::OffsetsLogged;
@@ -417,11 +418,11 @@ impl Runner {
             .recv()
             .map_err(|_| WeirError::Config("the read ahead lost the query's sources".into()))?;
         self.sources = sources;
-        self.read_ahead = read;
-        match self.commit_after_read.take() {
-            Some(ends) => commit_sources(&mut self.sources, &ends),
-            None => Ok(()),
+        if let Some(ends) = self.commit_after_read.take() {
+            commit_sources(&mut self.sources, &ends)?;
         }
+        self.read_ahead = read?;
+        Ok(())
     }
 
     fn run(mut self) {
@@ -592,24 +593,15 @@ impl Runner {
                 // A source's own log (files seen) is written for this batch.
                 set_current_batch(batch_id);
                 let t = Instant::now();
-                let mut latest = Vec::new();
                 let whole_source = self
                     .watermark_share
                     .as_ref()
                     .and_then(|s| s.whole_source(self.op_wms.len()));
-                if let Some(r) = &ahead {
-                    latest = r.latest.clone();
-                    durations.insert("latestOffset".into(), r.latest_ms);
-                } else {
-                    for ((_, s), c) in self.sources.iter_mut().zip(&self.committed) {
-                        latest.push(s.latest_offset(c.as_ref())?);
-                    }
-                    durations.insert("latestOffset".into(), t.elapsed().as_millis() as i64);
-                }
-                let has_data = latest
-                    .iter()
-                    .zip(&self.committed)
-                    .any(|(l, c)| l.is_some() && l != c);
+                let latest = source_reads::latest_offsets(&mut self.sources, &self.committed)?;
+                durations.insert("latestOffset".into(), t.elapsed().as_millis() as i64);
+                // What was read ahead counts if the batch ends there still.
+                ahead = ahead.filter(|r| r.latest == latest);
+                let has_data = source_reads::has_data(&latest, &self.committed);
                 if let Some(share) = &self.watermark_share {
                     // Scale-out: see `shared_watermark`.
                     let mut wms = vec![None; self.op_wms.len()];
@@ -705,18 +697,21 @@ impl Runner {
             .preparer
             .clone()
             .filter(|_| !no_data && !self.stopping());
-        let (sources, committed, pipeline) =
-            (&mut self.sources, &self.committed, &mut self.pipeline);
+        let (sources, committed, pipeline, reading) = (
+            &mut self.sources,
+            &self.committed,
+            &mut self.pipeline,
+            &mut self.reading,
+        );
         let mut source_rows = Vec::new();
         let mut source_metrics = Vec::new();
         let mut run_started = Instant::now();
         let mut get_batch_ms = 0;
-        let mut reading = None;
         let job = || -> Result<Result<Vec<RecordBatch>>> {
             let mut prepared = None;
             let inputs = match ahead.take() {
+                // Read ahead: no time spent reading in this batch.
                 Some(r) => {
-                    get_batch_ms = r.get_batch_ms;
                     source_metrics = r.metrics;
                     prepared = r.prepared;
                     r.inputs
@@ -724,21 +719,9 @@ impl Runner {
                 None => {
                     // Read each source's (committed, end].
                     let t = Instant::now();
-                    let mut inputs: Vec<Vec<RecordBatch>> = Vec::new();
-                    for (i, (_, s)) in sources.iter_mut().enumerate() {
-                        let end = entry.sources.get(i).cloned().flatten();
-                        let start = committed[i].as_ref();
-                        inputs.push(match &end {
-                            Some(e) if Some(e) != start => s.get_batch(start, e)?,
-                            _ => vec![],
-                        });
-                    }
+                    let inputs = source_reads::read(sources, committed, &entry.sources)?;
                     get_batch_ms = t.elapsed().as_millis() as i64;
-                    // As read, before the next batch's read changes them.
-                    source_metrics = sources
-                        .iter()
-                        .map(|(_, s)| (s.description(), s.metrics()))
-                        .collect();
+                    source_metrics = source_reads::described(sources);
                     inputs
                 }
             };
@@ -754,7 +737,8 @@ impl Runner {
             if let Some(prepare) = preparer {
                 let start = entry.sources.clone();
                 let owned = std::mem::take(sources);
-                reading = Some(read_ahead::spawn(batch_id + 1, owned, start, prepare));
+                // Kept where a panic of this batch cannot lose it.
+                *reading = Some(read_ahead::spawn(batch_id + 1, owned, start, prepare));
             }
             let out = pipeline.run_prepared(&inputs, &mut ctx, prepared);
             Ok(out)
@@ -786,8 +770,6 @@ impl Runner {
             Ok(logged_in)
         };
         let (logged_in, run) = pool.install(|| rayon::join(write_log, job));
-        // The sources are with the next batch's read until it is taken.
-        self.reading = reading;
         durations.insert("getBatch".into(), get_batch_ms);
         // The batch's own error comes second to its log's: a batch whose
         // `offsets/N` could not be written stopped at its first write.

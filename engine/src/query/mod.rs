@@ -4,6 +4,7 @@ mod exec;
 mod host;
 mod read_ahead;
 mod shared_watermark;
+mod source_reads;
 mod spec;
 mod trigger;
 

@@ -3,21 +3,26 @@
 //! of its own on the worker pool that holds the query's sources until the
 //! next batch takes them back.
 //!
-//! The next batch is planned as the query would plan it once this batch
-//! is done: each source's latest offset after this batch's end, its rows,
-//! then the operator's stateless stage on them. Nothing of it is durable:
-//! the batch's `offsets/N` is written when it runs, after this batch's
-//! `commits/N`, and its watermarks are those this batch leaves. A read
-//! that fails is dropped and left to the batch, which then reads again
-//! (and reports the error if it fails again).
+//! The next batch is read as the query would read it once this batch is
+//! done: each source's latest offset after this batch's end, its rows,
+//! then the operator's stateless stage on them. When the batch starts, it
+//! asks its sources for their latest offsets again, as it would without
+//! reading ahead, and takes what was read ahead only if they still end
+//! there (a source fed while the batch before ran now ends further, and
+//! the batch reads in turn): the batches' boundaries are those of reading
+//! in turn. Nothing of it is durable: the batch's `offsets/N` is written
+//! when it runs, after this batch's `commits/N`, and its watermarks are
+//! those this batch leaves. A read that fails is dropped and left to the
+//! batch, which then reads again (and reports the error if it fails
+//! again).
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{sync_channel, Receiver};
-use std::time::Instant;
 
 use arrow::record_batch::RecordBatch;
 
-use super::Trigger;
+use super::{source_reads, Trigger};
+use crate::error::{Result, WeirError};
 use crate::ops::ahead::{Prepared, Preparer};
 use crate::source::{BoxSource, Offset};
 
@@ -27,14 +32,11 @@ pub(super) struct ReadAhead {
     pub(super) batch_id: i64,
     /// Where the batches before it ended, per source.
     pub(super) start: Vec<Option<Offset>>,
-    /// Each source's latest offset: where the batch ends.
+    /// Each source's latest offset then: where the batch ends, if the
+    /// sources still say so when it starts.
     pub(super) latest: Vec<Option<Offset>>,
-    /// How long the latest offsets took, ms (`latestOffset`).
-    pub(super) latest_ms: i64,
     /// Each source's rows.
     pub(super) inputs: Vec<Vec<RecordBatch>>,
-    /// How long the reads took, ms (`getBatch`).
-    pub(super) get_batch_ms: i64,
     /// Each source's description and metrics after its read (its progress
     /// report's).
     pub(super) metrics: Vec<(String, BTreeMap<String, String>)>,
@@ -69,7 +71,7 @@ pub(super) fn allowed(
 }
 
 /// The query's sources, and what the read ahead found with them.
-pub(super) type Returned = (Vec<(String, BoxSource)>, Option<ReadAhead>);
+pub(super) type Returned = (Vec<(String, BoxSource)>, Result<Option<ReadAhead>>);
 
 /// Starts batch `batch_id`'s read, after batches that ended at `start`, as
 /// a task of its own on the worker pool this is called in: the sources'
@@ -89,8 +91,20 @@ pub(super) fn spawn(
         let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             read(batch_id, &mut sources, start, &prepare)
         }));
-        // A panic (a bug) leaves the batch to read again, as a failure does.
-        let _ = tx.send((sources, read.ok().flatten()));
+        // The batch reads again and reports what fails; a panic (a bug) is
+        // the query's error.
+        let read = match read {
+            Ok(Ok(read)) => Ok(read),
+            Ok(Err(e)) => {
+                tracing::debug!("batch {batch_id} read ahead failed, left to the batch: {e}");
+                Ok(None)
+            }
+            Err(p) => Err(WeirError::Config(format!(
+                "batch {batch_id}'s read ahead panicked: {}",
+                crate::error::panic_message(p.as_ref())
+            ))),
+        };
+        let _ = tx.send((sources, read));
     });
     rx
 }
@@ -100,42 +114,23 @@ fn read(
     sources: &mut [(String, BoxSource)],
     start: Vec<Option<Offset>>,
     prepare: &Preparer,
-) -> Option<ReadAhead> {
-    let t = Instant::now();
-    let mut latest = Vec::with_capacity(sources.len());
-    for ((_, s), from) in sources.iter_mut().zip(&start) {
-        latest.push(s.latest_offset(from.as_ref()).ok()?);
+) -> Result<Option<ReadAhead>> {
+    let latest = source_reads::latest_offsets(sources, &start)?;
+    if !source_reads::has_data(&latest, &start) {
+        return Ok(None);
     }
-    let has_data = latest
-        .iter()
-        .zip(&start)
-        .any(|(l, c)| l.is_some() && l != c);
-    if !has_data {
-        return None;
-    }
-    let latest_ms = t.elapsed().as_millis() as i64;
-    let t = Instant::now();
-    let mut inputs = Vec::with_capacity(sources.len());
-    for (((_, s), from), end) in sources.iter_mut().zip(&start).zip(&latest) {
-        inputs.push(match end {
-            Some(e) if Some(e) != from.as_ref() => s.get_batch(from.as_ref(), e).ok()?,
-            _ => vec![],
-        });
-    }
-    let get_batch_ms = t.elapsed().as_millis() as i64;
-    let metrics = sources
-        .iter()
-        .map(|(_, s)| (s.description(), s.metrics()))
-        .collect();
-    let prepared = inputs.first().and_then(|rows| prepare(rows).ok());
-    Some(ReadAhead {
+    let inputs = source_reads::read(sources, &start, &latest)?;
+    let metrics = source_reads::described(sources);
+    let prepared = match inputs.first() {
+        Some(rows) => Some(prepare(rows)?),
+        None => None,
+    };
+    Ok(Some(ReadAhead {
         batch_id,
         start,
         latest,
-        latest_ms,
         inputs,
-        get_batch_ms,
         metrics,
         prepared,
-    })
+    }))
 }

@@ -124,7 +124,9 @@ pub trait Source: Send {
     /// Whether the next batch may be planned and read while the last one
     /// still runs (`weir.readAhead`): [`Source::latest_offset`] and
     /// [`Source::get_batch`] write nothing durable (no log of the source's
-    /// own) and may be called again for the same batch, and
+    /// own) and may be called again for the same batch (a read ahead the
+    /// batch does not take is read again: what the source logs about it,
+    /// such as lost Kafka offsets, it logs twice), and
     /// [`Source::metrics`] describes the last `get_batch`. The next batch's
     /// read then runs on a worker of the pool, the source moved there
     /// until it is done. Default false.
