@@ -27,12 +27,13 @@ pub struct SessionConfig {
     /// `weir.workerThreads`: threads of the pool a micro-batch's tasks run
     /// on (default: the available cores).
     pub worker_threads: usize,
-    /// `weir.readAhead`: while a micro-batch runs, the next batch is
-    /// planned, read and routed beside it, as a task of its own on the pool
-    /// (see `crate::ops::ahead`; default true). Only where that cannot
-    /// change a result: the default or available-now trigger, one source
-    /// that reads ahead, an aggregation first, no late-rows side output,
-    /// not a scale-out task.
+    /// `weir.readAhead`: while a micro-batch runs, the next batch's rows
+    /// are read and routed beside it, as a task of its own on the pool
+    /// (see `crate::ops::ahead`; default true); the next batch takes them
+    /// if its source still ends there when it starts. Only where that
+    /// gives the same results: the default or available-now trigger (or a
+    /// zero interval), one source that reads ahead, an aggregation first,
+    /// no late-rows side output, not a scale-out task.
     pub read_ahead: bool,
     /// `spark.sql.streaming.noDataMicroBatches.enabled` (default true).
     pub no_data_batches: bool,

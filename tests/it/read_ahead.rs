@@ -130,7 +130,7 @@ enum Shape {
     Dedup,
 }
 
-fn build(s: &Session, source: Steps, shape: Shape) -> (DataStream, OutputMode) {
+fn build(s: &Session, source: impl Source + 'static, shape: Shape) -> (DataStream, OutputMode) {
     let d = s
         .read_stream(source)
         .with_watermark("ts", "10 minutes")
@@ -449,4 +449,130 @@ fn a_kill_after_reading_ahead_restarts_to_the_uninterrupted_output() {
         assert!(!tail.is_empty());
         assert_eq!(got, tail, "killed {point} of batch {VICTIM}");
     }
+}
+
+/// A source fed while its query runs: `fed` inputs are there (the sink
+/// feeds one more per batch), at most two per batch. It logs its calls.
+struct Fed {
+    inner: MemoryStream,
+    fed: Arc<std::sync::atomic::AtomicI64>,
+    log: Log,
+}
+
+impl Source for Fed {
+    fn schema(&self) -> weir::arrow::datatypes::SchemaRef {
+        self.inner.schema()
+    }
+    fn description(&self) -> String {
+        "Fed".into()
+    }
+    fn log_on_storage(&self) -> bool {
+        true
+    }
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+    fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
+        let fed = self.fed.load(std::sync::atomic::Ordering::SeqCst);
+        let capped = start.and_then(|o| o.as_i64()).map_or(-1, |b| b) + 2;
+        let latest = capped.min(fed.min(self.inner.len() as i64) - 1);
+        self.log.push(format!("latest {latest}"));
+        Ok((latest >= 0).then(|| Offset::from(latest)))
+    }
+    fn get_batch(
+        &mut self,
+        start: Option<&Offset>,
+        end: &Offset,
+    ) -> weir::Result<Vec<weir::arrow::record_batch::RecordBatch>> {
+        self.log.push(format!("read {end}"));
+        self.inner.get_batch(start, end)
+    }
+}
+
+/// A batch takes what was read ahead only if its source still ends there
+/// when it starts: fed while the batch before ran, the source ends further,
+/// the batch reads in turn, and the batches end where reading in turn ends
+/// them (the same rows, offsets and progress).
+#[test]
+fn a_source_fed_meanwhile_is_read_again_to_where_it_ends_now() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let inputs = fixed_inputs();
+    let run = |read_ahead: bool| {
+        let mut conf = SessionConfig {
+            fsync_checkpoint: false,
+            polling_delay: Duration::from_secs(3600),
+            ..SessionConfig::default()
+        };
+        conf.set("spark.sql.shuffle.partitions", "2").unwrap();
+        conf.set("weir.workerThreads", "2").unwrap();
+        conf.set("weir.readAhead", &read_ahead.to_string()).unwrap();
+        let s = Session::with_config(conf);
+        let log: Log = Arc::default();
+        let inner = MemoryStream::new(&fields());
+        for input in &inputs {
+            inner.add_json(input).unwrap();
+        }
+        let fed = Arc::new(AtomicI64::new(3));
+        let source = Fed {
+            inner,
+            fed: fed.clone(),
+            log: log.clone(),
+        };
+        let (d, mode) = build(&s, source, Shape::Windows(OutputMode::Update));
+        let rows: Emitted = Arc::default();
+        let (sink_rows, sink_log) = (rows.clone(), log.clone());
+        let q = d
+            .write_stream()
+            .output_mode(mode)
+            .foreach_batch(move |id, batches| {
+                if read_ahead && id == 0 {
+                    // Batch 0's start and batch 1's read ahead have asked
+                    // for the latest offset before the source is fed.
+                    let asked =
+                        |l: &Vec<String>| l.iter().filter(|e| e.starts_with("latest")).count();
+                    let deadline = Instant::now() + DUE;
+                    let mut l = sink_log.log.lock().unwrap();
+                    while asked(&l) < 2 && Instant::now() < deadline {
+                        l = sink_log
+                            .added
+                            .wait_timeout(l, Duration::from_millis(50))
+                            .unwrap()
+                            .0;
+                    }
+                }
+                fed.fetch_add(1, Ordering::SeqCst);
+                sink_rows.lock().unwrap().push((id, rows_json(batches)));
+                Ok(())
+            })
+            .checkpoint_location(tempfile::tempdir().unwrap().keep().to_str().unwrap())
+            .start()
+            .unwrap();
+        q.process_all_available().unwrap();
+        q.stop().unwrap();
+        assert!(q.exception().is_none(), "{:?}", q.exception());
+        let ends: Vec<(i64, Value)> = q
+            .recent_progress()
+            .iter()
+            .map(|p| {
+                (
+                    p.batch_id,
+                    json!([p.num_input_rows, p.sources[0].end_offset]),
+                )
+            })
+            .collect();
+        let out = rows.lock().unwrap().clone();
+        let log = log.log.lock().unwrap().clone();
+        (out, ends, log)
+    };
+    let (want, want_ends, _) = run(false);
+    let (got, got_ends, log) = run(true);
+    assert_eq!(got, want);
+    assert_eq!(got_ends, want_ends);
+    // Batch 1 was read ahead to offset 2 while batch 0 ran, and read again
+    // to offset 3, where the source ended when it started.
+    assert!(log.contains(&"read 2".to_string()), "{log:?}");
+    assert!(
+        want_ends.iter().any(|(id, e)| *id == 1 && e[1] == json!(3)),
+        "{want_ends:?}"
+    );
 }

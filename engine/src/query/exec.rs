@@ -439,10 +439,13 @@ impl Runner {
                     )))
                 }
             };
-        // A read ahead under way gives the sources back first.
-        if let Err(e) = self.collect_read() {
-            tracing::warn!(query = %self.shared.id, "{e}");
-        }
+        // A read ahead under way gives the sources back first (its panic,
+        // or the last batch's source commit failing, is the query's error
+        // if it has none).
+        let result = match (result, self.collect_read()) {
+            (Ok(()), Err(e)) => Err(e),
+            (result, _) => result,
+        };
         for (_, s) in self.sources.iter_mut() {
             s.stop();
         }

@@ -26,8 +26,8 @@
 //! `_corrupt_record`; DROPMALFORMED drops it; FAILFAST fails the query
 //! naming the record. A null payload is a row of nulls and is not malformed
 //! (Spark's `from_json(null)`). Malformed records are counted per batch in
-//! the progress metric `malformedRecords` and in total by
-//! [`Decode::malformed_counter`].
+//! the progress metric `malformedRecords` and in total, over committed
+//! batches, by [`Decode::malformed_counter`].
 //!
 //! JSON: one object per record; unknown keys are ignored; a value of the
 //! wrong type makes the record malformed. Timestamps are ISO-8601 strings
@@ -75,7 +75,10 @@ pub struct Decode {
     schema: SchemaRef,
     error: Option<String>,
     malformed_batch: u64,
+    /// Malformed records of committed batches.
     malformed_total: Arc<AtomicU64>,
+    /// Each read's malformed records, until its batch commits.
+    malformed_waiting: super::read_counts::ReadCounts,
     /// JSON decoders kept from batch to batch (JSON only).
     json: json_decoders::JsonDecoders,
 }
@@ -120,6 +123,7 @@ impl Decode {
             error: None,
             malformed_batch: 0,
             malformed_total: Arc::new(AtomicU64::new(0)),
+            malformed_waiting: Default::default(),
         };
         d.rebuild();
         d
@@ -156,8 +160,9 @@ impl Decode {
         self
     }
 
-    /// A shared count of all malformed records seen (it stays readable after
-    /// the source is handed to a query).
+    /// A shared count of the malformed records in committed batches, each
+    /// batch counted once however often it was read (it stays readable
+    /// after the source is handed to a query).
     pub fn malformed_counter(&self) -> Arc<AtomicU64> {
         self.malformed_total.clone()
     }
@@ -328,8 +333,6 @@ impl Decode {
             }
         };
         let malformed = bad.len() as u64;
-        self.malformed_total
-            .fetch_add(bad.len() as u64, Ordering::Relaxed);
         if !bad.is_empty() {
             if self.mode == ParseMode::FailFast {
                 let (i, e) = &bad[0];
@@ -472,10 +475,13 @@ impl Source for Decode {
                 .collect::<Result<_>>()?
         };
         self.malformed_batch += decoded.iter().map(|(_, n)| n).sum::<u64>();
+        self.malformed_waiting.read(end, self.malformed_batch);
         Ok(decoded.into_iter().map(|(b, _)| b).collect())
     }
 
     fn commit(&mut self, end: &Offset) -> Result<()> {
+        let n = self.malformed_waiting.committed(end);
+        self.malformed_total.fetch_add(n, Ordering::Relaxed);
         self.inner_mut().commit(end)
     }
 
@@ -508,6 +514,7 @@ impl Source for Decode {
             error: None,
             malformed_batch: 0,
             malformed_total: Arc::new(AtomicU64::new(0)),
+            malformed_waiting: Default::default(),
             json: json_decoders::JsonDecoders::new(self.parse_schema.clone()),
         };
         d.rebuild();
@@ -582,11 +589,34 @@ mod tests {
         assert!(raw.is_null(2), "a null payload is not malformed");
         assert_eq!(raw.value(4), "7");
         assert_eq!(malformed, 3);
-        assert_eq!(d.malformed_counter().load(Ordering::Relaxed), 3);
         // (`malformedRecords` in progress sums the batches get_batch decodes:
         // tests/it/kafka.rs checks it through a real query.)
         let offs = out.column(3).as_primitive::<arrow::datatypes::Int64Type>();
         assert_eq!(offs.values().to_vec(), vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn malformed_records_count_in_total_once_per_committed_batch() {
+        use crate::source::Source;
+        let m = source();
+        m.add_batch(payloads(&[Some("{bad"), Some(r#"{"page":"/a","n":1}"#)]))
+            .unwrap();
+        m.add_batch(payloads(&[Some("x"), Some("y")])).unwrap();
+        let mut d = m.from_json("value", fields());
+        let total = d.malformed_counter();
+        let (b0, b1) = (Offset::from(0), Offset::from(1));
+        d.get_batch(None, &b0).unwrap();
+        // The next batch read ahead, then read again by the batch itself.
+        d.get_batch(Some(&b0), &b1).unwrap();
+        d.get_batch(Some(&b0), &b1).unwrap();
+        assert_eq!(total.load(Ordering::Relaxed), 0, "nothing committed yet");
+        d.commit(&b0).unwrap();
+        assert_eq!(total.load(Ordering::Relaxed), 1);
+        d.commit(&b1).unwrap();
+        assert_eq!(total.load(Ordering::Relaxed), 3);
+        // A batch committed again (a no-data batch) adds nothing.
+        d.commit(&b1).unwrap();
+        assert_eq!(total.load(Ordering::Relaxed), 3);
     }
 
     #[test]

@@ -144,7 +144,10 @@ pub enum StartingOffsets {
 struct Metrics {
     behind: Option<(i64, i64, f64)>,
     lost_batch: i64,
+    /// Lost offsets of committed batches.
     lost_total: i64,
+    /// Each read's lost offsets, until its batch commits.
+    lost_waiting: super::read_counts::ReadCounts,
     /// Records of this batch kept despite bad data.
     repaired: rows::Repaired,
 }
@@ -290,7 +293,8 @@ impl KafkaSource {
         self
     }
 
-    /// Offsets skipped as lost so far (with `failOnDataLoss=false`).
+    /// Offsets skipped as lost so far (with `failOnDataLoss=false`), in
+    /// committed batches (each counted once, however often it was read).
     pub fn lost_offsets(&self) -> i64 {
         self.metrics.lost_total
     }
@@ -341,7 +345,6 @@ impl KafkaSource {
         tracing::warn!(topic = %tp.0, partition = tp.1, "data loss: {range} skipped: {why} (failOnDataLoss=false)");
         let n = (to - from).max(0);
         self.metrics.lost_batch += n;
-        self.metrics.lost_total += n;
         Ok(())
     }
 
@@ -593,6 +596,7 @@ impl Source for KafkaSource {
 
     fn get_batch(&mut self, start: Option<&Offset>, end: &Offset) -> Result<Vec<RecordBatch>> {
         self.metrics.repaired = Default::default();
+        let end_offset = end;
         let from = self.starts(start)?;
         let end = self.parse_offsets(end)?;
         let to_read: BTreeSet<TopicPartition> = end
@@ -645,10 +649,14 @@ impl Source for KafkaSource {
                 ranges.push((tp.clone(), f, to));
             }
         }
-        self.read(ranges)
+        let rows = self.read(ranges)?;
+        let lost = self.metrics.lost_batch.max(0) as u64;
+        self.metrics.lost_waiting.read(end_offset, lost);
+        Ok(rows)
     }
 
     fn commit(&mut self, end: &Offset) -> Result<()> {
+        self.metrics.lost_total += self.metrics.lost_waiting.committed(end) as i64;
         if self.options.group_id.is_none() {
             return Ok(());
         }

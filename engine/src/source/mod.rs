@@ -14,6 +14,7 @@ pub mod memory;
 pub mod rate;
 pub mod rate_micro_batch;
 mod rate_partitions;
+mod read_counts;
 pub mod socket;
 
 use std::collections::BTreeMap;
@@ -126,8 +127,9 @@ pub trait Source: Send {
     /// [`Source::get_batch`] write nothing durable (no log of the source's
     /// own) and may be called again for the same batch (a read ahead the
     /// batch does not take is read again: what the source logs about it,
-    /// such as lost Kafka offsets, it logs twice), and
-    /// [`Source::metrics`] describes the last `get_batch`. The next batch's
+    /// such as lost Kafka offsets, it logs twice; totals count at
+    /// [`Source::commit`]), and [`Source::metrics`] describes the last
+    /// read (`latest_offset` then `get_batch`). The next batch's
     /// read then runs on a worker of the pool, the source moved there
     /// until it is done. Default false.
     fn reads_ahead(&self) -> bool {
