@@ -736,8 +736,10 @@ impl Runner {
             failpoint("after_read", batch_id);
             run_started = Instant::now();
             // The next batch's read starts now, beside this batch's tasks,
-            // with the sources.
-            if let Some(prepare) = preparer {
+            // with the sources (not beside a large batch: see
+            // `read_ahead::MAX_ROWS`).
+            let rows: i64 = source_rows.iter().sum();
+            if let Some(prepare) = preparer.filter(|_| rows <= read_ahead::MAX_ROWS) {
                 let start = entry.sources.clone();
                 let owned = std::mem::take(sources);
                 // Kept where a panic of this batch cannot lose it.
