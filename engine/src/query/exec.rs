@@ -857,7 +857,6 @@ impl Runner {
             self.checkpoint.commits.purge_before(batch_id - retain)?;
         }
         let start_offsets = std::mem::replace(&mut self.committed, entry.sources.clone());
-
         self.current_wm = Some(entry.batch_watermark_ms);
         self.next_wm = next_wm;
         self.logged_next_wm = next_wm;
