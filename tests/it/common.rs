@@ -256,6 +256,40 @@ pub fn move_file_in(dir: &std::path::Path, name: &str, contents: &str) {
     std::fs::rename(&tmp, dir.join(name)).unwrap();
 }
 
+/// One event of the [`fields`] schema: minutes after 2024-01-01 12:00, a
+/// key `k<key>`, a value.
+pub fn event(minute: i64, key: u8, value: i64) -> serde_json::Value {
+    serde_json::json!({
+        "ts": iso((1_704_110_400 + minute * 60) * 1_000_000),
+        "key": format!("k{key}"),
+        "value": value,
+    })
+}
+
+/// At least `min` (and fewer than 6) batches of [`event`]s moving forward
+/// in time with disorder: each batch's events lie around its own time,
+/// some far behind (late).
+pub fn disordered_batches(
+    min: usize,
+) -> impl proptest::strategy::Strategy<Value = Vec<Vec<serde_json::Value>>> {
+    use proptest::prelude::*;
+    prop::collection::vec(
+        prop::collection::vec((-30i64..15, 0u8..6, 0i64..4), 0..25),
+        min..6,
+    )
+    .prop_map(|batches| {
+        batches
+            .into_iter()
+            .enumerate()
+            .map(|(b, evs)| {
+                evs.into_iter()
+                    .map(|(dt, k, v)| event(b as i64 * 12 + dt, k, v))
+                    .collect()
+            })
+            .collect()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::TestChild;

@@ -7,7 +7,7 @@
 //! only, which keeps its state in one partition).
 
 use proptest::prelude::*;
-use serde_json::{json, Value};
+use serde_json::Value;
 use weir::dataset::JoinOn;
 use weir::functions::{col, count_star, max, session_window, sum, window};
 use weir::plan::{JoinType, OutputMode};
@@ -15,7 +15,7 @@ use weir::sink::MemorySink;
 use weir::source::MemoryStream;
 use weir::{DataStream, Session, SessionConfig};
 
-use crate::common::{fields, iso, rows_json};
+use crate::common::{disordered_batches, event, fields, rows_json};
 
 /// A session with `partitions` state partitions (unset: a new checkpoint
 /// takes the available cores, an existing one keeps its count) and
@@ -258,35 +258,6 @@ fn add_even_odd(left: &MemoryStream, right: &MemoryStream, input: &[Value]) {
     right.add_json(&r).unwrap();
 }
 
-/// One event: minutes after 12:00, a key, a value.
-fn event(minute: i64, key: u8, value: i64) -> Value {
-    json!({
-        "ts": iso((1_704_110_400 + minute * 60) * 1_000_000),
-        "key": format!("k{key}"),
-        "value": value,
-    })
-}
-
-/// Batches of events moving forward in time with disorder: each batch's
-/// events lie around its own time, some far behind (late).
-fn inputs() -> impl Strategy<Value = Vec<Vec<Value>>> {
-    prop::collection::vec(
-        prop::collection::vec((-30i64..15, 0u8..6, 0i64..4), 0..25),
-        1..6,
-    )
-    .prop_map(|batches| {
-        batches
-            .into_iter()
-            .enumerate()
-            .map(|(b, evs)| {
-                evs.into_iter()
-                    .map(|(dt, k, v)| event(b as i64 * 12 + dt, k, v))
-                    .collect()
-            })
-            .collect()
-    })
-}
-
 fn shapes() -> impl Strategy<Value = Shape> {
     prop_oneof![
         Just(Shape::WindowAgg(OutputMode::Append)),
@@ -302,7 +273,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn partitioned_output_equals_single_partition_output(shape in shapes(), inputs in inputs()) {
+    fn partitioned_output_equals_single_partition_output(shape in shapes(), inputs in disordered_batches(1)) {
         let one = run(shape, &inputs, 1, 1);
         for (partitions, workers) in [(3, 4), (8, 2)] {
             let many = run(shape, &inputs, partitions, workers);
@@ -328,7 +299,7 @@ proptest! {
     /// and closes its keys' sessions, or joins and evicts its keys' rows of
     /// both sides, and the union is the single partition's output.
     #[test]
-    fn partitioned_sessions_and_joins_equal_single_partition_output(shape in stateful_shapes(), inputs in inputs()) {
+    fn partitioned_sessions_and_joins_equal_single_partition_output(shape in stateful_shapes(), inputs in disordered_batches(1)) {
         let one = run(shape, &inputs, 1, 1);
         for (partitions, workers) in [(3, 4), (8, 2)] {
             let many = run(shape, &inputs, partitions, workers);

@@ -15,11 +15,12 @@ use weir::plan::OutputMode;
 use weir::source::{MemoryStream, Offset, Source};
 use weir::{DataStream, Session, SessionConfig, WeirError};
 
-use crate::common::{fields, iso, rows_json};
+use crate::common::{disordered_batches, event, fields, rows_json};
 
-/// What happened, in order: `read N` (a source read batch N's rows),
-/// `fail N` (its read failed) and `sink N` (the sink took batch N); and a
-/// signal for each entry.
+/// What happened, in order: `latest N` (the source said it ends at N),
+/// `read N` (it read up to N: batch N's rows, one input a batch), `fail N`
+/// (that read failed) and `sink N` (the sink took batch N); and a signal
+/// for each entry.
 #[derive(Default)]
 struct Events {
     log: Mutex<Vec<String>>,
@@ -52,7 +53,8 @@ impl Events {
 }
 
 /// A source that offers its inputs one batch per trigger (batch `i` is
-/// input `i`), reads ahead, and logs its reads. `fail_at`: the reads of
+/// input `i`; or `per_trigger` of them, of those `fed` so far), reads
+/// ahead, and logs its calls (`latest N` as well). `fail_at`: the reads of
 /// that batch fail, `fail_times` times (then succeed).
 struct Steps {
     inner: MemoryStream,
@@ -60,6 +62,11 @@ struct Steps {
     log: Log,
     fail_at: Option<i64>,
     fail_times: Arc<Mutex<usize>>,
+    /// Inputs to offer at most per trigger (one unless set).
+    per_trigger: i64,
+    /// When set, how many of the inputs are there so far (fed while the
+    /// query runs); else all are.
+    fed: Option<Arc<std::sync::atomic::AtomicI64>>,
 }
 
 impl Steps {
@@ -74,6 +81,8 @@ impl Steps {
             log,
             fail_at: None,
             fail_times: Arc::new(Mutex::new(0)),
+            per_trigger: 1,
+            fed: None,
         }
     }
 }
@@ -92,8 +101,16 @@ impl Source for Steps {
         true
     }
     fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
-        let next = start.and_then(|o| o.as_i64()).map_or(0, |b| b + 1);
-        Ok((self.batches > 0).then(|| Offset::from(next.min(self.batches - 1))))
+        let there = match &self.fed {
+            Some(fed) => fed
+                .load(std::sync::atomic::Ordering::SeqCst)
+                .min(self.batches),
+            None => self.batches,
+        };
+        let from = start.and_then(|o| o.as_i64()).unwrap_or(-1);
+        let latest = (from + self.per_trigger).min(there - 1);
+        self.log.push(format!("latest {latest}"));
+        Ok((latest >= 0).then(|| Offset::from(latest)))
     }
     fn get_batch(
         &mut self,
@@ -286,34 +303,6 @@ fn read_before_sink(log: &[String], batches: usize) -> Vec<bool> {
         .collect()
 }
 
-fn event(minute: i64, key: u8, value: i64) -> Value {
-    json!({
-        "ts": iso((1_704_110_400 + minute * 60) * 1_000_000),
-        "key": format!("k{key}"),
-        "value": value,
-    })
-}
-
-/// Batches of events moving forward in time with disorder, some behind
-/// the watermark.
-fn inputs() -> impl Strategy<Value = Vec<Vec<Value>>> {
-    prop::collection::vec(
-        prop::collection::vec((-30i64..15, 0u8..6, 0i64..4), 0..25),
-        2..6,
-    )
-    .prop_map(|batches| {
-        batches
-            .into_iter()
-            .enumerate()
-            .map(|(b, evs)| {
-                evs.into_iter()
-                    .map(|(dt, k, v)| event(b as i64 * 12 + dt, k, v))
-                    .collect()
-            })
-            .collect()
-    })
-}
-
 fn shapes() -> impl Strategy<Value = Shape> {
     prop_oneof![
         Just(Shape::Windows(OutputMode::Update)),
@@ -336,7 +325,7 @@ proptest! {
     #[test]
     fn a_query_reading_ahead_emits_what_it_emits_reading_in_turn(
         shape in shapes(),
-        inputs in inputs(),
+        inputs in disordered_batches(2),
         workers in 1usize..=2,
     ) {
         let (want, in_turn) = run(shape, &inputs, false, 1);
@@ -451,44 +440,6 @@ fn a_kill_after_reading_ahead_restarts_to_the_uninterrupted_output() {
     }
 }
 
-/// A source fed while its query runs: `fed` inputs are there (the sink
-/// feeds one more per batch), at most two per batch. It logs its calls.
-struct Fed {
-    inner: MemoryStream,
-    fed: Arc<std::sync::atomic::AtomicI64>,
-    log: Log,
-}
-
-impl Source for Fed {
-    fn schema(&self) -> weir::arrow::datatypes::SchemaRef {
-        self.inner.schema()
-    }
-    fn description(&self) -> String {
-        "Fed".into()
-    }
-    fn log_on_storage(&self) -> bool {
-        true
-    }
-    fn reads_ahead(&self) -> bool {
-        true
-    }
-    fn latest_offset(&mut self, start: Option<&Offset>) -> weir::Result<Option<Offset>> {
-        let fed = self.fed.load(std::sync::atomic::Ordering::SeqCst);
-        let capped = start.and_then(|o| o.as_i64()).map_or(-1, |b| b) + 2;
-        let latest = capped.min(fed.min(self.inner.len() as i64) - 1);
-        self.log.push(format!("latest {latest}"));
-        Ok((latest >= 0).then(|| Offset::from(latest)))
-    }
-    fn get_batch(
-        &mut self,
-        start: Option<&Offset>,
-        end: &Offset,
-    ) -> weir::Result<Vec<weir::arrow::record_batch::RecordBatch>> {
-        self.log.push(format!("read {end}"));
-        self.inner.get_batch(start, end)
-    }
-}
-
 /// A batch takes what was read ahead only if its source still ends there
 /// when it starts: fed while the batch before ran, the source ends further,
 /// the batch reads in turn, and the batches end where reading in turn ends
@@ -508,16 +459,11 @@ fn a_source_fed_meanwhile_is_read_again_to_where_it_ends_now() {
         conf.set("weir.readAhead", &read_ahead.to_string()).unwrap();
         let s = Session::with_config(conf);
         let log: Log = Arc::default();
-        let inner = MemoryStream::new(&fields());
-        for input in &inputs {
-            inner.add_json(input).unwrap();
-        }
+        // Three inputs there, two a batch, one more fed by each sink.
         let fed = Arc::new(AtomicI64::new(3));
-        let source = Fed {
-            inner,
-            fed: fed.clone(),
-            log: log.clone(),
-        };
+        let mut source = Steps::new(&inputs, log.clone());
+        source.per_trigger = 2;
+        source.fed = Some(fed.clone());
         let (d, mode) = build(&s, source, Shape::Windows(OutputMode::Update));
         let rows: Emitted = Arc::default();
         let (sink_rows, sink_log) = (rows.clone(), log.clone());

@@ -591,31 +591,26 @@ impl Pipeline {
     }
 
     /// The first stage of the pipeline's first stateful operator, for
-    /// reading ahead ([`ahead`]): with one node, reading the one source,
-    /// whose first operator after its narrow steps is a stateful one
-    /// without a right side that can prepare its input
-    /// ([`StatefulOperator::preparer`]). Called once the state is open.
+    /// reading ahead ([`ahead`]), when it can prepare its input
+    /// ([`StatefulOperator::preparer`]) and reads the source's rows as they
+    /// come (see [`Pipeline::first_stateful`]). Called once the state is
+    /// open.
     pub fn preparer(&self) -> Option<Preparer> {
-        if !self.reads_ahead() {
-            return None;
-        }
-        let node = &self.nodes[0];
-        match node.ops.get(Narrow::count(&node.ops)) {
-            Some(OpExec::Stateful(op, None)) => op.preparer(narrow::NarrowSteps::of(&node.ops)),
-            _ => None,
-        }
+        let op = self.first_stateful()?;
+        op.preparer(narrow::NarrowSteps::of(&self.nodes[0].ops))
     }
 
-    /// Whether the pipeline has the shape [`Pipeline::preparer`] needs.
-    fn reads_ahead(&self) -> bool {
+    /// The stateful operator that takes the source's rows after narrow
+    /// steps only: with one node, reading the one source, whose first
+    /// operator after its narrow steps is stateful, without a right side.
+    fn first_stateful(&self) -> Option<&dyn StatefulOperator> {
         let [node] = self.nodes.as_slice() else {
-            return false;
+            return None;
         };
-        matches!(node.input, Input::Source(0))
-            && matches!(
-                node.ops.get(Narrow::count(&node.ops)),
-                Some(OpExec::Stateful(_, None))
-            )
+        match (&node.input, node.ops.get(Narrow::count(&node.ops))) {
+            (Input::Source(0), Some(OpExec::Stateful(op, None))) => Some(op.as_ref()),
+            _ => None,
+        }
     }
 
     /// Runs one micro-batch as [`Pipeline::run`] does, with the input of
@@ -627,7 +622,7 @@ impl Pipeline {
         ctx: &mut BatchContext,
         prepared: Option<Prepared>,
     ) -> Result<Vec<RecordBatch>> {
-        let mut prepared = prepared.filter(|_| self.reads_ahead());
+        let mut prepared = prepared.filter(|_| self.first_stateful().is_some());
         ctx.event_time = vec![EventTimeStats::default(); self.watermark_delays.len()];
         let mut outputs: Vec<Option<Vec<RecordBatch>>> =
             (0..self.nodes.len()).map(|_| None).collect();
