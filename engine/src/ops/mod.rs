@@ -593,8 +593,9 @@ impl Pipeline {
     /// The first stage of the pipeline's first stateful operator, for
     /// reading ahead ([`ahead`]), when it can prepare its input
     /// ([`StatefulOperator::preparer`]) and reads the source's rows as they
-    /// come (see [`Pipeline::first_stateful`]). Called once the state is
-    /// open.
+    /// come: one node, reading the one source, whose first operator after
+    /// its narrow steps is stateful without a right side. Called once the
+    /// state is open.
     pub fn preparer(&self) -> Option<Preparer> {
         let op = self.first_stateful()?;
         op.preparer(narrow::NarrowSteps::of(&self.nodes[0].ops))
