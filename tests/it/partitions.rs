@@ -558,6 +558,126 @@ fn a_batch_of_many_tasks_gives_the_same_groups_and_lost_rows_at_any_worker_count
     }
 }
 
+/// Counts and integer sums (order-free) behind only a watermark: at more
+/// than one worker each slice is shared among the free workers a morsel at
+/// a time (`ops::morsels`), so which rows a task groups depends on timing.
+/// Two batches of 600k rows (three shared slices each at two workers), out
+/// of order, with short and long keys and rows behind the watermark in the
+/// second: every worker and partition count emits what a plain fold over
+/// the rows gives, with the same event-time statistics and watermarks.
+#[test]
+fn an_order_free_aggregation_shared_among_workers_equals_a_fold() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use weir::arrow::array::{Int64Array, StringArray, TimestampMicrosecondArray};
+    use weir::arrow::record_batch::RecordBatch;
+    use weir::plan::{DataType, Field};
+
+    let rows = 600_000usize;
+    let schema = [
+        Field::new("key", DataType::String),
+        Field::new("ts", DataType::Timestamp),
+        Field::new("v", DataType::Int64),
+    ];
+    // Batch `b`: minutes out of order over an hour from minute `30 * b`
+    // (the second batch's windows that end by minute 49, its watermark, are
+    // behind it), keys of 2 to 3 bytes and of 30 (beyond the 15 bytes kept
+    // in place).
+    let event = |b: usize, i: usize| -> (String, i64, i64) {
+        let minute = (b * 30 + (i * 7919) % 60) as i64;
+        let key = match i % 5 {
+            0 => format!("a-rather-long-key-number-{:05}", i % 31),
+            _ => format!("k{}", i % 23),
+        };
+        (key, minute, (i % 1000) as i64 - 300)
+    };
+    let batches: Vec<RecordBatch> = (0..2)
+        .map(|b| {
+            let evs: Vec<_> = (0..rows).map(|i| event(b, i)).collect();
+            RecordBatch::try_new(
+                weir::row::arrow_schema(&schema),
+                vec![
+                    Arc::new(StringArray::from_iter_values(
+                        evs.iter().map(|e| e.0.clone()),
+                    )),
+                    Arc::new(
+                        TimestampMicrosecondArray::from_iter_values(
+                            evs.iter().map(|e| e.1 * 60_000_000),
+                        )
+                        .with_timezone("UTC"),
+                    ),
+                    Arc::new(Int64Array::from_iter_values(evs.iter().map(|e| e.2))),
+                ],
+            )
+            .unwrap()
+        })
+        .collect();
+    // The oracle, batch by batch: (window start minute, key) -> (count,
+    // sum) of the rows not behind the watermark (update mode).
+    let mut fold: Vec<BTreeMap<(i64, String), (i64, i64)>> = vec![BTreeMap::new(); 2];
+    let mut totals: BTreeMap<(i64, String), (i64, i64)> = BTreeMap::new();
+    for (b, out) in fold.iter_mut().enumerate() {
+        let watermark = if b == 0 { i64::MIN } else { 59 - 10 };
+        for i in 0..rows {
+            let (key, minute, v) = event(b, i);
+            let start = minute - minute % 10;
+            if start + 10 <= watermark {
+                continue;
+            }
+            let t = totals.entry((start, key.clone())).or_insert((0, 0));
+            t.0 += 1;
+            t.1 += v;
+            out.insert((start, key), *t);
+        }
+    }
+    let run = |partitions: usize, workers: usize| {
+        let stream = MemoryStream::new(&schema);
+        let sink = MemorySink::new("");
+        let table = sink.table();
+        let q = session_with(Some(partitions), workers)
+            .read_stream(stream.clone())
+            .with_watermark("ts", "10 minutes")
+            .group_by(vec![window("ts", "10 minutes"), col("key")])
+            .agg(vec![count_star("n"), sum("v", "total")])
+            .write_stream()
+            .output_mode(OutputMode::Update)
+            .sink(sink)
+            .start()
+            .unwrap();
+        let mut out = vec![];
+        let mut times = vec![];
+        for b in &batches {
+            let before = table.rows().len();
+            stream.add_batch(b.clone()).unwrap();
+            q.process_all_available().unwrap();
+            let got: BTreeMap<(i64, String), (i64, i64)> = rows_json(&table.rows()[before..])
+                .iter()
+                .map(|r| {
+                    let start = crate::common::iso_ms(r["window"]["start"].as_str().unwrap());
+                    (
+                        (start / 60_000, r["key"].as_str().unwrap().to_string()),
+                        (r["n"].as_i64().unwrap(), r["total"].as_i64().unwrap()),
+                    )
+                })
+                .collect();
+            out.push(got);
+            times.push(q.last_progress().unwrap().event_time);
+        }
+        q.stop().unwrap();
+        (out, times)
+    };
+    let (one, times) = run(1, 1);
+    assert_eq!(one, fold, "one worker against the fold");
+    for (partitions, workers) in [(2, 2), (3, 4)] {
+        let (got, got_times) = run(partitions, workers);
+        assert_eq!(got, fold, "{partitions} partitions, {workers} workers");
+        assert_eq!(
+            got_times, times,
+            "{partitions} partitions, {workers} workers"
+        );
+    }
+}
+
 /// Events for the steps-before-an-operator tests: 300k rows (five tasks)
 /// over an hour, moving forward with ten minutes of disorder (so each task
 /// sees other times), every tenth in the year 2100 (`value % 10 = 0`, which

@@ -7,6 +7,7 @@ pub mod dedup;
 pub mod functions;
 pub mod join;
 pub mod lower;
+pub mod morsels;
 pub mod narrow;
 pub mod operator;
 pub mod session_window;

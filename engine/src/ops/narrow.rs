@@ -71,6 +71,18 @@ impl NarrowSteps {
 #[derive(Default)]
 pub struct SliceEventTimes(Vec<(usize, EventTimeSums)>);
 
+impl SliceEventTimes {
+    /// Adds what `other` saw (another part of the same slice).
+    pub fn merge(&mut self, other: SliceEventTimes) {
+        for (id, sums) in other.0 {
+            match self.0.iter_mut().find(|(i, _)| *i == id) {
+                Some((_, t)) => *t = t.merged(sums),
+                None => self.0.push((id, sums)),
+            }
+        }
+    }
+}
+
 impl<'a> Narrow<'a> {
     /// No steps: slices pass through unchanged.
     pub fn none() -> Narrow<'static> {
@@ -101,6 +113,12 @@ impl<'a> Narrow<'a> {
             })
             .collect();
         Narrow { steps }
+    }
+
+    /// Whether the steps only watch event times (watermarks): a slice
+    /// leaves them with all its rows, unchanged.
+    pub fn observes_only(&self) -> bool {
+        self.steps.iter().all(|s| matches!(s, Step::Watermark(_)))
     }
 
     /// True when there is no step.
@@ -169,7 +187,7 @@ impl<'a> Narrow<'a> {
         if self.is_empty() {
             return Ok(input);
         }
-        if self.steps.iter().all(|s| matches!(s, Step::Watermark(_))) {
+        if self.observes_only() {
             // Watermarks only read: the batches pass as they came.
             self.map_tasks(&input, ctx, |_| Ok(()))?;
             return Ok(input);

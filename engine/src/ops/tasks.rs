@@ -1,7 +1,9 @@
 //! How a micro-batch is cut into tasks for the worker pool: input batches
 //! are split into slices of at most [`ROWS_PER_TASK`] rows. The slicing is
 //! fixed (not derived from the worker count), so a result never depends on
-//! how many workers computed it.
+//! how many workers computed it. Work whose result cannot depend on the
+//! split may share its slices among the free workers instead
+//! ([`crate::ops::morsels`]).
 
 use arrow::record_batch::RecordBatch;
 use rayon::prelude::*;

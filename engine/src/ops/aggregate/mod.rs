@@ -13,6 +13,7 @@
 //! State: key = the group's key columns in Arrow's row format; value = the
 //! group's eviction time followed by its accumulators.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,6 +30,7 @@ use weir_plan::{AggFn, OutputMode};
 pub(crate) mod accumulators;
 mod group_set;
 mod grouper;
+mod shared;
 
 pub(crate) use accumulators::{agg_arrays, kind_of, output_type, Acc, Kind, Reader};
 
@@ -163,8 +165,8 @@ impl Iterator for Starts {
 /// A task's rows as its grouping loop reads them: their event times and
 /// the window they fall in, and what evicts a new group.
 struct TaskRows<'a> {
-    /// How many rows.
-    n: usize,
+    /// The next rows to group (a range of the task's batch), until `None`.
+    rows: &'a dyn Fn() -> Option<Range<usize>>,
     /// The window's time column (`None` without a window).
     times: Option<&'a arrow::array::TimestampMicrosecondArray>,
     /// The window.
@@ -185,7 +187,8 @@ struct TaskRows<'a> {
 }
 
 impl TaskRows<'_> {
-    /// Puts every row in its groups (one per window it falls in) with
+    /// Puts every row it is handed (`rows`) in its groups (one per window
+    /// it falls in) with
     /// `keyer`, folding them in with `fold` every [`grouper::FOLD_EVERY`]
     /// (row, window) pairs (once, at the end, when rows are only counted);
     /// returns how many rows lost windows near the ends of time.
@@ -204,73 +207,77 @@ impl TaskRows<'_> {
         // With `K::RUNS`: the last row's newest window start, and the
         // times it holds for.
         let (mut span_lo, mut span_hi) = (i64::MAX, i64::MIN);
-        for r in 0..self.n {
-            if g.should_fold() {
-                fold(g)?;
-            }
-            let column_evict_at = || {
-                self.column_evict
-                    .and_then(|c| c.is_valid(r).then(|| c.value(r)))
-                    .unwrap_or(i64::MAX)
-            };
-            let Some(ts) = self.times else {
-                keyer.row(r);
-                keyer.add_row(g, r, 0, column_evict_at);
-                continue;
-            };
-            // A new group's eviction time: its window's end, or the row's
-            // watermarked key column.
-            let evict_at = |start: i64| {
-                if self.window_evicts {
-                    start + size
-                } else {
-                    column_evict_at()
+        // A range of rows at a time (nested loops: the row loop stays as
+        // tight as over one range).
+        while let Some(range) = (self.rows)() {
+            for r in range {
+                if g.should_fold() {
+                    fold(g)?;
                 }
-            };
-            if ts.is_null(r) {
-                continue; // Spark leaves rows with a null time out
-            }
-            let t = ts.value(r);
-            let near_the_ends = self
-                .margin
-                .is_none_or(|m| t.checked_sub(m).is_none() || t.checked_add(m).is_none());
-            let Some(assigner) = self.window else {
-                continue;
-            };
-            // Oldest window first.
-            let starts = if near_the_ends {
-                if assigner.loses_windows(t) {
-                    lost += 1;
-                }
-                Starts::NearTheEnds(assigner.starts(t))
-            } else {
-                let last = if !K::RUNS {
-                    t - t.rem_euclid(slide)
-                } else {
-                    if !(span_lo <= t && t < span_hi) {
-                        // Not near the ends: `+ slide` cannot overflow.
-                        span_lo = t - t.rem_euclid(slide);
-                        span_hi = span_lo + slide;
-                    }
-                    span_lo
+                let column_evict_at = || {
+                    self.column_evict
+                        .and_then(|c| c.is_valid(r).then(|| c.value(r)))
+                        .unwrap_or(i64::MAX)
                 };
-                if size == slide {
-                    // Tumbling: the row's one window starts at `last`.
+                let Some(ts) = self.times else {
                     keyer.row(r);
-                    keyer.add_row(g, r, last, || evict_at(last));
+                    keyer.add_row(g, r, 0, column_evict_at);
                     continue;
+                };
+                // A new group's eviction time: its window's end, or the row's
+                // watermarked key column.
+                let evict_at = |start: i64| {
+                    if self.window_evicts {
+                        start + size
+                    } else {
+                        column_evict_at()
+                    }
+                };
+                if ts.is_null(r) {
+                    continue; // Spark leaves rows with a null time out
                 }
-                Starts::Within {
-                    last,
-                    k: per_row,
-                    slide,
-                    size,
-                    t,
+                let t = ts.value(r);
+                let near_the_ends = self
+                    .margin
+                    .is_none_or(|m| t.checked_sub(m).is_none() || t.checked_add(m).is_none());
+                let Some(assigner) = self.window else {
+                    continue;
+                };
+                // Oldest window first.
+                let starts = if near_the_ends {
+                    if assigner.loses_windows(t) {
+                        lost += 1;
+                    }
+                    Starts::NearTheEnds(assigner.starts(t))
+                } else {
+                    let last = if !K::RUNS {
+                        t - t.rem_euclid(slide)
+                    } else {
+                        if !(span_lo <= t && t < span_hi) {
+                            // Not near the ends: `+ slide` cannot overflow.
+                            span_lo = t - t.rem_euclid(slide);
+                            span_hi = span_lo + slide;
+                        }
+                        span_lo
+                    };
+                    if size == slide {
+                        // Tumbling: the row's one window starts at `last`.
+                        keyer.row(r);
+                        keyer.add_row(g, r, last, || evict_at(last));
+                        continue;
+                    }
+                    Starts::Within {
+                        last,
+                        k: per_row,
+                        slide,
+                        size,
+                        t,
+                    }
+                };
+                keyer.row(r);
+                for start in starts {
+                    keyer.add_row(g, r, start, || evict_at(start));
                 }
-            };
-            keyer.row(r);
-            for start in starts {
-                keyer.add_row(g, r, start, || evict_at(start));
             }
         }
         fold(g)?;
@@ -419,6 +426,17 @@ impl AggCore {
     /// partition or worker count. Also returns the rows that lost a window
     /// that cannot be represented.
     fn partial(&self, batch: &RecordBatch) -> Result<(TaskGroups, i64)> {
+        let all = std::cell::Cell::new(Some(0..batch.num_rows()));
+        self.partial_of(batch, &|| all.take())
+    }
+
+    /// [`AggCore::partial`] of the rows of `batch` that `rows` hands out,
+    /// a range at a time until `None`.
+    fn partial_of(
+        &self,
+        batch: &RecordBatch,
+        rows: &dyn Fn() -> Option<Range<usize>>,
+    ) -> Result<(TaskGroups, i64)> {
         let n = batch.num_rows();
         let window = self.keys.iter().enumerate().find_map(|(ki, k)| match k {
             KeyExec::Window { assigner, .. } => Some((ki, assigner)),
@@ -480,7 +498,7 @@ impl AggCore {
             })
         };
         let rows = TaskRows {
-            n,
+            rows,
             times: times.as_ref(),
             window: window.map(|(_, a)| a),
             margin,
@@ -534,28 +552,19 @@ impl AggCore {
     /// returned unmerged: each partition merges it in its own task, right
     /// before applying it to its store.
     /// Also returns the rows that lost a window that cannot be represented.
+    /// Where how rows are split cannot change a result, the slices are
+    /// shared among the free workers instead (`shared.rs`).
     fn route(&self, narrow: &Narrow, input: &[RecordBatch], n: usize) -> Result<Routed> {
+        if self.shares_slices(narrow) {
+            return self.route_shared(narrow, input, n);
+        }
         let tasks = crate::ops::tasks::slices(input);
         let width = self.aggs.len();
         // A task's groups, and which of them go to each partition.
         let task = |slice: &RecordBatch| -> Result<TaskShare> {
             let (b, seen) = narrow.apply(slice)?;
             let (groups, lost) = self.partial(&b)?;
-            let mut parts: Vec<Vec<u32>> = (0..n).map(|_| Vec::new()).collect();
-            for i in 0..groups.len() {
-                let p = if n == 1 {
-                    0
-                } else {
-                    partition_of(groups.key(i), n)
-                };
-                parts[p].push(i as u32);
-            }
-            Ok(TaskShare {
-                groups,
-                parts,
-                lost,
-                seen,
-            })
+            Ok(self.routed_share(groups, lost, seen, n))
         };
         if tasks.len() <= 1 {
             // One task's groups are distinct: its partitions copy them out
@@ -604,6 +613,31 @@ impl AggCore {
             lost,
             seen,
         })
+    }
+
+    /// A task's groups with which of them go to each of the `n` partitions.
+    fn routed_share(
+        &self,
+        groups: TaskGroups,
+        lost: i64,
+        seen: SliceEventTimes,
+        n: usize,
+    ) -> TaskShare {
+        let mut parts: Vec<Vec<u32>> = (0..n).map(|_| Vec::new()).collect();
+        for i in 0..groups.len() {
+            let p = if n == 1 {
+                0
+            } else {
+                partition_of(groups.key(i), n)
+            };
+            parts[p].push(i as u32);
+        }
+        TaskShare {
+            groups,
+            parts,
+            lost,
+            seen,
+        }
     }
 
     /// Merges partition `p`'s groups from every task of a wave into `set`,

@@ -195,6 +195,15 @@ accumulators! {
 }
 
 impl Acc {
+    /// Whether a group's result is the same however its rows are split
+    /// among tasks and in whatever order they come: counts and integer sums
+    /// (which wrap). The others (float sums and averages, `first`/`last`,
+    /// `collect_*`, `min`/`max`, whose ties of -0.0 and 0.0 keep the first)
+    /// are merged in input order.
+    pub(crate) fn order_free(&self) -> bool {
+        matches!(self, Acc::Count(_) | Acc::SumInt(_))
+    }
+
     /// Counts `n` more rows in a row count (`count(*)`: a [`Acc::Count`]
     /// that reads no column); any other accumulator is left as it is.
     pub(crate) fn add_rows(&mut self, n: i64) {
