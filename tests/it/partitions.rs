@@ -485,7 +485,8 @@ fn a_batch_split_into_parallel_tasks_aggregates_like_a_fold() {
 }
 
 /// A batch of many tasks' rows (five slices of 60k: three waves of tasks at
-/// one worker, one wave at four) with rows outside any representable window
+/// one worker; at four workers, which share a count's rows a morsel at a
+/// time, two waves of shared slices) with rows outside any representable window
 /// in the first slice and in the last: every partition and worker count
 /// gives the same groups, in the same order, and counts every lost row.
 #[test]
@@ -645,7 +646,6 @@ fn an_order_free_aggregation_shared_among_workers_equals_a_fold() {
             .start()
             .unwrap();
         let mut out = vec![];
-        let mut times = vec![];
         for b in &batches {
             let before = table.rows().len();
             stream.add_batch(b.clone()).unwrap();
@@ -661,13 +661,21 @@ fn an_order_free_aggregation_shared_among_workers_equals_a_fold() {
                 })
                 .collect();
             out.push(got);
-            times.push(q.last_progress().unwrap().event_time);
         }
+        // Each data batch's event-time statistics (min, avg, max, watermark).
+        let times: Vec<_> = q
+            .recent_progress()
+            .into_iter()
+            .filter(|p| p.num_input_rows > 0)
+            .map(|p| p.event_time)
+            .collect();
         q.stop().unwrap();
         (out, times)
     };
     let (one, times) = run(1, 1);
     assert_eq!(one, fold, "one worker against the fold");
+    assert_eq!(times.len(), 2);
+    assert!(times.iter().all(|t| t.contains_key("avg")), "{times:?}");
     for (partitions, workers) in [(2, 2), (3, 4)] {
         let (got, got_times) = run(partitions, workers);
         assert_eq!(got, fold, "{partitions} partitions, {workers} workers");
@@ -675,6 +683,125 @@ fn an_order_free_aggregation_shared_among_workers_equals_a_fold() {
             got_times, times,
             "{partitions} partitions, {workers} workers"
         );
+    }
+}
+
+/// More order-free shapes, shared among 2 and 4 workers against one: a
+/// count per window alone (runs of one window), sliding windows per key,
+/// and a global count and sum; each over one micro-batch of one 300k-row
+/// batch, then one of 40 small batches (3000 rows each, a morsel apiece),
+/// with null event times. Output, batch for batch, and every data batch's
+/// event-time statistics (min, avg, max, watermark) equal one worker's.
+#[test]
+fn order_free_shapes_shared_among_workers_equal_one_worker() {
+    use std::sync::Arc;
+    use weir::arrow::array::{Int64Array, StringArray, TimestampMicrosecondArray};
+    use weir::arrow::record_batch::RecordBatch;
+    use weir::functions::sliding_window;
+    use weir::plan::{DataType, Field};
+
+    let schema = [
+        Field::new("key", DataType::String),
+        Field::new("ts", DataType::Timestamp),
+        Field::new("v", DataType::Int64),
+    ];
+    // Rows `from..from + rows`: minutes out of order over two hours, every
+    // 97th time null.
+    let batch = |from: usize, rows: usize| {
+        let ts = (from..from + rows)
+            .map(|i| (i % 97 != 0).then_some(((i * 7919) % 120) as i64 * 60_000_000 + i as i64));
+        RecordBatch::try_new(
+            weir::row::arrow_schema(&schema),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    (from..from + rows).map(|i| format!("k{}", i % 41)),
+                )),
+                Arc::new(TimestampMicrosecondArray::from_iter(ts).with_timezone("UTC")),
+                Arc::new(Int64Array::from_iter_values(
+                    (from..from + rows).map(|i| (i % 1000) as i64 - 400),
+                )),
+            ],
+        )
+        .unwrap()
+    };
+    let micro_batches: Vec<Vec<RecordBatch>> = vec![
+        vec![batch(0, 300_000)],
+        (0..40).map(|k| batch(300_000 + k * 3000, 3000)).collect(),
+    ];
+    type Build = fn(DataStream) -> DataStream;
+    let shapes: [(&str, Build); 3] = [
+        ("window alone", |d| {
+            d.group_by(vec![window("ts", "10 minutes")])
+                .agg(vec![count_star("n")])
+        }),
+        ("sliding per key", |d| {
+            d.group_by(vec![
+                sliding_window("ts", "20 minutes", "5 minutes"),
+                col("key"),
+            ])
+            .agg(vec![count_star("n"), sum("v", "total")])
+        }),
+        ("global", |d| {
+            d.group_by(vec![])
+                .agg(vec![count_star("n"), sum("v", "total")])
+        }),
+    ];
+    for (name, build) in shapes {
+        let run = |partitions: usize, workers: usize| {
+            let stream = MemoryStream::new(&schema);
+            let sink = MemorySink::new("");
+            let table = sink.table();
+            let q = build(
+                session_with(Some(partitions), workers)
+                    .read_stream(stream.clone())
+                    .with_watermark("ts", "30 minutes"),
+            )
+            .write_stream()
+            .output_mode(OutputMode::Update)
+            .sink(sink)
+            .start()
+            .unwrap();
+            let mut out = vec![];
+            for batches in &micro_batches {
+                let before = table.rows().len();
+                for b in batches {
+                    stream.add_batch(b.clone()).unwrap();
+                }
+                q.process_all_available().unwrap();
+                let mut rows: Vec<String> = rows_json(&table.rows()[before..])
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect();
+                rows.sort();
+                out.push(rows);
+            }
+            let times: Vec<_> = q
+                .recent_progress()
+                .into_iter()
+                .filter(|p| p.num_input_rows > 0)
+                .map(|p| (p.num_input_rows, p.event_time))
+                .collect();
+            q.stop().unwrap();
+            (out, times)
+        };
+        let (one, times) = run(1, 1);
+        assert_eq!(times.len(), 2, "{name}: one batch per input");
+        assert!(
+            times.iter().all(|(_, t)| t.contains_key("avg")),
+            "{name}: {times:?}"
+        );
+        assert!(one.iter().all(|rows| !rows.is_empty()), "{name}");
+        for (partitions, workers) in [(2, 2), (3, 4)] {
+            let (got, got_times) = run(partitions, workers);
+            assert_eq!(
+                got, one,
+                "{name}: {partitions} partitions, {workers} workers"
+            );
+            assert_eq!(
+                got_times, times,
+                "{name}: {partitions} partitions, {workers} workers"
+            );
+        }
     }
 }
 

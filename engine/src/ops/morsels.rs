@@ -1,67 +1,66 @@
-//! A slice of rows shared by every worker free to take part: each claims
-//! the next [`MORSEL`] rows in turn until none are left. A worker that
-//! frees up while another is midway through the slice takes its share of
-//! what remains, instead of idling until the other ends, as it must with a
-//! fixed cut into tasks (see [`crate::ops::tasks`]). Only the workers that
-//! got rows return a result, so a slice costs no more partial results than
+//! Work cut into morsels shared by every worker free to take part: each
+//! task claims the next morsel in turn until none are left. A worker that
+//! frees up while another is midway takes its share of what remains,
+//! instead of idling until the other ends, as it must with a fixed cut
+//! into tasks (see [`crate::ops::tasks`]). Only the tasks that claimed a
+//! morsel return a result, so the work costs no more partial results than
 //! the workers that took part.
 //!
-//! Which worker gets which rows depends on timing: this is only for work
-//! whose result does not depend on how rows are split among tasks nor on
-//! their order (counts, integer sums).
+//! Which task gets which morsels depends on timing: this is only for work
+//! whose result does not depend on how it is split among tasks nor on its
+//! order (counts, integer sums).
 
-use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 
 use crate::error::Result;
 
-/// Rows a worker claims at a time: small enough that the last claims end
+/// Rows in a morsel of a slice: small enough that the last claims end
 /// close together, large enough that claiming costs nothing measurable.
 pub const MORSEL: usize = 8192;
 
-/// The rows `0..len` of a slice, handed out [`MORSEL`] at a time.
+/// The morsels `0..count`, handed out one at a time.
 pub struct Morsels {
-    len: usize,
+    count: usize,
     next: AtomicUsize,
 }
 
 impl Morsels {
-    /// Rows `0..len`, none claimed yet.
-    pub fn new(len: usize) -> Morsels {
+    /// Morsels `0..count`, none claimed yet.
+    pub fn new(count: usize) -> Morsels {
         Morsels {
-            len,
+            count,
             next: AtomicUsize::new(0),
         }
     }
 
-    /// The next rows no worker has claimed (`None` once all are).
-    pub fn claim(&self) -> Option<Range<usize>> {
-        let at = self.next.fetch_add(MORSEL, Ordering::Relaxed);
-        (at < self.len).then(|| at..(at + MORSEL).min(self.len))
-    }
-
-    /// Whether every row was claimed.
-    pub fn done(&self) -> bool {
-        self.next.load(Ordering::Relaxed) >= self.len
+    /// The next morsel no task has claimed (`None` once all are).
+    pub fn claim(&self) -> Option<usize> {
+        let at = self.next.fetch_add(1, Ordering::Relaxed);
+        (at < self.count).then_some(at)
     }
 }
 
-/// Runs `work` on rows `0..len` shared by up to `workers` tasks on the pool
-/// it is called in: each task calls `work` with the shared [`Morsels`]
-/// unless every row was claimed before it started. Returns what the tasks
-/// that ran returned, in task order (one result when a single worker was
-/// free throughout).
+/// Runs `work` on morsels `0..count` shared by up to `workers` tasks on
+/// the pool it is called in: each task that claims a morsel calls `work`
+/// with it and the shared [`Morsels`] to claim more from. Returns what
+/// those tasks returned, in task order (one result when a single worker
+/// was free throughout).
 pub fn share<T: Send>(
-    len: usize,
+    count: usize,
     workers: usize,
-    work: impl Fn(&Morsels) -> Result<T> + Sync + Send,
+    work: impl Fn(usize, &Morsels) -> Result<T> + Sync + Send,
 ) -> Result<Vec<T>> {
-    let rows = Morsels::new(len);
+    let morsels = Morsels::new(count);
     let done: Vec<Option<T>> = (0..workers.max(1))
         .into_par_iter()
-        .map(|_| (!rows.done()).then(|| work(&rows)).transpose())
+        .map(|_| {
+            morsels
+                .claim()
+                .map(|first| work(first, &morsels))
+                .transpose()
+        })
         .collect::<Result<_>>()?;
     Ok(done.into_iter().flatten().collect())
 }
@@ -71,31 +70,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_row_is_claimed_once_however_many_workers_share_it() {
+    fn every_morsel_is_claimed_once_however_many_workers_share_them() {
         for workers in [1, 2, 3, 8] {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(workers.min(4))
                 .build()
                 .unwrap();
-            for len in [0, 1, MORSEL - 1, MORSEL, 5 * MORSEL + 17] {
+            for count in [0, 1, 2, 7, 100] {
                 let claimed = pool
                     .install(|| {
-                        share(len, workers, |rows| {
-                            let mut mine = vec![];
-                            while let Some(r) = rows.claim() {
-                                mine.extend(r);
+                        share(count, workers, |first, morsels| {
+                            let mut mine = vec![first];
+                            while let Some(m) = morsels.claim() {
+                                mine.push(m);
                             }
                             Ok(mine)
                         })
                     })
                     .unwrap();
-                assert!(claimed.len() <= workers.max(1));
+                assert!(claimed.len() <= workers.min(count));
+                assert!(claimed.iter().all(|m| !m.is_empty()));
                 let mut all: Vec<usize> = claimed.into_iter().flatten().collect();
                 all.sort_unstable();
                 assert_eq!(
                     all,
-                    (0..len).collect::<Vec<_>>(),
-                    "{workers} workers, {len} rows"
+                    (0..count).collect::<Vec<_>>(),
+                    "{workers} workers, {count} morsels"
                 );
             }
         }
@@ -110,21 +110,21 @@ mod tests {
             .unwrap();
         let ran = pool
             .install(|| {
-                share(3 * MORSEL, 2, |rows| {
-                    let mut n = 0;
-                    while let Some(r) = rows.claim() {
-                        n += r.len();
+                share(3, 2, |_, morsels| {
+                    let mut n = 1;
+                    while morsels.claim().is_some() {
+                        n += 1;
                     }
                     Ok(n)
                 })
             })
             .unwrap();
-        assert_eq!(ran, vec![3 * MORSEL]);
+        assert_eq!(ran, vec![3]);
     }
 
     #[test]
     fn an_error_is_returned() {
-        let e = share(10, 2, |_| -> Result<()> {
+        let e = share(10, 2, |_, _| -> Result<()> {
             Err(crate::error::WeirError::Config("boom".into()))
         });
         assert!(e.is_err());

@@ -108,7 +108,9 @@ pub struct AggCore {
     calls: Vec<String>,
     /// `spark.sql.streaming.weir.collectMaxValues`.
     collect_max_values: AtomicUsize,
-    /// How many groups the last task found: the next task's first guess.
+    /// How many groups a task found lately (the last task of a fixed cut,
+    /// the most any task of a shared batch found): the next task's first
+    /// guess.
     groups_hint: AtomicUsize,
 }
 
@@ -285,6 +287,18 @@ impl TaskRows<'_> {
     }
 }
 
+/// A task's batch as its grouping reads it ([`AggCore::slice_input`]):
+/// the window's times, each key column once (floats normalised), the
+/// watermarked key column that evicts a group, and each aggregate's input.
+struct SliceInput<'b> {
+    batch: &'b RecordBatch,
+    times: Option<arrow::array::TimestampMicrosecondArray>,
+    key_values: Vec<Option<ArrayRef>>,
+    cols: Vec<KeyCol>,
+    column_evict: Option<arrow::array::TimestampMicrosecondArray>,
+    readers: Vec<Reader>,
+}
+
 /// One state partition's share of a micro-batch: what it emits (the
 /// groups `rows` of `groups`) and counts.
 struct PartitionOutput {
@@ -299,7 +313,7 @@ struct TaskShare {
     groups: TaskGroups,
     parts: Vec<Vec<u32>>,
     lost: i64,
-    /// What the narrow steps' watermarks saw in the task's slice.
+    /// What the narrow steps' watermarks saw in the rows the task grouped.
     seen: SliceEventTimes,
 }
 
@@ -426,35 +440,28 @@ impl AggCore {
     /// partition or worker count. Also returns the rows that lost a window
     /// that cannot be represented.
     fn partial(&self, batch: &RecordBatch) -> Result<(TaskGroups, i64)> {
+        let input = self.slice_input(batch)?;
         let all = std::cell::Cell::new(Some(0..batch.num_rows()));
-        self.partial_of(batch, &|| all.take())
+        let (groups, lost) = self.group_slice(&input, &|| all.take())?;
+        self.groups_hint.store(groups.len(), Ordering::Relaxed);
+        Ok((groups, lost))
     }
 
-    /// [`AggCore::partial`] of the rows of `batch` that `rows` hands out,
-    /// a range at a time until `None`.
-    fn partial_of(
-        &self,
-        batch: &RecordBatch,
-        rows: &dyn Fn() -> Option<Range<usize>>,
-    ) -> Result<(TaskGroups, i64)> {
-        let n = batch.num_rows();
-        let window = self.keys.iter().enumerate().find_map(|(ki, k)| match k {
+    /// The window key, if any: its position among the keys, and its assigner.
+    fn window_key(&self) -> Option<(usize, &WindowAssigner)> {
+        self.keys.iter().enumerate().find_map(|(ki, k)| match k {
             KeyExec::Window { assigner, .. } => Some((ki, assigner)),
             KeyExec::Column { .. } => None,
-        });
-        let times = match window {
+        })
+    }
+
+    /// `batch`'s columns as the grouping reads them, read (and cast) once
+    /// however many tasks group its rows.
+    fn slice_input<'b>(&self, batch: &'b RecordBatch) -> Result<SliceInput<'b>> {
+        let times = match self.window_key() {
             Some((_, a)) => Some(a.time_array(batch)?),
             None => None,
         };
-        let (size, slide) = window
-            .map(|(_, a)| (a.size_us, a.slide_us))
-            .unwrap_or((1, 1));
-        // Windows a row can fall in (one when tumbling).
-        let per_row = window.map(|(_, a)| a.max_windows_per_row()).unwrap_or(1);
-        // Within `margin` of the ends of time, windows are assigned in i128
-        // (and those that cannot be represented left out, counted).
-        let margin = size.checked_add(slide);
-        let window_evicts = matches!(window, Some((ki, _)) if self.watermark_key == Some(ki));
         let mut cols = Vec::new();
         let mut column_evict: Option<arrow::array::TimestampMicrosecondArray> = None;
         // Each key column once, floats normalised as Spark groups them.
@@ -483,6 +490,42 @@ impl AggCore {
             .iter()
             .map(|a| Reader::new(a.input.map(|i| batch.column(i))))
             .collect::<Result<Vec<_>>>()?;
+        Ok(SliceInput {
+            batch,
+            times,
+            key_values,
+            cols,
+            column_evict,
+            readers,
+        })
+    }
+
+    /// The groups of the rows of `input` that `rows` hands out, a range at
+    /// a time until `None` (see [`AggCore::partial`]).
+    fn group_slice(
+        &self,
+        input: &SliceInput<'_>,
+        rows: &dyn Fn() -> Option<Range<usize>>,
+    ) -> Result<(TaskGroups, i64)> {
+        let SliceInput {
+            batch,
+            times,
+            key_values,
+            cols,
+            column_evict,
+            readers,
+        } = input;
+        let n = batch.num_rows();
+        let window = self.window_key();
+        let (size, slide) = window
+            .map(|(_, a)| (a.size_us, a.slide_us))
+            .unwrap_or((1, 1));
+        // Windows a row can fall in (one when tumbling).
+        let per_row = window.map(|(_, a)| a.max_windows_per_row()).unwrap_or(1);
+        // Within `margin` of the ends of time, windows are assigned in i128
+        // (and those that cannot be represented left out, counted).
+        let margin = size.checked_add(slide);
+        let window_evicts = matches!(window, Some((ki, _)) if self.watermark_key == Some(ki));
         // Room for as many groups as the last task found (at most a group
         // per row and window), so the index is not regrown as it fills.
         let hint = self
@@ -493,7 +536,7 @@ impl AggCore {
         let rows_only = readers.iter().all(|r| matches!(r, Reader::None));
         let mut g = Grouper::new(self.new_accs(), hint, rows_only);
         let fold = |g: &mut Grouper| {
-            g.fold(&readers).map_err(|(ai, r, start, e)| {
+            g.fold(readers).map_err(|(ai, r, start, e)| {
                 self.in_group(ai, || self.describe_row(batch, r, start), e)
             })
         };
@@ -508,12 +551,11 @@ impl AggCore {
             window_evicts,
             column_evict: column_evict.as_ref(),
         };
-        let lost = match Keyer::new(&cols, times.is_some(), hint) {
+        let lost = match Keyer::new(cols, times.is_some(), hint) {
             Keyer::Window(k) => rows.group(k, &mut g, &fold)?,
             Keyer::Packed(k) => rows.group(k, &mut g, &fold)?,
             Keyer::Bytes(k) => rows.group(k, &mut g, &fold)?,
         };
-        self.groups_hint.store(g.len(), Ordering::Relaxed);
         // No groups, or no grouping keys: no state keys to build.
         let (Some(conv), false) = (&self.converter, g.len() == 0) else {
             return Ok((g.finish(None), lost));
@@ -521,7 +563,7 @@ impl AggCore {
         // The distinct groups' key columns, in the state's row format.
         let firsts = UInt32Array::from(std::mem::take(&mut g.firsts));
         let mut key_arrays: Vec<ArrayRef> = Vec::new();
-        for (k, values) in self.keys.iter().zip(&key_values) {
+        for (k, values) in self.keys.iter().zip(key_values) {
             match k {
                 KeyExec::Window { assigner, .. } => {
                     let ts = |v: Vec<i64>| -> ArrayRef {
@@ -555,7 +597,7 @@ impl AggCore {
     /// Where how rows are split cannot change a result, the slices are
     /// shared among the free workers instead (`shared.rs`).
     fn route(&self, narrow: &Narrow, input: &[RecordBatch], n: usize) -> Result<Routed> {
-        if self.shares_slices(narrow) {
+        if self.shares_rows(narrow) {
             return self.route_shared(narrow, input, n);
         }
         let tasks = crate::ops::tasks::slices(input);
@@ -820,6 +862,8 @@ impl AggregateOp {
     ///
     /// The batch runs as tasks on the worker pool it is called in (rayon):
     /// each slice of [`crate::ops::tasks::ROWS_PER_TASK`] input rows is aggregated on its own
+    /// (or, for counts and integer sums, the rows are shared among the free
+    /// workers a morsel at a time: [`crate::ops::morsels`])
     /// and its groups routed by key hash to the state partitions; then each
     /// partition merges its groups in input order, applies them to its
     /// store, evicts behind the watermark and produces its output, in
