@@ -688,25 +688,28 @@ fn an_order_free_aggregation_shared_among_workers_equals_a_fold() {
 
 /// More order-free shapes, shared among 2 and 4 workers against one: a
 /// count per window alone (runs of one window), sliding windows per key,
-/// and a global count and sum; each over one micro-batch of one 300k-row
+/// a global count and sum, and `min`/`max` of floats (-0.0 and 0.0 among
+/// them) and strings with `approx_count_distinct`; each over one
+/// micro-batch of one 300k-row
 /// batch, then one of 40 small batches (3000 rows each, a morsel apiece),
 /// with null event times. Output, batch for batch, and every data batch's
 /// event-time statistics (min, avg, max, watermark) equal one worker's.
 #[test]
 fn order_free_shapes_shared_among_workers_equal_one_worker() {
     use std::sync::Arc;
-    use weir::arrow::array::{Int64Array, StringArray, TimestampMicrosecondArray};
+    use weir::arrow::array::{Float64Array, Int64Array, StringArray, TimestampMicrosecondArray};
     use weir::arrow::record_batch::RecordBatch;
-    use weir::functions::sliding_window;
+    use weir::functions::{approx_count_distinct, min, sliding_window};
     use weir::plan::{DataType, Field};
 
     let schema = [
         Field::new("key", DataType::String),
         Field::new("ts", DataType::Timestamp),
         Field::new("v", DataType::Int64),
+        Field::new("f", DataType::Float64),
     ];
     // Rows `from..from + rows`: minutes out of order over two hours, every
-    // 97th time null.
+    // 97th time null; for every third key, `f` only -0.0 and 0.0.
     let batch = |from: usize, rows: usize| {
         let ts = (from..from + rows)
             .map(|i| (i % 97 != 0).then_some(((i * 7919) % 120) as i64 * 60_000_000 + i as i64));
@@ -720,6 +723,13 @@ fn order_free_shapes_shared_among_workers_equal_one_worker() {
                 Arc::new(Int64Array::from_iter_values(
                     (from..from + rows).map(|i| (i % 1000) as i64 - 400),
                 )),
+                Arc::new(Float64Array::from_iter_values((from..from + rows).map(
+                    |i| match (i % 41 % 3, i % 2) {
+                        (0, 0) => 0.0,
+                        (0, _) => -0.0,
+                        _ => (i % 7) as f64 - 3.5,
+                    },
+                ))),
             ],
         )
         .unwrap()
@@ -729,7 +739,7 @@ fn order_free_shapes_shared_among_workers_equal_one_worker() {
         (0..40).map(|k| batch(300_000 + k * 3000, 3000)).collect(),
     ];
     type Build = fn(DataStream) -> DataStream;
-    let shapes: [(&str, Build); 3] = [
+    let shapes: [(&str, Build); 4] = [
         ("window alone", |d| {
             d.group_by(vec![window("ts", "10 minutes")])
                 .agg(vec![count_star("n")])
@@ -740,6 +750,15 @@ fn order_free_shapes_shared_among_workers_equal_one_worker() {
                 col("key"),
             ])
             .agg(vec![count_star("n"), sum("v", "total")])
+        }),
+        ("min, max, approx distinct", |d| {
+            d.group_by(vec![window("ts", "10 minutes"), col("key")])
+                .agg(vec![
+                    min("f", "lo"),
+                    max("f", "hi"),
+                    max("key", "top"),
+                    approx_count_distinct("v", "d"),
+                ])
         }),
         ("global", |d| {
             d.group_by(vec![])

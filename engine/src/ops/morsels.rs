@@ -8,7 +8,7 @@
 //!
 //! Which task gets which morsels depends on timing: this is only for work
 //! whose result does not depend on how it is split among tasks nor on its
-//! order (counts, integer sums).
+//! order (counts, integer sums, `min`/`max`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -861,10 +861,10 @@ impl AggregateOp {
     /// Runs one micro-batch: input rows in, output rows per `mode` out.
     ///
     /// The batch runs as tasks on the worker pool it is called in (rayon):
-    /// each slice of [`crate::ops::tasks::ROWS_PER_TASK`] input rows is aggregated on its own
-    /// (or, for counts and integer sums, the rows are shared among the free
-    /// workers a morsel at a time: [`crate::ops::morsels`])
-    /// and its groups routed by key hash to the state partitions; then each
+    /// each slice of [`crate::ops::tasks::ROWS_PER_TASK`] input rows is
+    /// aggregated on its own (or, for order-free aggregates such as counts,
+    /// the rows are shared among the free workers a morsel at a time:
+    /// [`crate::ops::morsels`]) and its groups routed by key hash to the state partitions; then each
     /// partition merges its groups in input order, applies them to its
     /// store, evicts behind the watermark and produces its output, in
     /// parallel. The output is the union of the partitions', sorted by key.

@@ -1,8 +1,9 @@
 //! The aggregation's first stage with its rows shared among the free
 //! workers ([`crate::ops::morsels`]), where how rows are split cannot
 //! change a result: every aggregate is order-free ([`Acc::order_free`]:
-//! counts, integer sums) and the narrow steps before it only watch event
-//! times (they keep every row, so the workers group the input itself).
+//! counts, integer sums, `min`/`max`, `approx_count_distinct`) and the
+//! narrow steps before it only watch event times (they keep every row, so
+//! the workers group the input itself).
 //!
 //! With a fixed cut (two tasks for a 100k-row batch), a worker still busy
 //! with the batch before (its state stage, while this one is read ahead)

@@ -196,12 +196,17 @@ accumulators! {
 
 impl Acc {
     /// Whether a group's result is the same however its rows are split
-    /// among tasks and in whatever order they come: counts and integer sums
-    /// (which wrap). The others (float sums and averages, `first`/`last`,
-    /// `collect_*`, `min`/`max`, whose ties of -0.0 and 0.0 keep the first)
-    /// are merged in input order.
+    /// among tasks and in whatever order they come: counts, integer sums
+    /// (which wrap), `min`/`max` (a total order on each kind's values:
+    /// floats by `total_cmp`, so -0.0 and 0.0 never tie) and
+    /// `approx_count_distinct` (its registers merge by maximum). The
+    /// others (float sums and averages, variances, `first`/`last`,
+    /// `collect_*`) are merged in input order.
     pub(crate) fn order_free(&self) -> bool {
-        matches!(self, Acc::Count(_) | Acc::SumInt(_))
+        matches!(
+            self,
+            Acc::Count(_) | Acc::SumInt(_) | Acc::MinMax(_) | Acc::Hll(_)
+        )
     }
 
     /// Counts `n` more rows in a row count (`count(*)`: a [`Acc::Count`]
