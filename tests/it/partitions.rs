@@ -486,7 +486,7 @@ fn a_batch_split_into_parallel_tasks_aggregates_like_a_fold() {
 
 /// A batch of many tasks' rows (five slices of 60k: three waves of tasks at
 /// one worker; at four workers, which share a count's rows a morsel at a
-/// time, two waves of shared slices) with rows outside any representable window
+/// time, one shared slice) with rows outside any representable window
 /// in the first slice and in the last: every partition and worker count
 /// gives the same groups, in the same order, and counts every lost row.
 #[test]
@@ -688,12 +688,13 @@ fn an_order_free_aggregation_shared_among_workers_equals_a_fold() {
 
 /// More order-free shapes, shared among 2 and 4 workers against one: a
 /// count per window alone (runs of one window), sliding windows per key,
-/// a global count and sum, and `min`/`max` of floats (-0.0 and 0.0 among
-/// them) and strings with `approx_count_distinct`; each over one
-/// micro-batch of one 300k-row
-/// batch, then one of 40 small batches (3000 rows each, a morsel apiece),
-/// with null event times. Output, batch for batch, and every data batch's
-/// event-time statistics (min, avg, max, watermark) equal one worker's.
+/// `min`/`max` of floats (-0.0 and 0.0 among them) and strings with
+/// `approx_count_distinct`, and a global count and sum; each over three
+/// micro-batches (one 300k-row batch; 40 batches of 3000 rows, a morsel
+/// apiece; a slice of a whole wave at two workers, then 5000 rows, the
+/// last wave one morsel, and an empty batch), with null event times.
+/// Output, batch for batch, and every data batch's event-time statistics
+/// (min, avg, max, watermark) equal one worker's.
 #[test]
 fn order_free_shapes_shared_among_workers_equal_one_worker() {
     use std::sync::Arc;
@@ -734,9 +735,13 @@ fn order_free_shapes_shared_among_workers_equal_one_worker() {
         )
         .unwrap()
     };
+    // A large batch; 40 small ones (waves of small slices, a morsel each);
+    // a wave's rows at two workers (one full slice) then 5000 rows (the
+    // last wave one morsel) and an empty batch.
     let micro_batches: Vec<Vec<RecordBatch>> = vec![
         vec![batch(0, 300_000)],
         (0..40).map(|k| batch(300_000 + k * 3000, 3000)).collect(),
+        vec![batch(420_000, 262_144), batch(682_144, 5000), batch(0, 0)],
     ];
     type Build = fn(DataStream) -> DataStream;
     let shapes: [(&str, Build); 4] = [
@@ -754,6 +759,7 @@ fn order_free_shapes_shared_among_workers_equal_one_worker() {
         ("min, max, approx distinct", |d| {
             d.group_by(vec![window("ts", "10 minutes"), col("key")])
                 .agg(vec![
+                    count_star("n"),
                     min("f", "lo"),
                     max("f", "hi"),
                     max("key", "top"),
@@ -804,7 +810,7 @@ fn order_free_shapes_shared_among_workers_equal_one_worker() {
             (out, times)
         };
         let (one, times) = run(1, 1);
-        assert_eq!(times.len(), 2, "{name}: one batch per input");
+        assert_eq!(times.len(), 3, "{name}: one batch per input");
         assert!(
             times.iter().all(|(_, t)| t.contains_key("avg")),
             "{name}: {times:?}"

@@ -3,12 +3,11 @@
 //! frees up while another is midway takes its share of what remains,
 //! instead of idling until the other ends, as it must with a fixed cut
 //! into tasks (see [`crate::ops::tasks`]). Only the tasks that claimed a
-//! morsel return a result, so the work costs no more partial results than
-//! the workers that took part.
+//! morsel run the work, so no task comes back empty-handed.
 //!
 //! Which task gets which morsels depends on timing: this is only for work
 //! whose result does not depend on how it is split among tasks nor on its
-//! order (counts, integer sums, `min`/`max`).
+//! order (counts, integer sums, `min`/`max`, `approx_count_distinct`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -307,8 +307,8 @@ struct PartitionOutput {
     counts: PartitionCounts,
 }
 
-/// One task's groups, which of them go to each state partition, and the
-/// rows it found outside any representable window.
+/// One task's groups (of one slice), which of them go to each state
+/// partition, and the rows it found outside any representable window.
 struct TaskShare {
     groups: TaskGroups,
     parts: Vec<Vec<u32>>,
@@ -862,14 +862,16 @@ impl AggregateOp {
     ///
     /// The batch runs as tasks on the worker pool it is called in (rayon):
     /// each slice of [`crate::ops::tasks::ROWS_PER_TASK`] input rows is
-    /// aggregated on its own (or, for order-free aggregates such as counts,
-    /// the rows are shared among the free workers a morsel at a time:
-    /// [`crate::ops::morsels`]) and its groups routed by key hash to the state partitions; then each
-    /// partition merges its groups in input order, applies them to its
-    /// store, evicts behind the watermark and produces its output, in
-    /// parallel. The output is the union of the partitions', sorted by key.
-    /// `narrow` steps run on each slice in its task before it is
-    /// aggregated, and what their watermarks saw goes into `ctx`.
+    /// aggregated on its own and its groups routed by key hash to the state
+    /// partitions; then each partition merges its groups in input order,
+    /// applies them to its store, evicts behind the watermark and produces
+    /// its output, in parallel. The output is the union of the partitions',
+    /// sorted by key. `narrow` steps run on each slice in its task before
+    /// it is aggregated, and what their watermarks saw goes into `ctx`.
+    /// Order-free aggregates (counts, say) share the rows among the free
+    /// workers a morsel at a time instead ([`crate::ops::morsels`]), each
+    /// task's share merged in no particular order, which cannot change
+    /// their result.
     ///
     /// The slices' tasks read no state: `prepared` holds them when they
     /// ran ahead ([`crate::ops::ahead`]), while the batch before ran.

@@ -58,11 +58,13 @@ impl AggCore {
             .iter()
             .flat_map(|b| even_ranges(b.num_rows(), wave_rows).map(|r| b.slice(r.start, r.len())))
             .collect();
-        // Consecutive slices up to a wave's rows (a large one alone).
+        // Consecutive slices up to a wave's rows (a large one alone), and
+        // at most two per worker (as a fixed cut's wave), so that many
+        // small input batches are merged as they go, not all held at once.
         let mut waves: Vec<&[RecordBatch]> = vec![];
         let (mut from, mut rows) = (0, 0);
         for (i, s) in slices.iter().enumerate() {
-            if i > from && rows + s.num_rows() > wave_rows {
+            if i > from && (rows + s.num_rows() > wave_rows || i - from == 2 * workers) {
                 waves.push(&slices[from..i]);
                 (from, rows) = (i, 0);
             }
@@ -75,7 +77,9 @@ impl AggCore {
         let mut sets: Vec<GroupSet> = (0..n).map(|_| GroupSet::indexed(width, share)).collect();
         let (mut lost, mut seen, mut most) = (0, Vec::new(), 0);
         let last_wave = waves.pop().unwrap_or_default();
-        for wave in waves {
+        // The waves merged into `sets` before the last.
+        let merged_before = waves;
+        for &wave in &merged_before {
             let shares = self.share_wave(narrow, wave, n, workers)?;
             lost += shares.iter().map(|t| t.lost).sum::<i64>();
             most = shares.iter().map(|t| t.groups.len()).fold(most, usize::max);
@@ -90,7 +94,7 @@ impl AggCore {
             // The most any task found: the next batch's first guess.
             self.groups_hint.store(most, Ordering::Relaxed);
         }
-        if seen.is_empty() && last.len() <= 1 {
+        if merged_before.is_empty() && last.len() <= 1 {
             // One task's groups are distinct: its partitions copy them out
             // without lookups (sets without an index), as in the fixed cut.
             sets = (0..n)
