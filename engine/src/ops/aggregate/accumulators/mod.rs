@@ -319,7 +319,16 @@ pub(crate) enum Scalar {
 }
 
 impl Scalar {
-    /// Spark's order (floats by total order: NaN above everything).
+    /// A float value, every NaN as the one NaN (positive, quiet), as Spark
+    /// normalises them: the total order of [`Scalar::less`] then puts it
+    /// above every number. (A NaN computed on x86, `0.0 / 0.0`, has its
+    /// sign bit set and would order below minus infinity.)
+    pub(crate) fn float(v: f64) -> Scalar {
+        Scalar::Float(if v.is_nan() { f64::NAN } else { v })
+    }
+
+    /// Spark's order (floats by total order: NaN, made one by
+    /// [`Scalar::float`], above everything).
     pub(crate) fn less(&self, o: &Scalar) -> bool {
         match (self, o) {
             (Scalar::Int(a), Scalar::Int(b)) => a < b,
@@ -374,7 +383,7 @@ impl Reader {
         match self {
             Reader::None => None,
             Reader::I(a) => a.is_valid(i).then(|| Scalar::Int(a.value(i))),
-            Reader::F(a) => a.is_valid(i).then(|| Scalar::Float(a.value(i))),
+            Reader::F(a) => a.is_valid(i).then(|| Scalar::float(a.value(i))),
             Reader::S(a) => a
                 .is_valid(i)
                 .then(|| Scalar::Bytes(a.value(i).as_bytes().to_vec())),
@@ -448,7 +457,7 @@ pub(crate) fn get_opt_scalar(buf: &[u8], pos: &mut usize) -> Option<Option<Scala
     Some(match get_u8(buf, pos)? {
         0 => None,
         1 => Some(Scalar::Int(get_i64(buf, pos)?)),
-        2 => Some(Scalar::Float(get_f64(buf, pos)?)),
+        2 => Some(Scalar::float(get_f64(buf, pos)?)),
         3 => {
             let n = u32::from_le_bytes(buf.get(*pos..*pos + 4)?.try_into().ok()?) as usize;
             *pos += 4;
