@@ -559,6 +559,53 @@ fn a_batch_of_many_tasks_gives_the_same_groups_and_lost_rows_at_any_worker_count
     }
 }
 
+/// A data batch's input rows and event-time statistics.
+type DataBatchTimes = (i64, std::collections::BTreeMap<String, String>);
+
+/// `build` over a memory stream of `schema` with a `delay` watermark on
+/// `ts`, in update mode, fed `micro_batches` one at a time: each micro-batch's
+/// new output rows, and each data batch's input rows and event-time
+/// statistics (min, avg, max, watermark).
+fn run_micro_batches(
+    schema: &[weir::plan::Field],
+    build: impl Fn(DataStream) -> DataStream,
+    delay: &str,
+    micro_batches: &[Vec<weir::arrow::record_batch::RecordBatch>],
+    partitions: usize,
+    workers: usize,
+) -> (Vec<Vec<Value>>, Vec<DataBatchTimes>) {
+    let stream = MemoryStream::new(schema);
+    let sink = MemorySink::new("");
+    let table = sink.table();
+    let q = build(
+        session_with(Some(partitions), workers)
+            .read_stream(stream.clone())
+            .with_watermark("ts", delay),
+    )
+    .write_stream()
+    .output_mode(OutputMode::Update)
+    .sink(sink)
+    .start()
+    .unwrap();
+    let mut out = vec![];
+    for batches in micro_batches {
+        let before = table.rows().len();
+        for b in batches {
+            stream.add_batch(b.clone()).unwrap();
+        }
+        q.process_all_available().unwrap();
+        out.push(rows_json(&table.rows()[before..]));
+    }
+    let times = q
+        .recent_progress()
+        .into_iter()
+        .filter(|p| p.num_input_rows > 0)
+        .map(|p| (p.num_input_rows, p.event_time))
+        .collect();
+    q.stop().unwrap();
+    (out, times)
+}
+
 /// Counts and integer sums (order-free) behind only a watermark: at more
 /// than one worker each slice is shared among the free workers a morsel at
 /// a time (`ops::morsels`), so which rows a task groups depends on timing.
@@ -631,51 +678,42 @@ fn an_order_free_aggregation_shared_among_workers_equals_a_fold() {
             out.insert((start, key), *t);
         }
     }
+    let micro_batches: Vec<Vec<RecordBatch>> = batches.into_iter().map(|b| vec![b]).collect();
     let run = |partitions: usize, workers: usize| {
-        let stream = MemoryStream::new(&schema);
-        let sink = MemorySink::new("");
-        let table = sink.table();
-        let q = session_with(Some(partitions), workers)
-            .read_stream(stream.clone())
-            .with_watermark("ts", "10 minutes")
-            .group_by(vec![window("ts", "10 minutes"), col("key")])
-            .agg(vec![count_star("n"), sum("v", "total")])
-            .write_stream()
-            .output_mode(OutputMode::Update)
-            .sink(sink)
-            .start()
-            .unwrap();
-        let mut out = vec![];
-        for b in &batches {
-            let before = table.rows().len();
-            stream.add_batch(b.clone()).unwrap();
-            q.process_all_available().unwrap();
-            let got: BTreeMap<(i64, String), (i64, i64)> = rows_json(&table.rows()[before..])
-                .iter()
-                .map(|r| {
-                    let start = crate::common::iso_ms(r["window"]["start"].as_str().unwrap());
-                    (
-                        (start / 60_000, r["key"].as_str().unwrap().to_string()),
-                        (r["n"].as_i64().unwrap(), r["total"].as_i64().unwrap()),
-                    )
-                })
-                .collect();
-            out.push(got);
-        }
-        // Each data batch's event-time statistics (min, avg, max, watermark).
-        let times: Vec<_> = q
-            .recent_progress()
-            .into_iter()
-            .filter(|p| p.num_input_rows > 0)
-            .map(|p| p.event_time)
+        let (out, times) = run_micro_batches(
+            &schema,
+            |d| {
+                d.group_by(vec![window("ts", "10 minutes"), col("key")])
+                    .agg(vec![count_star("n"), sum("v", "total")])
+            },
+            "10 minutes",
+            &micro_batches,
+            partitions,
+            workers,
+        );
+        let out: Vec<BTreeMap<(i64, String), (i64, i64)>> = out
+            .iter()
+            .map(|rows| {
+                rows.iter()
+                    .map(|r| {
+                        let start = crate::common::iso_ms(r["window"]["start"].as_str().unwrap());
+                        (
+                            (start / 60_000, r["key"].as_str().unwrap().to_string()),
+                            (r["n"].as_i64().unwrap(), r["total"].as_i64().unwrap()),
+                        )
+                    })
+                    .collect()
+            })
             .collect();
-        q.stop().unwrap();
         (out, times)
     };
     let (one, times) = run(1, 1);
     assert_eq!(one, fold, "one worker against the fold");
     assert_eq!(times.len(), 2);
-    assert!(times.iter().all(|t| t.contains_key("avg")), "{times:?}");
+    assert!(
+        times.iter().all(|(_, t)| t.contains_key("avg")),
+        "{times:?}"
+    );
     for (partitions, workers) in [(2, 2), (3, 4)] {
         let (got, got_times) = run(partitions, workers);
         assert_eq!(got, fold, "{partitions} partitions, {workers} workers");
@@ -773,40 +811,23 @@ fn order_free_shapes_shared_among_workers_equal_one_worker() {
     ];
     for (name, build) in shapes {
         let run = |partitions: usize, workers: usize| {
-            let stream = MemoryStream::new(&schema);
-            let sink = MemorySink::new("");
-            let table = sink.table();
-            let q = build(
-                session_with(Some(partitions), workers)
-                    .read_stream(stream.clone())
-                    .with_watermark("ts", "30 minutes"),
-            )
-            .write_stream()
-            .output_mode(OutputMode::Update)
-            .sink(sink)
-            .start()
-            .unwrap();
-            let mut out = vec![];
-            for batches in &micro_batches {
-                let before = table.rows().len();
-                for b in batches {
-                    stream.add_batch(b.clone()).unwrap();
-                }
-                q.process_all_available().unwrap();
-                let mut rows: Vec<String> = rows_json(&table.rows()[before..])
-                    .iter()
-                    .map(|r| r.to_string())
-                    .collect();
-                rows.sort();
-                out.push(rows);
-            }
-            let times: Vec<_> = q
-                .recent_progress()
-                .into_iter()
-                .filter(|p| p.num_input_rows > 0)
-                .map(|p| (p.num_input_rows, p.event_time))
+            let (out, times) = run_micro_batches(
+                &schema,
+                build,
+                "30 minutes",
+                &micro_batches,
+                partitions,
+                workers,
+            );
+            // Rows in no particular order within a batch: sorted.
+            let out: Vec<Vec<String>> = out
+                .iter()
+                .map(|rows| {
+                    let mut rows: Vec<String> = rows.iter().map(|r| r.to_string()).collect();
+                    rows.sort();
+                    rows
+                })
                 .collect();
-            q.stop().unwrap();
             (out, times)
         };
         let (one, times) = run(1, 1);

@@ -329,6 +329,15 @@ struct Routed {
     seen: Vec<SliceEventTimes>,
 }
 
+/// The partitions' sets for a batch whose groups came from one task (or
+/// none): a task's groups are distinct, so its partitions copy them out
+/// without lookups (sets without an index), with room for their share.
+fn one_task_sets(width: usize, n: usize, task: Option<&TaskShare>) -> Vec<GroupSet> {
+    (0..n)
+        .map(|p| GroupSet::new(width, task.map_or(0, |t| t.parts[p].len())))
+        .collect()
+}
+
 /// Per-batch watermarks, in ms.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Watermarks {
@@ -609,12 +618,8 @@ impl AggCore {
             Ok(self.routed_share(groups, lost, seen, n))
         };
         if tasks.len() <= 1 {
-            // One task's groups are distinct: its partitions copy them out
-            // without lookups (sets without an index).
             let last: Vec<TaskShare> = tasks.first().map(task).transpose()?.into_iter().collect();
-            let sets = (0..n)
-                .map(|p| GroupSet::new(width, last.first().map_or(0, |t| t.parts[p].len())))
-                .collect();
+            let sets = one_task_sets(width, n, last.first());
             let lost = last.iter().map(|t| t.lost).sum();
             return Ok(Routed {
                 sets,

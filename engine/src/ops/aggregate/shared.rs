@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 use arrow::record_batch::RecordBatch;
 use rayon::prelude::*;
 
-use super::{AggCore, GroupSet, Routed, SliceInput, TaskShare};
+use super::{one_task_sets, AggCore, GroupSet, Routed, SliceInput, TaskShare};
 use crate::error::Result;
 use crate::ops::morsels::{self, MORSEL};
 use crate::ops::narrow::{Narrow, SliceEventTimes};
@@ -74,11 +74,17 @@ impl AggCore {
         let total: usize = slices.iter().map(|s| s.num_rows()).sum();
         let width = self.aggs.len();
         let share = self.groups_hint.load(Ordering::Relaxed).min(total) / n.max(1);
-        let mut sets: Vec<GroupSet> = (0..n).map(|_| GroupSet::indexed(width, share)).collect();
+        let indexed =
+            || -> Vec<GroupSet> { (0..n).map(|_| GroupSet::indexed(width, share)).collect() };
         let (mut lost, mut seen, mut most) = (0, Vec::new(), 0);
         let last_wave = waves.pop().unwrap_or_default();
         // The waves merged into `sets` before the last.
         let merged_before = waves;
+        let mut sets = if merged_before.is_empty() {
+            vec![]
+        } else {
+            indexed()
+        };
         for &wave in &merged_before {
             let shares = self.share_wave(narrow, wave, n, workers)?;
             lost += shares.iter().map(|t| t.lost).sum::<i64>();
@@ -94,12 +100,13 @@ impl AggCore {
             // The most any task found: the next batch's first guess.
             self.groups_hint.store(most, Ordering::Relaxed);
         }
-        if merged_before.is_empty() && last.len() <= 1 {
-            // One task's groups are distinct: its partitions copy them out
-            // without lookups (sets without an index), as in the fixed cut.
-            sets = (0..n)
-                .map(|p| GroupSet::new(width, last.first().map_or(0, |t| t.parts[p].len())))
-                .collect();
+        if merged_before.is_empty() {
+            // Nothing merged yet: the last wave's tasks are merged by their
+            // partitions, into sets without an index for one task's groups.
+            sets = match last.as_slice() {
+                [] | [_] => one_task_sets(width, n, last.first()),
+                _ => indexed(),
+            };
         }
         Ok(Routed {
             sets,
