@@ -754,6 +754,13 @@ impl Runner {
         // on this thread: with as many workers as cores it would wait for
         // a core until the workers sleep, and the state partitions with it.
         // The write must not use the pool itself (see `checkpoint::logged`).
+        //
+        // Both are handed to the pool in this order (first in, first
+        // taken), and this thread waits for them outside the pool. A
+        // worker waiting in a `join` for them would take the next batch's
+        // read ahead meanwhile and run it to its end before the batch could
+        // return; so the batch's sink, `commits/N` and progress report
+        // would wait for the read ahead instead of running beside it.
         let (log, share, op_wms) = (
             &self.checkpoint.offsets,
             self.watermark_share.as_deref(),
@@ -774,7 +781,15 @@ impl Runner {
             publish_watermark(share, op_wms, committed, caught_up, wm);
             Ok(logged_in)
         };
-        let (logged_in, run) = pool.install(|| rayon::join(write_log, job));
+        let (mut logged_in, mut run) = (None, None);
+        pool.in_place_scope_fifo(|s| {
+            s.spawn_fifo(|_| logged_in = Some(write_log()));
+            s.spawn_fifo(|_| run = Some(job()));
+        });
+        // Both ran (a panic in either is this thread's, once both ended).
+        let lost = || WeirError::Config(format!("batch {batch_id}'s tasks did not report"));
+        let logged_in = logged_in.unwrap_or_else(|| Err(lost()));
+        let run = run.unwrap_or_else(|| Err(lost()));
         durations.insert("getBatch".into(), get_batch_ms);
         // The batch's own error comes second to its log's: a batch whose
         // `offsets/N` could not be written stopped at its first write.
