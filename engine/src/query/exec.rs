@@ -689,9 +689,10 @@ impl Runner {
         };
         // The sources' reads (the Kafka source reads its partitions as
         // parallel tasks) and the batch's tasks (partial aggregation, state
-        // partitions) run on the session's worker pool, as one job: each
-        // hand-over to the pool wakes a sleeping worker and then this
-        // thread, which costs tens of microseconds on a virtual machine.
+        // partitions) run on the session's worker pool, as one job (beside
+        // the `offsets/N` write, below): each hand-over to the pool wakes a
+        // sleeping worker and then this thread, which costs tens of
+        // microseconds on a virtual machine.
         let pool = self.host.workers()?;
         // The next batch is read ahead, as a task of its own beside this
         // batch's (not beside a no-data batch, nor once the query is
@@ -755,12 +756,18 @@ impl Runner {
         // a core until the workers sleep, and the state partitions with it.
         // The write must not use the pool itself (see `checkpoint::logged`).
         //
-        // Both are handed to the pool in this order (first in, first
-        // taken), and this thread waits for them outside the pool. A
-        // worker waiting in a `join` for them would take the next batch's
-        // read ahead meanwhile and run it to its end before the batch could
-        // return; so the batch's sink, `commits/N` and progress report
-        // would wait for the read ahead instead of running beside it.
+        // Both are handed to the pool in this order, and this thread (not
+        // a worker) waits for them outside the pool. From a thread outside
+        // the pool they go into its one queue, first in, first taken (the
+        // `_fifo` scope keeps that order even from a worker), so no worker
+        // can take the job before another has taken the write; and the
+        // write never waits on the pool. So the job's state partitions,
+        // waiting for the write, cannot hold the only worker while the
+        // write is queued behind them. A worker waiting in a `join` for the
+        // two would take the next batch's read ahead meanwhile and run it
+        // to its end before the batch could return; so the batch's sink,
+        // `commits/N` and progress report would wait for the read ahead
+        // instead of running beside it.
         let (log, share, op_wms) = (
             &self.checkpoint.offsets,
             self.watermark_share.as_deref(),
@@ -786,10 +793,10 @@ impl Runner {
             s.spawn_fifo(|_| logged_in = Some(write_log()));
             s.spawn_fifo(|_| run = Some(job()));
         });
-        // Both ran (a panic in either is this thread's, once both ended).
-        let lost = || WeirError::Config(format!("batch {batch_id}'s tasks did not report"));
-        let logged_in = logged_in.unwrap_or_else(|| Err(lost()));
-        let run = run.unwrap_or_else(|| Err(lost()));
+        // Both ran: the scope returns once both ended, and a panic in
+        // either is raised here instead.
+        let ran = "a scoped task runs before its scope returns";
+        let (logged_in, run) = (logged_in.expect(ran), run.expect(ran));
         durations.insert("getBatch".into(), get_batch_ms);
         // The batch's own error comes second to its log's: a batch whose
         // `offsets/N` could not be written stopped at its first write.
