@@ -81,6 +81,16 @@ impl WatermarkOp {
     }
 }
 
+/// An event time in ms as Spark's watermark reads it (`EventTimeWatermarkExec`:
+/// the µs value `/ 1000`, a `Long` division): truncated toward zero, so a
+/// time before 1970 that is not a whole millisecond reads 1 ms later than
+/// rounding down would (-1500 µs is -1 ms). The watermark and the
+/// progress report's `eventTime` figures come from these.
+#[inline(always)]
+fn to_ms(us: i64) -> i64 {
+    us / 1000
+}
+
 /// How many event times (in ms, each at most 9_223_372_036_854_776 from 0) an `i64`
 /// sums without overflow: 512 × 9.3e15 < 9.2e18.
 const SUM_RUN: usize = 512;
@@ -92,7 +102,8 @@ pub struct EventTimeSums {
     min_us: i64,
     /// Latest event time, µs.
     max_us: i64,
-    /// The sum of the event times in ms (each rounded down).
+    /// The sum of the event times in ms (each truncated toward zero, see
+    /// [`to_ms`]).
     sum_ms: i128,
     /// Rows counted.
     count: u64,
@@ -118,7 +129,7 @@ impl EventTimeSums {
         fn fold(e: &mut EventTimeSums, sum: &mut i64, v: i64) {
             e.min_us = e.min_us.min(v);
             e.max_us = e.max_us.max(v);
-            *sum += v.div_euclid(1000);
+            *sum += to_ms(v);
         }
         let mut e = EventTimeSums::default();
         let mut sum = 0i64;
@@ -150,14 +161,16 @@ impl EventTimeSums {
         }
     }
 
-    /// In milliseconds (rounded down, as each row is), the sum rounded once.
+    /// In milliseconds (truncated, as each row is: [`to_ms`]), the sum
+    /// rounded once.
     pub fn stats(self) -> EventTimeStats {
         if self.count == 0 {
             return EventTimeStats::default();
         }
         EventTimeStats {
-            min: self.min_us.div_euclid(1000),
-            max: self.max_us.div_euclid(1000),
+            // (Truncation keeps order: the least row's is the least.)
+            min: to_ms(self.min_us),
+            max: to_ms(self.max_us),
             sum: self.sum_ms as f64,
             count: self.count,
         }
@@ -234,7 +247,7 @@ mod tests {
             .collect();
         let batch = batch_of(TimestampMicrosecondArray::from(times.clone()));
         let got = observed(&batch);
-        let ms: Vec<i64> = times.iter().flatten().map(|t| t.div_euclid(1000)).collect();
+        let ms: Vec<i64> = times.iter().flatten().map(|t| t / 1000).collect();
         let sum: i128 = ms.iter().map(|&m| m as i128).sum();
         assert_eq!(
             got,
@@ -279,6 +292,28 @@ mod tests {
     }
 
     #[test]
+    fn times_before_1970_are_truncated_to_ms_as_sparks_long_division() {
+        // Spark reads each event time as `micros / 1000` (a Long division):
+        // -1500 µs is -1 ms, -999 µs is 0, 1500 µs is 1; rounding down
+        // would give -2 and -1, and a watermark 1 ms earlier.
+        let batch = batch_of(TimestampMicrosecondArray::from(vec![
+            -1500, -999, 1500, -2_000_001,
+        ]));
+        let got = observed(&batch);
+        assert_eq!(
+            got,
+            EventTimeStats {
+                min: -2000,
+                max: 1,
+                sum: (-1 + 0 + 1 - 2000) as f64,
+                count: 4,
+            }
+        );
+        let late = batch_of(TimestampMicrosecondArray::from(vec![-1500]));
+        assert_eq!((observed(&late).min, observed(&late).max), (-1, -1));
+    }
+
+    #[test]
     fn sums_at_the_ends_of_time_do_not_overflow() {
         // Runs of the earliest and the latest representable times, and one
         // run mixed: each millisecond sum is exact (an i64 running sum
@@ -297,7 +332,7 @@ mod tests {
                 let batch = batch_of(TimestampMicrosecondArray::from(values.clone()));
                 let got = observed(&batch);
                 let valid: Vec<i64> = values.into_iter().flatten().collect();
-                let sum: i128 = valid.iter().map(|t| t.div_euclid(1000) as i128).sum();
+                let sum: i128 = valid.iter().map(|&t| (t / 1000) as i128).sum();
                 assert_eq!(got.sum, sum as f64, "nulls: {nulls}");
                 assert_eq!(got.count, valid.len() as u64);
             }
