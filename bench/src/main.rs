@@ -56,29 +56,34 @@ struct Cli {
     opts: scenarios::Opts,
     /// glibc's malloc keeps what is freed for the next batch instead of
     /// handing its pages back to the system and faulting them in again
-    /// (`true`, as a long-running pipeline binary should set it: see
-    /// [`keep_freed_memory`]), or runs with glibc's defaults (`false`).
+    /// (`true`: M_TRIM_THRESHOLD 256 MiB, M_MMAP_THRESHOLD 32 MiB), or runs
+    /// with glibc's defaults (`false`). The JSON's `malloc_keeps_freed`
+    /// says whether the settings took.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     malloc_keeps_freed: bool,
 }
 
 /// Sets glibc's malloc to keep freed memory: heaps are trimmed only past
-/// 256 MiB free at their top (`M_TRIM_THRESHOLD`), and blocks up to 32 MiB
+/// 256 MiB free at their top (`M_TRIM_THRESHOLD`), and blocks below 32 MiB
 /// come from the heaps, not from a mapping of their own (`M_MMAP_THRESHOLD`;
 /// setting either turns off glibc's adjusting of both). With the defaults
 /// the heap of each worker thread's arena is trimmed as batches free their
 /// columns and faulted in again by the next: the lab at 2 workers took
-/// 113k page faults in 600 batches, against 5k so. The same as
+/// 102-113k page faults in 600 batches, against ~5k so. The same as
 /// `MALLOC_TRIM_THRESHOLD_=268435456 MALLOC_MMAP_THRESHOLD_=33554432` in
-/// the environment. No-op off glibc.
-fn keep_freed_memory() {
+/// the environment. Whether both settings took (never off glibc). To be
+/// called first thing in `main`, before any other thread starts.
+fn keep_freed_memory() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets malloc's parameters; it is called before
-    // any other thread starts.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    {
+        // SAFETY: mallopt only sets malloc's parameters, and `main` calls
+        // this before it starts any other thread.
+        let set = |param, value| unsafe { libc::mallopt(param, value) } == 1;
+        // (32 MiB is glibc's largest mmap threshold on 64-bit targets.)
+        set(libc::M_MMAP_THRESHOLD, 32 << 20) && set(libc::M_TRIM_THRESHOLD, 256 << 20)
     }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    false
 }
 
 fn main() {
@@ -94,12 +99,10 @@ fn main() {
         Scenario::Baseline => "baseline",
         Scenario::Wakeup => "wakeup",
     };
-    if cli.malloc_keeps_freed {
-        keep_freed_memory();
-    }
+    let keeps_freed = cli.malloc_keeps_freed && keep_freed_memory();
     match scenarios::run(name, &cli.opts, started) {
         Ok(mut v) => {
-            v["malloc_keeps_freed"] = cli.malloc_keeps_freed.into();
+            v["malloc_keeps_freed"] = keeps_freed.into();
             println!("{v}")
         }
         Err(e) => {

@@ -294,8 +294,8 @@ mod tests {
     #[test]
     fn times_before_1970_are_truncated_to_ms_as_sparks_long_division() {
         // Spark reads each event time as `micros / 1000` (a Long division):
-        // -1500 µs is -1 ms, -999 µs is 0, 1500 µs is 1; rounding down
-        // would give -2 and -1, and a watermark 1 ms earlier.
+        // -1500 µs is -1 ms, -999 µs is 0, 1500 µs is 1, -2000001 µs is
+        // -2000; rounding down would give -2, -1, 1 and -2001.
         let batch = batch_of(TimestampMicrosecondArray::from(vec![
             -1500, -999, 1500, -2_000_001,
         ]));
@@ -305,12 +305,15 @@ mod tests {
             EventTimeStats {
                 min: -2000,
                 max: 1,
-                sum: (-1 + 0 + 1 - 2000) as f64,
+                // -1 + 0 + 1 - 2000
+                sum: -2000.0,
                 count: 4,
             }
         );
-        let late = batch_of(TimestampMicrosecondArray::from(vec![-1500]));
-        assert_eq!((observed(&late).min, observed(&late).max), (-1, -1));
+        // A batch whose latest time is -1500 µs: its max, from which the
+        // watermark is computed, is -1 ms (rounding down gave -2).
+        let before = batch_of(TimestampMicrosecondArray::from(vec![-1500]));
+        assert_eq!((observed(&before).min, observed(&before).max), (-1, -1));
     }
 
     #[test]

@@ -774,6 +774,7 @@ impl Runner {
             &self.op_wms,
         );
         let logged_entry = &entry;
+        let logs = to_log.is_some();
         let write_log = move || -> Result<Duration> {
             let Some((logging, caught_up)) = to_log else {
                 return Ok(Duration::ZERO);
@@ -790,7 +791,12 @@ impl Runner {
         };
         let (mut logged_in, mut run) = (None, None);
         pool.in_place_scope_fifo(|s| {
-            s.spawn_fifo(|_| logged_in = Some(write_log()));
+            // (A batch run again as logged has nothing to write.)
+            if logs {
+                s.spawn_fifo(|_| logged_in = Some(write_log()));
+            } else {
+                logged_in = Some(Ok(Duration::ZERO));
+            }
             s.spawn_fifo(|_| run = Some(job()));
         });
         // Both ran: the scope returns once both ended, and a panic in
