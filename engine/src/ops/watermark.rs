@@ -161,8 +161,8 @@ impl EventTimeSums {
         }
     }
 
-    /// In milliseconds (truncated, as each row is: [`to_ms`]), the sum
-    /// rounded once.
+    /// In milliseconds (each truncated toward zero, as Spark's watermark
+    /// reads event times), the sum rounded once.
     pub fn stats(self) -> EventTimeStats {
         if self.count == 0 {
             return EventTimeStats::default();
