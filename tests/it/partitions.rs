@@ -181,7 +181,23 @@ fn run_from(
     workers: usize,
     chk: &std::path::Path,
 ) -> (Vec<Batch>, Vec<Option<i64>>) {
-    let s = session_with(partitions, workers);
+    run_in(
+        &session_with(partitions, workers),
+        shape,
+        before,
+        inputs,
+        chk,
+    )
+}
+
+/// As [`run_from`], in session `s` (which other queries may share).
+fn run_in(
+    s: &Session,
+    shape: Shape,
+    before: &[Vec<Value>],
+    inputs: &[Vec<Value>],
+    chk: &std::path::Path,
+) -> (Vec<Batch>, Vec<Option<i64>>) {
     let stream = MemoryStream::new(&fields());
     let right = MemoryStream::new(&fields());
     let add = |input: &[Value]| {
@@ -194,7 +210,7 @@ fn run_from(
     for input in before {
         add(input);
     }
-    let (d, mode) = build(&s, &stream, &right, shape);
+    let (d, mode) = build(s, &stream, &right, shape);
     let sink = MemorySink::new("");
     let table = sink.table();
     let q = d
@@ -245,6 +261,44 @@ fn run_from(
         .collect();
     out.sort_by_key(|(id, ..)| *id);
     (out, last_batch)
+}
+
+#[test]
+fn queries_sharing_a_pool_of_one_worker_each_finish_with_their_own_output() {
+    // Three stateful queries at once in one session whose pool has one
+    // worker. Each batch's state partitions commit in their task once the
+    // batch's `offsets/N` is written, itself a task on that pool: the one
+    // worker must never hold a batch's partitions while its write waits
+    // behind them, nor another query's. Each query emits what it emits
+    // alone.
+    let inputs = fixed_inputs();
+    let shapes = [
+        Shape::WindowAgg(OutputMode::Update),
+        Shape::Sessions(OutputMode::Append),
+        Shape::Join(JoinType::Inner),
+    ];
+    let s = session_with(Some(2), 1);
+    let (done, finished) = std::sync::mpsc::channel();
+    for (i, shape) in shapes.into_iter().enumerate() {
+        let (s, inputs, done) = (s.clone(), inputs.clone(), done.clone());
+        std::thread::spawn(move || {
+            let chk = tempfile::tempdir().unwrap();
+            let out = run_in(&s, shape, &[], &inputs, chk.path()).0;
+            done.send((i, out)).unwrap();
+        });
+    }
+    let mut outs: Vec<Option<Vec<Batch>>> = vec![None, None, None];
+    for _ in &shapes {
+        let (i, out) = finished
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("queries sharing one worker stopped making progress");
+        outs[i] = Some(out);
+    }
+    for (shape, out) in shapes.into_iter().zip(outs) {
+        let alone = run(shape, &inputs, 2, 1);
+        assert!(!alone.is_empty(), "{shape:?}");
+        assert_eq!(out.unwrap(), alone, "{shape:?}");
+    }
 }
 
 /// Adds `input`'s even-valued events to `left`, its odd-valued ones to
