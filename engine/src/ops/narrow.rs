@@ -72,14 +72,10 @@ impl NarrowSteps {
 pub struct SliceEventTimes(Vec<(usize, EventTimeSums)>);
 
 impl SliceEventTimes {
-    /// Adds what `other` saw (another part of the same slice).
-    pub fn merge(&mut self, other: SliceEventTimes) {
-        for (id, sums) in other.0 {
-            match self.0.iter_mut().find(|(i, _)| *i == id) {
-                Some((_, t)) => *t = t.merged(sums),
-                None => self.0.push((id, sums)),
-            }
-        }
+    /// Adds what `other` saw (another part of the same slice), to be
+    /// summed per watermark with the rest by [`Narrow::record`].
+    pub fn extend(&mut self, other: SliceEventTimes) {
+        self.0.extend(other.0);
     }
 }
 

@@ -1176,10 +1176,8 @@ fn normalize_floats(a: &ArrayRef) -> ArrayRef {
     fn f64n(v: f64) -> f64 {
         if v == 0.0 {
             0.0
-        } else if v.is_nan() {
-            f64::NAN
         } else {
-            v
+            accumulators::one_nan(v)
         }
     }
     match a.data_type() {

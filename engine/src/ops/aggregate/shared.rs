@@ -160,7 +160,7 @@ impl AggCore {
                         return None;
                     }
                     match narrow.apply(&wave[slice].slice(r.start, r.len())) {
-                        Ok((_, sums)) => seen.borrow_mut().merge(sums),
+                        Ok((_, sums)) => seen.borrow_mut().extend(sums),
                         Err(e) => {
                             *failed.borrow_mut() = Some(e);
                             return None;

@@ -318,13 +318,23 @@ pub(crate) enum Scalar {
     Bytes(Vec<u8>),
 }
 
+/// `v`, any NaN as the one NaN (positive, quiet) Spark normalises every
+/// NaN to, for grouping and ordering alike.
+pub(crate) fn one_nan(v: f64) -> f64 {
+    if v.is_nan() {
+        f64::NAN
+    } else {
+        v
+    }
+}
+
 impl Scalar {
     /// A float value, every NaN as the one NaN (positive, quiet), as Spark
     /// normalises them: the total order of [`Scalar::less`] then puts it
     /// above every number. (A NaN computed on x86, `0.0 / 0.0`, has its
     /// sign bit set and would order below minus infinity.)
     pub(crate) fn float(v: f64) -> Scalar {
-        Scalar::Float(if v.is_nan() { f64::NAN } else { v })
+        Scalar::Float(one_nan(v))
     }
 
     /// Spark's order (floats by total order: NaN, made one by
