@@ -363,6 +363,62 @@ impl Source for AdSource {
     }
 }
 
+/// The baseline's page views per `(window start, page)` over `data`, by
+/// `workers` threads: thread `w` aggregates rows `[w * n / workers, (w + 1)
+/// * n / workers)` of each batch into its own map (pages interned to its
+/// own ids), the threads wait for each other after every batch, and their
+/// maps are merged at the end.
+fn baseline_counts(data: &[RecordBatch], workers: usize) -> FxHashMap<(i64, &str), i64> {
+    let barrier = std::sync::Barrier::new(workers);
+    let partial = |w: usize| {
+        let mut ids: FxHashMap<&str, u32> = FxHashMap::default();
+        let mut counts: FxHashMap<(i64, u32), i64> = FxHashMap::default();
+        for b in data {
+            let pages = b
+                .column(0)
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .expect("pages");
+            let ts = b
+                .column(1)
+                .as_any()
+                .downcast_ref::<TimestampMicrosecondArray>()
+                .expect("ts");
+            let n = b.num_rows();
+            for i in w * n / workers..(w + 1) * n / workers {
+                let t = ts.value(i);
+                let w = t - t.rem_euclid(60_000_000);
+                let next = ids.len() as u32;
+                let id = *ids.entry(pages.value(i)).or_insert(next);
+                *counts.entry((w, id)).or_insert(0) += 1;
+            }
+            barrier.wait();
+        }
+        let mut names = vec![""; ids.len()];
+        for (page, id) in ids {
+            names[id as usize] = page;
+        }
+        (names, counts)
+    };
+    let parts: Vec<_> = std::thread::scope(|s| {
+        let others: Vec<_> = (1..workers).map(|w| s.spawn(move || partial(w))).collect();
+        let mut parts = vec![partial(0)];
+        parts.extend(
+            others
+                .into_iter()
+                .map(|h| h.join().expect("a baseline thread panicked")),
+        );
+        parts
+    });
+    let mut all: FxHashMap<(i64, &str), i64> = FxHashMap::default();
+    for (names, counts) in parts {
+        for ((w, id), c) in counts {
+            *all.entry((w, names[id as usize])).or_insert(0) += c;
+        }
+    }
+    all
+}
+
 fn rusage() -> (f64, f64) {
     let u = rusage_raw();
     let cpu = u.ru_utime.tv_sec as f64
@@ -697,42 +753,60 @@ pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Valu
         "baseline" => {
             // The ceiling: a careful hand-written aggregation of the same
             // page views, no engine, no checkpoint: page strings interned to
-            // ids as they come, `(window start, page id)` keys, FxHash.
+            // ids as they come, `(window start, page id)` keys, FxHash. With
+            // `--workers N` (default 1) each of N threads owns a partial map
+            // and aggregates its N-th of every batch, all N meeting at a
+            // barrier after each batch (as a micro-batch's tasks do), and the
+            // partial maps are merged at the end: the machine's own scaling
+            // for this work, to read weir's against.
             let (batches, rows) = opts.or(60, 100_000);
+            let workers = opts.workers.unwrap_or(1).max(1);
             let src = PageViewSource::new(rows, batches);
             let data: Vec<RecordBatch> = (0..batches).map(|b| src.batch(b)).collect();
             let (cpu0, _) = rusage();
             let t0 = Instant::now();
-            let mut ids: FxHashMap<&str, u32> = FxHashMap::default();
-            let mut counts: FxHashMap<(i64, u32), i64> = FxHashMap::default();
-            for b in &data {
-                let pages = b
-                    .column(0)
-                    .as_any()
-                    .downcast_ref::<StringArray>()
-                    .expect("pages");
-                let ts = b
-                    .column(1)
-                    .as_any()
-                    .downcast_ref::<TimestampMicrosecondArray>()
-                    .expect("ts");
-                for i in 0..b.num_rows() {
-                    let t = ts.value(i);
-                    let w = t - t.rem_euclid(60_000_000);
-                    let next = ids.len() as u32;
-                    let id = *ids.entry(pages.value(i)).or_insert(next);
-                    *counts.entry((w, id)).or_insert(0) += 1;
-                }
-            }
+            let counts = baseline_counts(&data, workers);
             let secs = t0.elapsed().as_secs_f64();
             let (cpu1, rss) = rusage();
             let total = (batches as u64 * rows) as f64;
+            let pages: std::collections::HashSet<&str> = counts.keys().map(|(_, p)| *p).collect();
             Ok(
-                json!({"scenario": "baseline", "rows": total, "seconds": secs, "rows_per_sec": total / secs, "rows_per_cpu_sec": total / (cpu1 - cpu0).max(1e-9), "groups": counts.len(), "pages": ids.len(), "peak_rss_mb": rss, "profile": if cfg!(debug_assertions) { "debug" } else { "release" }}),
+                json!({"scenario": "baseline", "workers": workers, "rows": total, "seconds": secs, "rows_per_sec": total / secs, "rows_per_cpu_sec": total / (cpu1 - cpu0).max(1e-9), "groups": counts.len(), "pages": pages.len(), "peak_rss_mb": rss, "profile": if cfg!(debug_assertions) { "debug" } else { "release" }}),
             )
         }
         other => Err(WeirError::Config(format!(
             "unknown scenario `{other}` (lab, page_views, sliding, join, tiny, startup, baseline)"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_baseline_counts_the_same_page_views_on_any_number_of_threads() {
+        let src = PageViewSource::new(1001, 5);
+        let data: Vec<RecordBatch> = (0..5).map(|b| src.batch(b)).collect();
+        // Counted row by row, no threads.
+        let mut want: FxHashMap<(i64, &str), i64> = FxHashMap::default();
+        for b in &data {
+            let pages = b.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+            let ts = b
+                .column(1)
+                .as_any()
+                .downcast_ref::<TimestampMicrosecondArray>()
+                .unwrap();
+            for i in 0..b.num_rows() {
+                let t = ts.value(i);
+                *want
+                    .entry((t - t.rem_euclid(60_000_000), pages.value(i)))
+                    .or_insert(0) += 1;
+            }
+        }
+        assert_eq!(want.values().sum::<i64>(), 5 * 1001);
+        for workers in [1, 2, 3] {
+            assert_eq!(baseline_counts(&data, workers), want, "{workers} workers");
+        }
     }
 }
