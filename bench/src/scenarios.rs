@@ -364,10 +364,10 @@ impl Source for AdSource {
 }
 
 /// The baseline's page views per `(window start, page)` over `data`, by
-/// `workers` threads: thread `w` aggregates rows `[w * n / workers, (w + 1)
-/// * n / workers)` of each batch into its own map (pages interned to its
-/// own ids), the threads wait for each other after every batch, and their
-/// maps are merged at the end.
+/// `workers` threads: thread `w` of `k` aggregates rows `w * n / k` up to
+/// `(w + 1) * n / k` of each batch of `n` rows into its own map (pages
+/// interned to its own ids), the threads wait for each other after every
+/// batch, and their maps are merged at the end.
 fn baseline_counts(data: &[RecordBatch], workers: usize) -> FxHashMap<(i64, &str), i64> {
     let barrier = std::sync::Barrier::new(workers);
     let partial = |w: usize| {
