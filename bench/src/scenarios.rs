@@ -66,9 +66,9 @@ pub struct Opts {
     read_ahead: bool,
     /// The lab's rate source's `numPartitions` (its batch generated as
     /// that many partitions in parallel, a partition of more than 64k rows
-    /// as runs of them; default 1, the source's default).
-    #[arg(long, default_value_t = 1)]
-    source_partitions: u32,
+    /// as runs of them; default: the source's, the worker threads).
+    #[arg(long)]
+    source_partitions: Option<u32>,
     /// Where checkpoints go: a directory or an object store prefix such as
     /// `s3://bucket/bench` (S3 settings from the `AWS_*` environment); each
     /// run makes its own checkpoint under it. Default: a temp directory.
@@ -615,10 +615,11 @@ pub fn run(name: &str, opts: &Opts, process_start: Instant) -> weir::Result<Valu
     match name {
         "lab" => {
             let (batches, rows) = opts.or(50, 200_000);
-            let source = RateMicroBatchSource::new(rows)
-                .num_partitions(opts.source_partitions)
-                .advance_millis_per_batch(1000)
-                .max_batches(batches);
+            let mut source = RateMicroBatchSource::new(rows).advance_millis_per_batch(1000);
+            if let Some(n) = opts.source_partitions {
+                source = source.num_partitions(n);
+            }
+            let source = source.max_batches(batches);
             let w = rate_window_count(&s, source, sink_rows, &chk_path);
             measure(
                 "lab",

@@ -393,13 +393,13 @@ pub const FILE_FORMATS: &[&str] = &["json", "csv", "parquet"];
 const RATE: &[OptionSpec] = &[
     opt("rowsPerSecond", Some("rows_per_second"), ValueKind::Count { max: u64::MAX }, Some("1"), "rows generated per second"),
     opt("rampUpTime", Some("ramp_up_time"), ValueKind::Duration, Some("0 seconds"), "time to reach rowsPerSecond"),
-    opt("numPartitions", Some("num_partitions"), ValueKind::Count { max: U32_MAX }, Some("1"), "partitions a batch's rows are generated in, in parallel"),
+    opt("numPartitions", Some("num_partitions"), ValueKind::Count { max: U32_MAX }, None, "partitions a batch's rows are generated in, in parallel (default: the session's worker threads, as Spark's is its defaultParallelism)"),
 ];
 
 #[rustfmt::skip]
 const RATE_MICRO_BATCH: &[OptionSpec] = &[
     req("rowsPerBatch", Some("rows_per_batch"), ValueKind::Count { max: 100_000_000 }, "rows per micro-batch"),
-    opt("numPartitions", Some("num_partitions"), ValueKind::Count { max: U32_MAX }, Some("1"), "partitions a batch's rows are generated in, in parallel"),
+    opt("numPartitions", Some("num_partitions"), ValueKind::Count { max: U32_MAX }, None, "partitions a batch's rows are generated in, in parallel (default: the session's worker threads, as Spark's is its defaultParallelism)"),
     // Milliseconds since the epoch, up to the year 9999.
     opt("startTimestamp", Some("start_timestamp"), ValueKind::Whole { max: 253_402_300_799_999 }, Some("0"), "the first batch's timestamp, ms since the epoch"),
     opt("advanceMillisPerBatch", Some("advance_millis_per_batch"), ValueKind::Whole { max: 86_400_000_000 }, Some("1000"), "event time advance per batch, ms"),

@@ -1865,6 +1865,7 @@ fn a_batch_read_again_after_later_batches_reads_the_same_records() {
     s.open(&SourceContext {
         metadata_dir: dir.path().to_path_buf(),
         sync: false,
+        default_parallelism: 1,
     })
     .unwrap();
     let key = |rows: Vec<KRow>| -> Vec<(i32, i64, Option<String>)> {

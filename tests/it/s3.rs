@@ -1857,6 +1857,7 @@ fn s3_file_source(b: &str, latest_first: bool) -> weir::source::FileSource {
         &SourceContext {
             metadata_dir: std::path::PathBuf::from("unused"),
             sync: false,
+            default_parallelism: 1,
         },
         &SourceStorage {
             metadata: open(b, log),

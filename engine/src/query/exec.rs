@@ -222,6 +222,7 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
             &SourceContext {
                 metadata_dir: chk.source_dir(i),
                 sync,
+                default_parallelism: conf.worker_threads.max(1),
             },
             &SourceStorage {
                 metadata: chk.storage().child(&format!("sources/{i}"))?,

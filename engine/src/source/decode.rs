@@ -768,6 +768,7 @@ mod tests {
             .open(&SourceContext {
                 metadata_dir: std::env::temp_dir(),
                 sync: false,
+                default_parallelism: 1,
             })
             .unwrap_err();
         assert!(e.to_string().contains("no column `nope`"), "{e}");

@@ -910,6 +910,7 @@ mod tests {
             .open(&SourceContext {
                 metadata_dir: dir.path().join("chk"),
                 sync: false,
+                default_parallelism: 1,
             })
             .unwrap_err();
         let rule =
@@ -931,6 +932,7 @@ mod tests {
         s.open(&SourceContext {
             metadata_dir: chk.path().to_path_buf(),
             sync: false,
+            default_parallelism: 1,
         })
         .unwrap();
         let end = s.latest_offset(None).unwrap().unwrap();
@@ -951,6 +953,7 @@ mod tests {
         s2.open(&SourceContext {
             metadata_dir: chk.path().to_path_buf(),
             sync: false,
+            default_parallelism: 1,
         })
         .unwrap();
         assert_eq!(s2.latest_offset(Some(&end)).unwrap(), Some(end));
@@ -963,6 +966,7 @@ mod tests {
         s.open(&SourceContext {
             metadata_dir: chk.to_path_buf(),
             sync: false,
+            default_parallelism: 1,
         })
         .unwrap();
         s
@@ -1089,6 +1093,7 @@ mod tests {
             s.open(&SourceContext {
                 metadata_dir: chk.path().to_path_buf(),
                 sync: false,
+                default_parallelism: 1,
             })
             .unwrap();
             s
@@ -1116,6 +1121,7 @@ mod tests {
         s3.open(&SourceContext {
             metadata_dir: chk2.path().to_path_buf(),
             sync: false,
+            default_parallelism: 1,
         })
         .unwrap();
         let e = s3.latest_offset(None).unwrap().unwrap();

@@ -749,6 +749,7 @@ mod tests {
             s.open(&SourceContext {
                 metadata_dir: std::env::temp_dir(),
                 sync: false,
+                default_parallelism: 1,
             })
             .unwrap_err()
             .to_string()

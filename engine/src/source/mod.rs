@@ -46,6 +46,11 @@ pub struct SourceContext {
     pub metadata_dir: PathBuf,
     /// Whether metadata writes are fsync'd.
     pub sync: bool,
+    /// Spark's `defaultParallelism`: the session's worker threads
+    /// (`weir.workerThreads`). A source that splits its batches into
+    /// partitions splits them into this many when its options do not say
+    /// (the rate sources' `numPartitions`).
+    pub default_parallelism: usize,
 }
 
 /// Where a source keeps its own log, for sources that keep it on the

@@ -26,7 +26,11 @@ pub struct RateSource {
     rows_per_second: u64,
     ramp_up: String,
     ramp_up_secs: i64,
-    num_partitions: u32,
+    /// `numPartitions` as given (`None`: Spark's `defaultParallelism`, the
+    /// session's worker threads, set when the query opens the source).
+    num_partitions: Option<u32>,
+    /// The partitions batches are generated in.
+    partitions: u32,
     creation_ms: Option<i64>,
     error: Option<String>,
     /// The session's clock (rows per second follow it).
@@ -46,7 +50,8 @@ impl RateSource {
             rows_per_second: 1,
             ramp_up: "0 seconds".into(),
             ramp_up_secs: 0,
-            num_partitions: 1,
+            num_partitions: None,
+            partitions: 1,
             creation_ms: None,
             error: None,
             clock: Arc::new(SystemClock),
@@ -70,16 +75,19 @@ impl RateSource {
     }
 
     /// Partitions a batch's rows are generated in, at least 1 (Spark's
-    /// `numPartitions`): partition `p` of `n` takes every `n`th value from
-    /// the batch's first plus `p`, each partition its own batches (runs of at
-    /// most 64k values), generated in parallel on the query's worker pool.
+    /// `numPartitions`; default: the session's worker threads, as Spark's
+    /// is its `defaultParallelism`): partition `p` of `n` takes every `n`th
+    /// value from the batch's first plus `p`, each partition its own batches
+    /// (runs of at most 64k values), generated in parallel on the query's
+    /// worker pool.
     pub fn num_partitions(mut self, n: u32) -> Self {
         if let Some(n) = self.check(connectors::count(
             "numPartitions",
             n.into(),
             u32::MAX.into(),
         )) {
-            self.num_partitions = n as u32;
+            self.num_partitions = Some(n as u32);
+            self.partitions = n as u32;
         }
         self
     }
@@ -123,7 +131,7 @@ impl Source for RateSource {
     fn description(&self) -> String {
         format!(
             "RateStreamV2[rowsPerSecond={}, rampUpTimeSeconds={}, numPartitions={}]",
-            self.rows_per_second, self.ramp_up_secs, self.num_partitions
+            self.rows_per_second, self.ramp_up_secs, self.partitions
         )
     }
 
@@ -139,10 +147,11 @@ impl Source for RateSource {
         true
     }
 
-    fn open_on(&mut self, _ctx: &SourceContext, storage: &SourceStorage) -> Result<()> {
+    fn open_on(&mut self, ctx: &SourceContext, storage: &SourceStorage) -> Result<()> {
         if let Some(e) = &self.error {
             return Err(WeirError::Config(e.clone()));
         }
+        self.partitions = super::rate_partitions::count(self.num_partitions, ctx);
         let dir = &storage.metadata;
         let damaged = |e: String| {
             WeirError::checkpoint(
@@ -203,7 +212,7 @@ impl Source for RateSource {
         let created = self.creation_ms.unwrap_or(0);
         let local_start = created + s * 1000;
         let ms_per_value = ((e - s) * 1000) as f64 / (to - from).max(1) as f64;
-        super::rate_partitions::strided(self.schema(), from..to, self.num_partitions, |v| {
+        super::rate_partitions::strided(self.schema(), from..to, self.partitions, |v| {
             (local_start + ((v - from) as f64 * ms_per_value).round() as i64) * 1000
         })
     }
@@ -238,6 +247,7 @@ mod tests {
             r.open(&SourceContext {
                 metadata_dir: dir.path().to_path_buf(),
                 sync: false,
+                default_parallelism: 1,
             })
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -324,6 +334,7 @@ mod tests {
         let ctx = SourceContext {
             metadata_dir: dir.path().join("sources").join("0"),
             sync: false,
+            default_parallelism: 1,
         };
         let clock = Arc::new(crate::clock::ManualClock::new(7_000));
         let mut r = RateSource::new();

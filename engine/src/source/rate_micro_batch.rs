@@ -15,7 +15,11 @@ use crate::error::Result;
 /// Spark's `rate-micro-batch` source.
 pub struct RateMicroBatchSource {
     rows_per_batch: u64,
-    num_partitions: u32,
+    /// `numPartitions` as given (`None`: Spark's `defaultParallelism`, the
+    /// session's worker threads, set when the query opens the source).
+    num_partitions: Option<u32>,
+    /// The partitions batches are generated in.
+    partitions: u32,
     start_ms: i64,
     advance_ms: i64,
     /// Stop offering batches after this many (None: forever).
@@ -34,7 +38,8 @@ impl RateMicroBatchSource {
     pub fn new(rows_per_batch: u64) -> RateMicroBatchSource {
         let mut s = RateMicroBatchSource {
             rows_per_batch,
-            num_partitions: 1,
+            num_partitions: None,
+            partitions: 1,
             start_ms: 0,
             advance_ms: 1000,
             max_batches: None,
@@ -59,11 +64,14 @@ impl RateMicroBatchSource {
     }
 
     /// Partitions a batch's rows are generated in (Spark's `numPartitions`,
-    /// at least 1; default 1): partition `p` of `n` takes every `n`th value
-    /// from the batch's first plus `p`, each partition its own batches (runs of at
-    /// most 64k values), generated in parallel on the query's worker pool.
+    /// at least 1; default: the session's worker threads, as Spark's is its
+    /// `defaultParallelism`): partition `p` of `n` takes every `n`th value
+    /// from the batch's first plus `p`, each partition its own batches (runs
+    /// of at most 64k values), generated in parallel on the query's worker
+    /// pool.
     pub fn num_partitions(mut self, n: u32) -> Self {
-        self.num_partitions = n;
+        self.num_partitions = Some(n);
+        self.partitions = n;
         self.check(n, "numPartitions");
         self
     }
@@ -95,11 +103,12 @@ impl Source for RateMicroBatchSource {
         true
     }
 
-    fn open(&mut self, _ctx: &super::SourceContext) -> Result<()> {
-        match &self.error {
-            Some(e) => Err(crate::error::WeirError::Config(e.clone())),
-            None => Ok(()),
+    fn open(&mut self, ctx: &super::SourceContext) -> Result<()> {
+        if let Some(e) = &self.error {
+            return Err(crate::error::WeirError::Config(e.clone()));
         }
+        self.partitions = super::rate_partitions::count(self.num_partitions, ctx);
+        Ok(())
     }
 
     fn schema(&self) -> SchemaRef {
@@ -109,7 +118,7 @@ impl Source for RateMicroBatchSource {
     fn description(&self) -> String {
         format!(
             "RatePerMicroBatchStream[rowsPerBatch={}, numPartitions={}, startTimestamp={}, advanceMsPerBatch={}]",
-            self.rows_per_batch, self.num_partitions, self.start_ms, self.advance_ms
+            self.rows_per_batch, self.partitions, self.start_ms, self.advance_ms
         )
     }
 
@@ -151,7 +160,7 @@ impl Source for RateMicroBatchSource {
             out.extend(super::rate_partitions::strided(
                 self.schema(),
                 values,
-                self.num_partitions,
+                self.partitions,
                 |_| ts,
             )?);
         }
@@ -189,6 +198,7 @@ mod tests {
             let ctx = crate::source::SourceContext {
                 metadata_dir: std::env::temp_dir(),
                 sync: false,
+                default_parallelism: 1,
             };
             s.open(&ctx).map_err(|e| e.to_string())
         };
@@ -235,5 +245,38 @@ mod tests {
         for (ts, _) in &cols {
             assert!(ts.iter().all(|&t| t == 1_500_000), "{ts:?}");
         }
+    }
+
+    /// Without `numPartitions`, a batch is split over Spark's default,
+    /// `defaultParallelism`: the session's worker threads, as the query
+    /// opens the source. A given `numPartitions` is kept.
+    #[test]
+    fn partitions_default_to_the_sessions_worker_threads() {
+        let ctx = |workers| crate::source::SourceContext {
+            metadata_dir: std::env::temp_dir(),
+            sync: false,
+            default_parallelism: workers,
+        };
+        let values = |s: &mut RateMicroBatchSource| {
+            let batches = s.get_batch(None, &Offset::from(0)).unwrap();
+            let cols = super::super::rate_partitions::columns(&batches);
+            cols.into_iter().map(|(_, v)| v).collect::<Vec<_>>()
+        };
+        let mut s = RateMicroBatchSource::new(5);
+        s.open(&ctx(2)).unwrap();
+        assert_eq!(values(&mut s), vec![vec![0, 2, 4], vec![1, 3]]);
+        assert!(
+            s.description().contains("numPartitions=2"),
+            "{}",
+            s.description()
+        );
+        let mut s = RateMicroBatchSource::new(5).num_partitions(1);
+        s.open(&ctx(2)).unwrap();
+        assert_eq!(values(&mut s), vec![vec![0, 1, 2, 3, 4]]);
+        assert!(
+            s.description().contains("numPartitions=1"),
+            "{}",
+            s.description()
+        );
     }
 }

@@ -17,8 +17,20 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use rayon::prelude::*;
 
+use super::SourceContext;
 use crate::error::Result;
 use crate::ops::tasks::{even_ranges, ROWS_PER_TASK};
+
+/// The partitions a rate source generates its batches in: its
+/// `numPartitions` when given, else Spark's default, `defaultParallelism`
+/// (the session's worker threads, [`SourceContext::default_parallelism`]).
+pub(super) fn count(given: Option<u32>, ctx: &SourceContext) -> u32 {
+    given.unwrap_or_else(|| {
+        u32::try_from(ctx.default_parallelism)
+            .unwrap_or(u32::MAX)
+            .max(1)
+    })
+}
 
 /// The rows of `values` in `partitions` strided partitions (at least one),
 /// each value's `timestamp` (microseconds) given by `micros`.

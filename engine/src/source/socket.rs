@@ -331,6 +331,7 @@ mod tests {
         SourceContext {
             metadata_dir: std::env::temp_dir(),
             sync: false,
+            default_parallelism: 1,
         }
     }
 
