@@ -203,7 +203,11 @@ fn work() {
                 reg = shared().work.wait(reg).unwrap_or_else(|e| e.into_inner());
             }
             reg.wake = false;
-            std::mem::take(&mut reg.queue)
+            let mut jobs = std::mem::take(&mut reg.queue);
+            // A spare to make is wanted by a write now: before the files
+            // waiting to be emptied.
+            jobs.sort_by_key(|j| !matches!(j, Job::Make(_)));
+            jobs
         };
         for job in jobs {
             #[cfg(test)]
@@ -460,6 +464,12 @@ mod tests {
     /// jobs waiting (woken for them) and is done with it.
     fn ready(dir: &Path) -> usize {
         registry().wake();
+        settled(dir)
+    }
+
+    /// Spares ready in `dir` once nothing is being made or emptied there
+    /// (or after 10 s), without waking the background thread.
+    fn settled(dir: &Path) -> usize {
         let until = Instant::now() + Duration::from_secs(10);
         loop {
             let reg = registry();
@@ -697,8 +707,47 @@ mod tests {
         );
         assert_eq!(files(&dir).len(), 3, "{:?}", files(&dir));
         drop(pause);
+        let until = Instant::now() + Duration::from_secs(10);
+        while !dropping.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(
+            dropping.is_finished(),
+            "the last guard still waits: the background thread was not woken"
+        );
         dropping.join().unwrap();
         assert!(files(&dir).is_empty(), "{:?}", files(&dir));
         assert!(!registry().slots.contains_key(&dir));
+    }
+
+    #[test]
+    fn recycled_files_are_emptied_when_enough_wait_or_when_a_write_needs_one() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("state");
+        fs::create_dir_all(&dir).unwrap();
+        let _guard = SpareGuard::new(vec![dir.clone()]);
+        let recycle_n = |from: usize, n: usize| {
+            for i in from..from + n {
+                let old = dir.join(i.to_string());
+                fs::write(&old, vec![b'w'; 10_000]).unwrap();
+                assert!(recycle(&dir, &old, false), "room for {i}");
+            }
+        };
+        // A few waiting are left for later; a write that finds none ready
+        // wakes the thread to finish them (it makes its own file meanwhile).
+        recycle_n(0, 2);
+        assert!(take(&dir, false).is_none(), "none emptied yet");
+        assert_eq!(settled(&dir), 2, "the take woke the thread for them");
+        for _ in 0..2 {
+            let spare = take(&dir, false).expect("an emptied spare");
+            fs::remove_file(&spare.path).unwrap();
+        }
+        assert_eq!(settled(&dir), 1, "the last one taken, another is made");
+        // As many as wake the thread: emptied without a write asking.
+        recycle_n(2, WAKE_AT);
+        assert_eq!(settled(&dir), WAKE_AT + 1);
+        for n in files(&dir) {
+            assert_eq!(fs::metadata(dir.join(&n)).unwrap().len(), 0, "{n} emptied");
+        }
     }
 }
