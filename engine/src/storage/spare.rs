@@ -460,6 +460,23 @@ mod tests {
         names
     }
 
+    /// A new directory `name` in a temp root, and a guard over it.
+    fn guarded(name: &str) -> (tempfile::TempDir, PathBuf, SpareGuard) {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(name);
+        fs::create_dir_all(&dir).unwrap();
+        let guard = SpareGuard::new(vec![dir.clone()]);
+        (root, dir, guard)
+    }
+
+    /// Writes a new file `name` of `len` bytes in `dir` and recycles it
+    /// for writes without fsync: whether it was kept.
+    fn recycle_new(dir: &Path, name: &str, len: usize) -> bool {
+        let old = dir.join(name);
+        fs::write(&old, vec![b'o'; len]).unwrap();
+        recycle(dir, &old, false)
+    }
+
     /// Spares ready in `dir`, once the background thread has taken the
     /// jobs waiting (woken for them) and is done with it.
     fn ready(dir: &Path) -> usize {
@@ -573,10 +590,7 @@ mod tests {
 
     #[test]
     fn a_removed_file_is_recycled_up_to_the_limit_and_cut_to_its_new_content() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("commits");
-        fs::create_dir_all(&dir).unwrap();
-        let guard = SpareGuard::new(vec![dir.clone()]);
+        let (_root, dir, guard) = guarded("commits");
         for i in 0..MAX_SPARES + 2 {
             let old = dir.join(i.to_string());
             fs::write(&old, b"an old entry").unwrap();
@@ -618,10 +632,7 @@ mod tests {
 
     #[test]
     fn a_file_with_another_name_is_removed_not_recycled() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("commits");
-        fs::create_dir_all(&dir).unwrap();
-        let _guard = SpareGuard::new(vec![dir.clone()]);
+        let (root, dir, _guard) = guarded("commits");
         // A backup hard-linked the entry (`cp -al`): reusing the file
         // would change the backup's copy.
         fs::write(dir.join("7"), b"entry 7").unwrap();
@@ -634,10 +645,7 @@ mod tests {
 
     #[test]
     fn a_file_recycled_for_writes_without_fsync_is_emptied_before_it_is_a_spare() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("offsets");
-        fs::create_dir_all(&dir).unwrap();
-        let guard = SpareGuard::new(vec![dir.clone()]);
+        let (_root, dir, guard) = guarded("offsets");
         for i in 0..MAX_SPARES + 2 {
             let old = dir.join(i.to_string());
             fs::write(&old, vec![b'x'; 50_000]).unwrap();
@@ -667,10 +675,9 @@ mod tests {
         // Recycled just before the last guard goes: nothing is left after
         // it, emptied or not.
         for i in 0..4 {
-            let old = dir.join(format!("late{i}"));
-            fs::write(&old, vec![b'y'; 50_000]).unwrap();
-            assert!(recycle(&dir, &old, false), "room for {i}");
-            assert!(!old.exists());
+            let name = format!("late{i}");
+            assert!(recycle_new(&dir, &name, 50_000), "room for {i}");
+            assert!(!dir.join(name).exists());
         }
         drop(guard);
         assert!(files(&dir).is_empty(), "{:?}", files(&dir));
@@ -679,10 +686,7 @@ mod tests {
 
     #[test]
     fn a_dropped_guard_waits_for_the_files_being_emptied_below_it() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("commits");
-        fs::create_dir_all(&dir).unwrap();
-        let guard = SpareGuard::new(vec![dir.clone()]);
+        let (_root, dir, guard) = guarded("commits");
         // The guard is dropped on another thread when told (started before
         // the pause: a thread that failed to start drops it here).
         let (go, wait) = mpsc::channel::<()>();
@@ -694,9 +698,7 @@ mod tests {
         // files wait to be emptied.
         let pause = PAUSE.lock().unwrap_or_else(|e| e.into_inner());
         for i in 0..3 {
-            let old = dir.join(i.to_string());
-            fs::write(&old, vec![b'z'; 10_000]).unwrap();
-            assert!(recycle(&dir, &old, false), "room for {i}");
+            assert!(recycle_new(&dir, &i.to_string(), 10_000), "room for {i}");
         }
         assert_eq!(registry().slots.get(&dir).map(|s| s.emptying), Some(3));
         go.send(()).unwrap();
@@ -722,15 +724,10 @@ mod tests {
 
     #[test]
     fn recycled_files_are_emptied_when_enough_wait_or_when_a_write_needs_one() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("state");
-        fs::create_dir_all(&dir).unwrap();
-        let _guard = SpareGuard::new(vec![dir.clone()]);
+        let (_root, dir, _guard) = guarded("state");
         let recycle_n = |from: usize, n: usize| {
             for i in from..from + n {
-                let old = dir.join(i.to_string());
-                fs::write(&old, vec![b'w'; 10_000]).unwrap();
-                assert!(recycle(&dir, &old, false), "room for {i}");
+                assert!(recycle_new(&dir, &i.to_string(), 10_000), "room for {i}");
             }
         };
         // A few waiting are left for later; a write that finds none ready
