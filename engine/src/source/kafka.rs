@@ -85,7 +85,7 @@
 //! batch that starts where the partition's last one ended continues without
 //! assigning or seeking again, on records librdkafka prefetched meanwhile
 //! (up to 5,000 records or 2 MB per partition: `kafka.queued.min.messages`,
-//! `kafka.queued.max.messages.kbytes`; fetched 1 MB at a time,
+//! `kafka.queued.max.messages.kbytes`; up to 1 MB a fetch,
 //! `kafka.max.partition.fetch.bytes`); a read
 //! returns as soon as every partition reached the batch's end offset. A
 //! partition whose batch does not continue the last one (the first batch, a
@@ -449,7 +449,7 @@ impl Source for KafkaSource {
             // Up to 1 MB per fetch (Kafka's default, so Spark's too; `kafka.*`
             // options override all of these). Each partition has a consumer
             // of its own, and a fetch response stays in memory while its
-            // records do: 4 MB cost 50-70 MB more peak RSS in kafka_bench
+            // records do: 4 MB cost 50-75 MB more peak RSS in kafka_bench
             // (4 partitions, at 50k, 200k and 1M offsets per trigger) for no
             // speed (events/s within the runs' spread at each).
             .set("max.partition.fetch.bytes", "1048576")
@@ -460,8 +460,9 @@ impl Source for KafkaSource {
             // Each partition's reader prefetches the next records while a
             // batch is processed, up to 5,000 records or 2 MB: a queued
             // record keeps its whole fetch response alive, so deeper queues
-            // cost memory (100 MB more peak RSS in kafka_bench at 10,000
-            // records or 4 MB) for no speed ...
+            // cost memory (100 MB more peak RSS in kafka_bench with a queue
+            // of 10,000 records or 4 MB, measured with 4 MB fetches) for no
+            // speed ...
             .set("queued.min.messages", "5000")
             .set("queued.max.messages.kbytes", "2048")
             // ... and fetches again soon after a batch drained its queue
