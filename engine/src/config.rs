@@ -41,6 +41,10 @@ pub struct SessionConfig {
     pub watermark_policy: WatermarkPolicy,
     /// `spark.sql.streaming.minBatchesToRetain` (default 100).
     pub min_batches_to_retain: u64,
+    /// `spark.sql.streaming.asyncLogPurge.enabled` (default true, as
+    /// Spark): old `offsets/N` and `commits/N` are removed on a thread of
+    /// the query's own, not by the batch that asks for it.
+    pub async_log_purge: bool,
     /// `spark.sql.streaming.numRecentProgressUpdates` (default 100).
     pub num_recent_progress_updates: usize,
     /// `spark.sql.streaming.pollingDelay`: idle wait between checks for data (default 10 ms).
@@ -96,6 +100,7 @@ impl Default for SessionConfig {
             no_data_batches: true,
             watermark_policy: WatermarkPolicy::Min,
             min_batches_to_retain: 100,
+            async_log_purge: true,
             num_recent_progress_updates: 100,
             polling_delay: Duration::from_millis(10),
             fsync_checkpoint: true,
@@ -122,6 +127,7 @@ impl std::fmt::Debug for SessionConfig {
             .field("no_data_batches", &self.no_data_batches)
             .field("watermark_policy", &self.watermark_policy)
             .field("min_batches_to_retain", &self.min_batches_to_retain)
+            .field("async_log_purge", &self.async_log_purge)
             .field("fsync_checkpoint", &self.fsync_checkpoint)
             .field("state_store", &self.state_store.name())
             .field("ui_enabled", &self.ui_enabled)
@@ -173,6 +179,7 @@ impl SessionConfig {
             "spark.sql.streaming.minBatchesToRetain" => {
                 self.min_batches_to_retain = value.parse().map_err(|_| bad())?
             }
+            "spark.sql.streaming.asyncLogPurge.enabled" => self.async_log_purge = flag()?,
             "spark.sql.streaming.numRecentProgressUpdates" => {
                 self.num_recent_progress_updates = value.parse().map_err(|_| bad())?
             }

@@ -31,6 +31,7 @@
 
 pub mod log;
 pub mod logged;
+pub(crate) mod purge;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

@@ -33,6 +33,7 @@ use super::source_reads;
 use super::spec::QuerySpec;
 use super::{QueryHost, QueryShared, StreamingQuery, Trigger};
 use crate::checkpoint::logged::OffsetsLogged;
+use crate::checkpoint::purge::LogPurge;
 use crate::checkpoint::{Checkpoint, CommitEntry, OffsetEntry};
 use crate::error::{Result, WeirError};
 use crate::failpoint::{failpoint, set_current_batch};
@@ -95,6 +96,8 @@ struct Runner {
     /// Where the last batch ended, for the sources' `commit` once the read
     /// ahead gives them back.
     commit_after_read: Option<Vec<Option<Offset>>>,
+    /// Removes the logs' old entries (`spark.sql.streaming.asyncLogPurge.enabled`).
+    log_purge: LogPurge,
 }
 
 pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
@@ -289,6 +292,11 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
     )
     .then(|| pipeline.preparer())
     .flatten();
+    let log_purge = LogPurge::new(
+        chk.offsets.clone(),
+        chk.commits.clone(),
+        host.conf().async_log_purge,
+    );
     let runner = Runner {
         shared: shared.clone(),
         host: host.clone(),
@@ -314,6 +322,7 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
         reading: None,
         read_ahead: None,
         commit_after_read: None,
+        log_purge,
     };
     for l in &runner.listeners {
         l.on_query_started(&QueryStartedEvent {
@@ -450,6 +459,8 @@ impl Runner {
         for (_, s) in self.sources.iter_mut() {
             s.stop();
         }
+        // A purge under way ends before the query is reported stopped.
+        self.log_purge.finish();
         let error = match result {
             Ok(()) | Err(WeirError::Stopped) => None,
             Err(e) => {
@@ -880,11 +891,7 @@ impl Runner {
             commit_sources(&mut self.sources, &entry.sources)?;
         }
         let retain = self.host.conf().min_batches_to_retain as i64;
-        if batch_id >= retain && batch_id % 10 == 0 {
-            self.checkpoint.offsets.purge_before(batch_id - retain)?;
-            failpoint("during_cleanup", batch_id);
-            self.checkpoint.commits.purge_before(batch_id - retain)?;
-        }
+        self.log_purge.after_batch(batch_id, retain);
         let start_offsets = std::mem::replace(&mut self.committed, entry.sources.clone());
         self.current_wm = Some(entry.batch_watermark_ms);
         self.next_wm = next_wm;
