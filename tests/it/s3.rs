@@ -1165,7 +1165,8 @@ fn a_windowed_aggregation_on_rocksdb_resumes_from_the_s3_checkpoint_alone() {
 /// Counts the S3 requests of each batch of a stateful query (a count per
 /// value, update mode, 2 state partitions, 5 batches retained) in a child
 /// process: the logs' two PUTs and one PUT per partition; a snapshot per
-/// partition every 10th version; the old files removed every 10 versions.
+/// partition every 10th version; the old files removed every 10 versions
+/// (the logs' beside the batches: `spark.sql.streaming.asyncLogPurge.enabled`).
 fn state_requests_per_batch(provider: &str, name: &str) {
     if let Some((_, chk)) = child_phase() {
         let mut conf = weir::SessionConfig {
@@ -1195,7 +1196,11 @@ fn state_requests_per_batch(provider: &str, name: &str) {
             q.process_all_available().unwrap();
             per_batch.push(object_requests().since(&before));
         }
+        let before_stop = object_requests();
         q.stop().unwrap();
+        // The logs' purge asked for by batch 10 (the default
+        // `asyncLogPurge`: on a thread of the query's own) ends by the stop.
+        let at_stop = object_requests().since(&before_stop);
         assert!(q.exception().is_none(), "{:?}", q.exception());
         let puts = |puts| Requests {
             puts,
@@ -1205,26 +1210,36 @@ fn state_requests_per_batch(provider: &str, name: &str) {
         };
         for (i, r) in per_batch.iter().enumerate() {
             let batch = i + 1;
-            let want = match batch {
-                // State version 10: each partition's snapshot too.
-                9 => puts(6),
-                // The logs drop entries 0..=4 (a listing and 5 deletes each).
-                10 => Requests {
-                    lists: 2,
-                    deletes: 10,
-                    ..puts(4)
-                },
-                // Version 15 = 5 retained past the snapshot of 10: each
-                // partition lists its files and removes versions 1..=9.
-                14 => Requests {
-                    lists: 2,
-                    deletes: 18,
-                    ..puts(4)
-                },
-                _ => puts(4),
-            };
-            assert_eq!(*r, want, "batch {batch} on {provider}: {per_batch:?}");
+            // State version 10: each partition's snapshot too.
+            let want = if batch == 9 { 6 } else { 4 };
+            assert_eq!(
+                (r.puts, r.gets),
+                (want, 0),
+                "batch {batch} on {provider}: {per_batch:?}"
+            );
+            if batch < 10 {
+                assert_eq!(*r, puts(want), "batch {batch} on {provider}: {per_batch:?}");
+            }
         }
+        // Version 15 = 5 retained past the snapshot of 10: batch 14's
+        // partitions list their files and remove versions 1..=9 themselves.
+        let last = per_batch[13];
+        assert!(
+            last.lists >= 2 && last.deletes >= 18,
+            "batch 14 on {provider}: {per_batch:?}"
+        );
+        // And the logs drop entries 0..=4 (a listing and 5 deletes each)
+        // beside batches 10 to 14, or by the stop.
+        let purged = per_batch[9..]
+            .iter()
+            .chain([&at_stop])
+            .fold((0, 0), |(l, d), r| (l + r.lists, d + r.deletes));
+        assert_eq!(
+            purged,
+            (2 + 2, 18 + 10),
+            "batches 10-14 and the stop on {provider}: {per_batch:?}, {at_stop:?}"
+        );
+        assert_eq!(at_stop.puts, 0, "{at_stop:?}");
         child_done(&Arc::default());
         return;
     }
