@@ -176,8 +176,13 @@ impl SessionConfig {
                     _ => return Err(bad()),
                 }
             }
+            // Spark's rule: positive (and here at most `i64::MAX`, a batch id).
             "spark.sql.streaming.minBatchesToRetain" => {
-                self.min_batches_to_retain = value.parse().map_err(|_| bad())?
+                self.min_batches_to_retain = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=i64::MAX as u64).contains(n))
+                    .ok_or_else(bad)?
             }
             "spark.sql.streaming.asyncLogPurge.enabled" => self.async_log_purge = flag()?,
             "spark.sql.streaming.numRecentProgressUpdates" => {
@@ -287,6 +292,22 @@ mod tests {
             assert!(err.contains(&format!("invalid value `{bad}`")), "{err}");
         }
         assert_eq!(conf.collect_max_values, 50);
+        assert!(conf.async_log_purge, "Spark's default");
+        conf.set("spark.sql.streaming.asyncLogPurge.enabled", "false")
+            .unwrap();
+        assert!(!conf.async_log_purge);
+        conf.set("spark.sql.streaming.minBatchesToRetain", "7")
+            .unwrap();
+        assert_eq!(conf.min_batches_to_retain, 7);
+        // Positive, as Spark requires, and a batch id.
+        for bad in ["0", "-1", "9223372036854775808"] {
+            let err = conf
+                .set("spark.sql.streaming.minBatchesToRetain", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("invalid value `{bad}`")), "{err}");
+        }
+        assert_eq!(conf.min_batches_to_retain, 7);
     }
 
     #[test]

@@ -218,6 +218,16 @@ impl BatchLog {
     /// Best effort: what cannot be removed now is warned about and removed
     /// by a later purge.
     pub fn purge_before(&self, keep_from: i64) -> Result<()> {
+        self.purge_before_while(keep_from, || true)
+    }
+
+    /// [`BatchLog::purge_before`], stopping before the next entry once
+    /// `go_on` says no (what is left is removed by a later purge).
+    pub(crate) fn purge_before_while(
+        &self,
+        keep_from: i64,
+        go_on: impl Fn() -> bool,
+    ) -> Result<()> {
         let names = match self.store.list("") {
             Ok(n) => n,
             Err(e) => {
@@ -227,6 +237,9 @@ impl BatchLog {
         };
         for name in names {
             if parse_batch_id(&name).is_some_and(|n| n < keep_from) {
+                if !go_on() {
+                    break;
+                }
                 if let Err(e) = self.store.delete(&name) {
                     tracing::warn!("cannot remove an old log entry: {e}");
                 }

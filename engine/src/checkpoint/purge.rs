@@ -8,7 +8,10 @@
 //! would otherwise wait for every 10th batch. One purge at a time: a purge
 //! asked for while the last still runs is skipped (the next one removes
 //! what it would have). When the query ends, its purge under way finishes
-//! first. Disabled, the batch that asks for a purge runs it itself.
+//! first, for up to [`GRACE`] (Spark's executor shutdown waits as long):
+//! past that it stops before its next entry, so a store that went away
+//! holds the query's end for one more request at most. Disabled, the
+//! batch that asks for a purge runs it itself.
 //!
 //! A purge is best effort either way: an entry that cannot be removed is
 //! warned about and removed by a later purge. Only entries older than the
@@ -17,14 +20,18 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::log::BatchLog;
 use crate::failpoint::failpoint;
 
 /// Batches between two purges.
 pub(crate) const INTERVAL: i64 = 10;
+
+/// How long the end of a query waits for its purge under way.
+pub(crate) const GRACE: Duration = Duration::from_secs(30);
 
 /// The purge thread's queue (batch id, first entry kept) and its handle.
 type PurgeThread = (SyncSender<(i64, i64)>, JoinHandle<()>);
@@ -35,6 +42,8 @@ pub(crate) struct LogPurge {
     asynchronous: bool,
     /// Set while a purge is asked for or runs.
     running: Arc<AtomicBool>,
+    /// When the purge under way stops (set when the query ends).
+    stop_at: Arc<OnceLock<Instant>>,
     /// The purge thread and its queue, once a purge was asked for.
     thread: Option<PurgeThread>,
 }
@@ -47,6 +56,7 @@ impl LogPurge {
             logs: Arc::new([offsets, commits]),
             asynchronous,
             running: Arc::new(AtomicBool::new(false)),
+            stop_at: Arc::default(),
             thread: None,
         }
     }
@@ -55,12 +65,14 @@ impl LogPurge {
     /// more than `retain` batches ran, removes the entries of the batches
     /// before the last `retain`.
     pub(crate) fn after_batch(&mut self, batch_id: i64, retain: i64) {
+        // (At least 1, as Spark requires: the batch just committed is kept.)
+        let retain = retain.max(1);
         if batch_id < retain || batch_id % INTERVAL != 0 {
             return;
         }
         let keep_from = batch_id - retain;
         if !self.asynchronous {
-            purge(&self.logs, batch_id, keep_from);
+            purge(&self.logs, batch_id, keep_from, &|| true);
             return;
         }
         if self.running.swap(true, Ordering::AcqRel) {
@@ -72,15 +84,17 @@ impl LogPurge {
                 Ok(t) => self.thread = Some(t),
                 Err(e) => {
                     tracing::warn!("cannot start the log purge thread ({e}); this batch purges the logs itself");
-                    purge(&self.logs, batch_id, keep_from);
+                    purge(&self.logs, batch_id, keep_from, &|| true);
                     self.running.store(false, Ordering::Release);
                     return;
                 }
             }
         }
         if let Some((queue, _)) = &self.thread {
-            // Never full: one purge at a time (`running`).
-            if queue.try_send((batch_id, keep_from)).is_err() {
+            // Never full (one purge at a time) nor closed (the thread
+            // outlives its purges' panics).
+            if let Err(e) = queue.try_send((batch_id, keep_from)) {
+                tracing::warn!("batch {batch_id}: the log purge was not handed over ({e})");
                 self.running.store(false, Ordering::Release);
             }
         }
@@ -88,21 +102,41 @@ impl LogPurge {
 
     fn spawn(&self) -> std::io::Result<PurgeThread> {
         let (tx, rx) = sync_channel::<(i64, i64)>(1);
-        let (logs, running) = (self.logs.clone(), self.running.clone());
+        let (logs, running, stop_at) = (
+            self.logs.clone(),
+            self.running.clone(),
+            self.stop_at.clone(),
+        );
         let handle = std::thread::Builder::new()
             .name("weir-log-purge".into())
             .spawn(move || {
+                let go_on = || stop_at.get().is_none_or(|t| Instant::now() < *t);
                 for (batch_id, keep_from) in rx {
-                    purge(&logs, batch_id, keep_from);
+                    // A panic (a bug) costs this purge, not the later ones.
+                    let purged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        purge(&logs, batch_id, keep_from, &go_on)
+                    }));
+                    if let Err(p) = purged {
+                        tracing::warn!(
+                            "batch {batch_id}'s log purge panicked: {}",
+                            crate::error::panic_message(p.as_ref())
+                        );
+                    }
                     running.store(false, Ordering::Release);
                 }
             })?;
         Ok((tx, handle))
     }
 
-    /// Waits for the purge under way, if any, and ends the thread.
+    /// Waits for the purge under way, if any (for up to [`GRACE`]), and
+    /// ends the thread.
     pub(crate) fn finish(&mut self) {
+        self.finish_within(GRACE);
+    }
+
+    fn finish_within(&mut self, grace: Duration) {
         if let Some((queue, handle)) = self.thread.take() {
+            let _ = self.stop_at.set(Instant::now() + grace);
             drop(queue);
             if handle.join().is_err() {
                 tracing::warn!("the log purge thread panicked");
@@ -117,13 +151,14 @@ impl Drop for LogPurge {
     }
 }
 
-/// Removes the entries before `keep_from` from both logs, for batch `batch_id`.
-fn purge(logs: &[BatchLog; 2], batch_id: i64, keep_from: i64) {
+/// Removes the entries before `keep_from` from both logs, for batch
+/// `batch_id`, while `go_on` says so.
+fn purge(logs: &[BatchLog; 2], batch_id: i64, keep_from: i64, go_on: &dyn Fn() -> bool) {
     let [offsets, commits] = logs;
     // (Best effort: each entry that cannot be removed is warned about.)
-    let _ = offsets.purge_before(keep_from);
+    let _ = offsets.purge_before_while(keep_from, go_on);
     failpoint("during_cleanup", batch_id);
-    let _ = commits.purge_before(keep_from);
+    let _ = commits.purge_before_while(keep_from, go_on);
 }
 
 #[cfg(test)]
@@ -189,6 +224,48 @@ mod tests {
         drop(purge);
         assert_eq!(ids(dir.path(), "offsets"), (1980..2000).collect::<Vec<_>>());
         assert_eq!(ids(dir.path(), "commits"), (1980..2000).collect::<Vec<_>>());
+    }
+
+    /// Waits (10 s at most) until no purge runs.
+    fn settled(purge: &LogPurge) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while purge.running.load(Ordering::Acquire) {
+            assert!(Instant::now() < deadline, "the purge did not end");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn one_thread_runs_the_purges_one_after_the_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut purge = logs(dir.path(), 40, true);
+        purge.after_batch(20, 5);
+        settled(&purge);
+        assert_eq!(ids(dir.path(), "commits"), (15..40).collect::<Vec<_>>());
+        purge.after_batch(30, 5);
+        settled(&purge);
+        assert_eq!(ids(dir.path(), "offsets"), (25..40).collect::<Vec<_>>());
+        assert_eq!(ids(dir.path(), "commits"), (25..40).collect::<Vec<_>>());
+        purge.finish();
+    }
+
+    #[test]
+    fn a_query_ending_stops_its_purge_once_the_grace_is_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut purge = logs(dir.path(), 2000, true);
+        purge.after_batch(1990, 10);
+        // No grace: the purge stops before its next entry.
+        purge.finish_within(Duration::ZERO);
+        let left = ids(dir.path(), "offsets").len() + ids(dir.path(), "commits").len();
+        assert!(left > 40, "the purge went on to its end");
+    }
+
+    #[test]
+    fn retaining_no_batch_still_keeps_the_last_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut purge = logs(dir.path(), 11, false);
+        purge.after_batch(10, 0);
+        assert_eq!(ids(dir.path(), "offsets"), vec![9, 10]);
     }
 
     #[test]

@@ -890,7 +890,7 @@ impl Runner {
         } else {
             commit_sources(&mut self.sources, &entry.sources)?;
         }
-        let retain = self.host.conf().min_batches_to_retain as i64;
+        let retain = i64::try_from(self.host.conf().min_batches_to_retain).unwrap_or(i64::MAX);
         self.log_purge.after_batch(batch_id, retain);
         let start_offsets = std::mem::replace(&mut self.committed, entry.sources.clone());
         self.current_wm = Some(entry.batch_watermark_ms);
