@@ -302,7 +302,7 @@ fn all_runs() -> Vec<Run> {
     for pair in Pair::all() {
         for point in pair.points() {
             for batch in 0..BATCHES {
-                // Old batches are purged every 10th batch (exec.rs).
+                // Old batches are purged every 10th batch (checkpoint/purge.rs).
                 if point == "during_cleanup" && batch % 10 != 0 {
                     continue;
                 }

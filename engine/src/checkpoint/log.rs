@@ -228,6 +228,9 @@ impl BatchLog {
         keep_from: i64,
         go_on: impl Fn() -> bool,
     ) -> Result<()> {
+        if !go_on() {
+            return Ok(());
+        }
         let names = match self.store.list("") {
             Ok(n) => n,
             Err(e) => {
