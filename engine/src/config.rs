@@ -270,6 +270,12 @@ impl SessionConfig {
 mod tests {
     use super::*;
 
+    /// Asserts `conf` refuses `value` for `key`, naming the value.
+    fn refused(conf: &mut SessionConfig, key: &str, value: &str) {
+        let err = conf.set(key, value).unwrap_err().to_string();
+        assert!(err.contains(&format!("invalid value `{value}`")), "{err}");
+    }
+
     #[test]
     fn settings_are_set_by_their_spark_keys() {
         let mut conf = SessionConfig::default();
@@ -285,11 +291,7 @@ mod tests {
             .unwrap();
         assert_eq!(conf.collect_max_values, 50);
         for bad in ["0", "-1", "many"] {
-            let err = conf
-                .set("spark.sql.streaming.weir.collectMaxValues", bad)
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains(&format!("invalid value `{bad}`")), "{err}");
+            refused(&mut conf, "spark.sql.streaming.weir.collectMaxValues", bad);
         }
         assert_eq!(conf.collect_max_values, 50);
         assert!(conf.async_log_purge, "Spark's default");
@@ -301,11 +303,7 @@ mod tests {
         assert_eq!(conf.min_batches_to_retain, 7);
         // Positive, as Spark requires, and a batch id.
         for bad in ["0", "-1", "9223372036854775808"] {
-            let err = conf
-                .set("spark.sql.streaming.minBatchesToRetain", bad)
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains(&format!("invalid value `{bad}`")), "{err}");
+            refused(&mut conf, "spark.sql.streaming.minBatchesToRetain", bad);
         }
         assert_eq!(conf.min_batches_to_retain, 7);
     }

@@ -39,6 +39,8 @@ type PurgeThread = (SyncSender<(i64, i64)>, JoinHandle<()>);
 /// A query's purges of its offsets and commit logs.
 pub(crate) struct LogPurge {
     logs: Arc<[BatchLog; 2]>,
+    /// Batches kept: `minBatchesToRetain`, at least 1 (Spark's rule).
+    retain: i64,
     asynchronous: bool,
     /// Set while a purge is asked for or runs.
     running: Arc<AtomicBool>,
@@ -49,11 +51,20 @@ pub(crate) struct LogPurge {
 }
 
 impl LogPurge {
-    /// Purges `offsets` and `commits`; on a thread of its own when
+    /// Purges `offsets` and `commits` of all but the last `retain`
+    /// batches (`minBatchesToRetain`); on a thread of its own when
     /// `asynchronous` (`spark.sql.streaming.asyncLogPurge.enabled`).
-    pub(crate) fn new(offsets: BatchLog, commits: BatchLog, asynchronous: bool) -> LogPurge {
+    pub(crate) fn new(
+        offsets: BatchLog,
+        commits: BatchLog,
+        retain: u64,
+        asynchronous: bool,
+    ) -> LogPurge {
         LogPurge {
             logs: Arc::new([offsets, commits]),
+            // (At least 1: the batch just committed and the one before it
+            // are kept.)
+            retain: i64::try_from(retain).unwrap_or(i64::MAX).max(1),
             asynchronous,
             running: Arc::new(AtomicBool::new(false)),
             stop_at: Arc::default(),
@@ -62,16 +73,13 @@ impl LogPurge {
     }
 
     /// After batch `batch_id` committed: every [`INTERVAL`]th batch, once
-    /// more than `retain` batches ran, removes the entries of the batches
-    /// before the last `retain`.
-    pub(crate) fn after_batch(&mut self, batch_id: i64, retain: i64) {
-        // (At least 1, as Spark requires: the batch just committed and the
-        // one before it are kept.)
-        let retain = retain.max(1);
-        if batch_id < retain || batch_id % INTERVAL != 0 {
+    /// more than the retained batches ran, removes the entries of the
+    /// batches before them.
+    pub(crate) fn after_batch(&mut self, batch_id: i64) {
+        if batch_id < self.retain || batch_id % INTERVAL != 0 {
             return;
         }
-        let keep_from = batch_id - retain;
+        let keep_from = batch_id - self.retain;
         if !self.asynchronous {
             purge(&self.logs, batch_id, keep_from, &|| true);
             return;
@@ -189,26 +197,26 @@ mod tests {
     }
 
     /// Both logs with entries 0..n, and their purge.
-    fn logs(dir: &std::path::Path, n: i64, asynchronous: bool) -> LogPurge {
+    fn logs(dir: &std::path::Path, n: i64, retain: u64, asynchronous: bool) -> LogPurge {
         let (offsets, commits) = (log(dir, "offsets"), log(dir, "commits"));
         for b in 0..n {
             offsets.write_commit(b, &entry()).unwrap();
             commits.write_commit(b, &entry()).unwrap();
         }
-        LogPurge::new(offsets, commits, asynchronous)
+        LogPurge::new(offsets, commits, retain, asynchronous)
     }
 
     #[test]
     fn every_tenth_batch_removes_both_logs_entries_before_the_retained_ones() {
         for asynchronous in [false, true] {
             let dir = tempfile::tempdir().unwrap();
-            let mut purge = logs(dir.path(), 25, asynchronous);
+            let mut purge = logs(dir.path(), 25, 5, asynchronous);
             // Not a tenth batch, or fewer batches than retained: nothing.
-            purge.after_batch(24, 5);
-            purge.after_batch(0, 5);
+            purge.after_batch(24);
+            purge.after_batch(0);
             purge.finish();
             assert_eq!(ids(dir.path(), "offsets").len(), 25);
-            purge.after_batch(20, 5);
+            purge.after_batch(20);
             purge.finish();
             let kept: Vec<i64> = (15..25).collect();
             assert_eq!(ids(dir.path(), "offsets"), kept, "async {asynchronous}");
@@ -221,8 +229,8 @@ mod tests {
         // Enough entries that removing them takes a while: dropped right
         // after asking, the purge has finished all the same.
         let dir = tempfile::tempdir().unwrap();
-        let mut purge = logs(dir.path(), 2000, true);
-        purge.after_batch(1990, 10);
+        let mut purge = logs(dir.path(), 2000, 10, true);
+        purge.after_batch(1990);
         drop(purge);
         assert_eq!(ids(dir.path(), "offsets"), (1980..2000).collect::<Vec<_>>());
         assert_eq!(ids(dir.path(), "commits"), (1980..2000).collect::<Vec<_>>());
@@ -240,11 +248,11 @@ mod tests {
     #[test]
     fn one_thread_runs_the_purges_one_after_the_other() {
         let dir = tempfile::tempdir().unwrap();
-        let mut purge = logs(dir.path(), 40, true);
-        purge.after_batch(20, 5);
+        let mut purge = logs(dir.path(), 40, 5, true);
+        purge.after_batch(20);
         settled(&purge);
         assert_eq!(ids(dir.path(), "commits"), (15..40).collect::<Vec<_>>());
-        purge.after_batch(30, 5);
+        purge.after_batch(30);
         settled(&purge);
         assert_eq!(ids(dir.path(), "offsets"), (25..40).collect::<Vec<_>>());
         assert_eq!(ids(dir.path(), "commits"), (25..40).collect::<Vec<_>>());
@@ -254,10 +262,10 @@ mod tests {
     #[test]
     fn a_purge_past_the_end_of_its_grace_removes_nothing_more() {
         let dir = tempfile::tempdir().unwrap();
-        let mut purge = logs(dir.path(), 2000, true);
+        let mut purge = logs(dir.path(), 2000, 10, true);
         // The query's end and its grace came and went before the purge started.
         purge.stop_at.set(Instant::now()).unwrap();
-        purge.after_batch(1990, 10);
+        purge.after_batch(1990);
         settled(&purge);
         purge.finish();
         assert_eq!(ids(dir.path(), "offsets").len(), 2000);
@@ -267,22 +275,22 @@ mod tests {
     #[test]
     fn retaining_no_batch_is_retaining_one() {
         let dir = tempfile::tempdir().unwrap();
-        let mut purge = logs(dir.path(), 11, false);
-        purge.after_batch(10, 0);
+        let mut purge = logs(dir.path(), 11, 0, false);
+        purge.after_batch(10);
         assert_eq!(ids(dir.path(), "offsets"), vec![9, 10]);
     }
 
     #[test]
     fn a_purge_asked_for_while_one_runs_is_skipped_and_the_next_catches_up() {
         let dir = tempfile::tempdir().unwrap();
-        let mut purge = logs(dir.path(), 100, true);
+        let mut purge = logs(dir.path(), 100, 10, true);
         // As if a purge ran: the one asked for now is skipped.
         purge.running.store(true, Ordering::Release);
-        purge.after_batch(50, 10);
+        purge.after_batch(50);
         assert!(purge.thread.is_none(), "no purge started");
         assert_eq!(ids(dir.path(), "offsets").len(), 100);
         purge.running.store(false, Ordering::Release);
-        purge.after_batch(60, 10);
+        purge.after_batch(60);
         purge.finish();
         assert_eq!(ids(dir.path(), "offsets"), (50..100).collect::<Vec<_>>());
         assert_eq!(ids(dir.path(), "commits"), (50..100).collect::<Vec<_>>());

@@ -295,7 +295,8 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
     let log_purge = LogPurge::new(
         chk.offsets.clone(),
         chk.commits.clone(),
-        host.conf().async_log_purge,
+        conf.min_batches_to_retain,
+        conf.async_log_purge,
     );
     let runner = Runner {
         shared: shared.clone(),
@@ -890,8 +891,7 @@ impl Runner {
         } else {
             commit_sources(&mut self.sources, &entry.sources)?;
         }
-        let retain = i64::try_from(self.host.conf().min_batches_to_retain).unwrap_or(i64::MAX);
-        self.log_purge.after_batch(batch_id, retain);
+        self.log_purge.after_batch(batch_id);
         let start_offsets = std::mem::replace(&mut self.committed, entry.sources.clone());
         self.current_wm = Some(entry.batch_watermark_ms);
         self.next_wm = next_wm;
