@@ -107,9 +107,9 @@ fn locate_op(op: Option<&OpSpans>, part: Part, v: &Violation) -> Option<TokenStr
             Rule::UnknownColumn => by_name(columns)
                 .or_else(|| on.clone())
                 .unwrap_or_else(|| key.clone()),
-            Rule::StreamStaticOuterJoin | Rule::StreamStreamOuterJoinWithoutWatermark => {
-                how.clone()
-            }
+            Rule::StreamStaticOuterJoin
+            | Rule::StreamStreamOuterJoinWithoutWatermark
+            | Rule::LeftAntiWithStreamingRight => how.clone(),
             _ => key.clone(),
         },
         (OpSpans::Dedup { columns, .. } | OpSpans::Sort { columns, .. }, Part::Column(i))

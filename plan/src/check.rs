@@ -397,8 +397,8 @@ fn stream_stream_join_append_only(cx: &Ctx, out: &mut Vec<Violation>) {
 }
 
 /// Spark's join rules: outer joins need the nullable side's state to be
-/// bounded (stream-stream), and the null-padded side must not be the stream
-/// (stream-static).
+/// bounded (stream-stream), the null-padded side must not be the stream
+/// (stream-static), and a left anti join's right side must be static.
 fn outer_joins_need_watermark_or_static_side(cx: &Ctx, out: &mut Vec<Violation>) {
     for (ni, oi, op) in cx.result_ops() {
         let Op::Join {
@@ -421,6 +421,17 @@ fn outer_joins_need_watermark_or_static_side(cx: &Ctx, out: &mut Vec<Violation>)
         };
         let (ls, rstream) = (left.streaming, rs.streaming);
         let name = how.spark_name();
+        // An anti join emits a left row once no right row can match it,
+        // which a streaming right side never promises (Spark refuses it).
+        if *how == JoinType::LeftAnti && rstream {
+            out.push(Violation::new(
+                Rule::LeftAntiWithStreamingRight,
+                at,
+                "LeftAnti joins with a streaming DataFrame/Dataset on the right are not supported".into(),
+                Some("anti-join a static table (`table: { .. }`), or left outer join the stream and keep the rows whose right columns are null once the watermark passes them".into()),
+            ).about(right.as_str()));
+            continue;
+        }
         // Stream-static: the streaming side must be the preserved one.
         let bad_static = match how {
             JoinType::LeftOuter | JoinType::LeftSemi | JoinType::LeftAnti => !ls && rstream,

@@ -46,6 +46,8 @@ pub enum Rule {
     SessionWindowWithoutKey,
     /// An outer join whose streaming side is the one that would be null-padded.
     StreamStaticOuterJoin,
+    /// A left anti join whose right side is a stream.
+    LeftAntiWithStreamingRight,
     /// A file sink in a mode other than append.
     FileSinkNotAppend,
     /// A Kafka sink without a string or binary `value` column (or with a
