@@ -142,20 +142,36 @@ impl DataStream {
         GroupedStream { stream: self, keys }
     }
 
-    /// Drops rows whose `columns` were seen before (Spark's `dropDuplicates`).
+    /// Drops rows whose `columns` were seen before (Spark's `dropDuplicates`;
+    /// no columns means all of them, as Spark's `dropDuplicates()`).
     pub fn drop_duplicates(self, columns: &[&str]) -> Self {
+        let columns = self.columns_or_all(columns);
         self.push(Op::Dedup {
-            columns: columns.iter().map(|c| c.to_string()).collect(),
+            columns,
             within_watermark: false,
         })
     }
 
-    /// Spark's `dropDuplicatesWithinWatermark`.
+    /// Spark's `dropDuplicatesWithinWatermark` (no columns means all of them).
     pub fn drop_duplicates_within_watermark(self, columns: &[&str]) -> Self {
+        let columns = self.columns_or_all(columns);
         self.push(Op::Dedup {
-            columns: columns.iter().map(|c| c.to_string()).collect(),
+            columns,
             within_watermark: true,
         })
+    }
+
+    /// `columns`, or when there are none every column the stream has here
+    /// (none when its plan does not resolve: `start()` reports why).
+    fn columns_or_all(&self, columns: &[&str]) -> Vec<String> {
+        if !columns.is_empty() {
+            return columns.iter().map(|c| c.to_string()).collect();
+        }
+        let (schemas, _) = weir_plan::resolve::resolve(&self.plan);
+        schemas
+            .get(&self.plan.result)
+            .map(|s| s.columns.iter().map(|c| c.name.clone()).collect())
+            .unwrap_or_default()
     }
 
     /// Sorts (only valid on an aggregation in complete mode, as in Spark).

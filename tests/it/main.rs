@@ -26,6 +26,7 @@ mod s3_tables;
 mod scale_out;
 mod sessions;
 mod sinks;
+mod spark_calls;
 mod state_read;
 #[cfg(feature = "testing")]
 mod testing_kit;

@@ -417,6 +417,11 @@ impl Pipeline {
                         columns,
                         within_watermark,
                     } => {
+                        if columns.is_empty() {
+                            return Err(WeirError::Config(
+                                "a dedup needs the columns that identify a row (the builder's `drop_duplicates(&[])` names every column)".into(),
+                            ));
+                        }
                         let keys = columns.iter().map(|c| idx(c)).collect::<Result<Vec<_>>>()?;
                         let et = info
                             .event_time()
