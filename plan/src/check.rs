@@ -291,25 +291,34 @@ fn sort_only_on_complete_aggregation(cx: &Ctx, out: &mut Vec<Violation>) {
 }
 
 /// Spark: `Limits are not supported on streaming DataFrames/Datasets in Update
-/// output mode`.
+/// output mode`. Spark also runs a limit in append mode (a count of the
+/// rows emitted so far, kept in state); weir does not yet, and refuses it
+/// here rather than at the first batch.
 fn no_limit_in_update(cx: &Ctx, out: &mut Vec<Violation>) {
-    if cx.plan.output_mode != OutputMode::Update {
-        return;
-    }
+    let (rule, message, help) = match cx.plan.output_mode {
+        OutputMode::Complete => return,
+        OutputMode::Update => (
+            Rule::LimitInUpdateMode,
+            "Limits are not supported on streaming DataFrames/Datasets in Update output mode",
+            "use output_mode: complete with a limit, or limit in the sink",
+        ),
+        OutputMode::Append => (
+            Rule::LimitInAppendMode,
+            "a limit on a stream in Append output mode is not supported yet (Spark keeps a count of the rows emitted; weir limits in Complete output mode only)",
+            "use output_mode: complete with a limit, or limit in the sink (e.g. in foreach_batch)",
+        ),
+    };
     for (ni, oi, op) in cx.result_ops() {
         if matches!(op, Op::Limit { .. }) && cx.input_of(ni, oi).streaming {
             out.push(Violation::new(
-                Rule::LimitInUpdateMode,
+                rule,
                 Location::Op {
                     node: ni,
                     op: oi,
                     part: Part::Whole,
                 },
-                "Limits are not supported on streaming DataFrames/Datasets in Update output mode"
-                    .into(),
-                Some(
-                    "use output_mode: complete or append with a limit, or limit in the sink".into(),
-                ),
+                message.into(),
+                Some(help.into()),
             ));
         }
     }
@@ -891,6 +900,17 @@ pub(crate) mod tests {
         let mut p = window_count(false, OutputMode::Update);
         p.nodes[0].ops.push(Op::Limit { n: 3 });
         assert_eq!(rules(&p), vec![Rule::LimitInUpdateMode]);
+        // Append: refused here, not at the first batch; complete: allowed.
+        let p = StreamPlan::single(
+            "events",
+            events(),
+            vec![Op::Limit { n: 3 }],
+            OutputMode::Append,
+        );
+        assert_eq!(rules(&p), vec![Rule::LimitInAppendMode]);
+        let mut p = window_count(false, OutputMode::Complete);
+        p.nodes[0].ops.push(Op::Limit { n: 3 });
+        assert!(rules(&p).is_empty());
         let p = StreamPlan::single(
             "events",
             events(),

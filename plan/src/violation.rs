@@ -32,6 +32,8 @@ pub enum Rule {
     SortWithoutCompleteAggregation,
     /// Limit in update mode.
     LimitInUpdateMode,
+    /// Limit in append mode (Spark runs it; weir does not yet).
+    LimitInAppendMode,
     /// A non-time window function (`row_number() OVER ...`).
     NonTimeWindowFunction,
     /// `dropDuplicatesWithinWatermark` without a watermark.

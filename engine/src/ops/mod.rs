@@ -407,12 +407,9 @@ impl Pipeline {
                             .collect::<Result<Vec<_>>>()?;
                         ops.push(OpExec::Sort(keys));
                     }
-                    Op::Limit { n } => {
-                        if plan.output_mode != OutputMode::Complete {
-                            return Err(WeirError::Config("limit is supported in complete output mode only (a streaming limit in append mode is not implemented yet)".into()));
-                        }
-                        ops.push(OpExec::Limit(*n as usize));
-                    }
+                    // Complete mode only (`check`: Spark's rule for update
+                    // mode, weir's for append).
+                    Op::Limit { n } => ops.push(OpExec::Limit(*n as usize)),
                     Op::Dedup {
                         columns,
                         within_watermark,
