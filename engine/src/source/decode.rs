@@ -30,11 +30,12 @@
 //! batches, by [`Decode::malformed_counter`].
 //!
 //! JSON: one object per record; unknown keys are ignored; a value of the
-//! wrong type makes the record malformed. Timestamps are ISO-8601 strings
-//! (`2024-01-01T12:00:00Z`, `2024-01-01 12:00:00`, UTC unless an offset is
-//! given); a JSON number in a timestamp field is read as microseconds since
-//! the epoch (Spark reads seconds). CSV: one line per record, no header, the
-//! fields in schema order.
+//! wrong type makes the record malformed, except that a number or boolean
+//! in a string field is kept as its text (as Spark keeps it). Timestamps
+//! are ISO-8601 strings (`2024-01-01T12:00:00Z`, `2024-01-01 12:00:00`, UTC
+//! unless an offset is given) or integers of seconds since the epoch, as
+//! Spark reads them (see `json_time`). CSV: one line per record, no header,
+//! the fields in schema order.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,7 +47,7 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use weir_plan::Field;
 
 pub use super::file::ParseMode;
-use super::{json_decoders, json_record, BoxSource, Offset, Source, SourceContext};
+use super::{json_decoders, json_record, json_time, BoxSource, Offset, Source, SourceContext};
 use crate::error::{Result, WeirError};
 
 /// The payload's format.
@@ -264,7 +265,10 @@ impl Decode {
                 }
                 let batch = dec.flush().map_err(|e| e.to_string())?;
                 lease.flushed();
-                batch.unwrap_or_else(|| RecordBatch::new_empty(self.parse_schema.clone()))
+                match batch {
+                    Some(b) => json_time::to_timestamps(b, &self.parse_schema)?,
+                    None => RecordBatch::new_empty(self.parse_schema.clone()),
+                }
             }
             PayloadFormat::Csv { delimiter } => {
                 let mut dec = arrow::csv::ReaderBuilder::new(self.parse_schema.clone())
@@ -593,6 +597,44 @@ mod tests {
         // tests/it/kafka.rs checks it through a real query.)
         let offs = out.column(3).as_primitive::<arrow::datatypes::Int64Type>();
         assert_eq!(offs.values().to_vec(), vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn json_reads_numbers_as_spark_does() {
+        // An integer timestamp is seconds since the epoch; a number in a
+        // string field is its text; a fraction where a time belongs spoils
+        // the record, which alone is malformed.
+        let d = source().from_json(
+            "value",
+            vec![
+                Field::new("page", T::String),
+                Field::new("ts", T::Timestamp),
+            ],
+        );
+        let b = payloads(&[
+            Some(r#"{"page":"/a","ts":1700000000}"#),
+            Some(r#"{"page":7,"ts":"2023-11-14T22:13:20.25Z"}"#),
+            Some(r#"{"page":"/c","ts":1.5}"#),
+        ]);
+        let (out, malformed) = d.decode_batch(&b).unwrap();
+        assert_eq!(malformed, 1);
+        let page = out.column(0).as_string::<i32>();
+        assert_eq!((page.value(0), page.value(1)), ("/a", "7"));
+        assert!(page.is_null(2));
+        let ts = out
+            .column(1)
+            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+        assert_eq!(ts.value(0), 1_700_000_000_000_000);
+        assert_eq!(ts.value(1), 1_700_000_000_250_000);
+        assert!(ts.is_null(2));
+        assert_eq!(
+            out.schema().field(1).data_type(),
+            &crate::row::timestamp_type()
+        );
+        assert_eq!(
+            out.column(2).as_string::<i32>().value(2),
+            r#"{"page":"/c","ts":1.5}"#
+        );
     }
 
     #[test]

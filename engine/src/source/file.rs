@@ -664,12 +664,21 @@ fn parse_json_line(schema: &SchemaRef, line: &str) -> Result<RecordBatch> {
     if !v.is_object() {
         return Err(WeirError::Row("a JSON record must be an object".into()));
     }
-    let mut dec = arrow::json::ReaderBuilder::new(schema.clone())
+    // Timestamps as Spark reads them, and a number or boolean in a string
+    // field kept as its text (`json_time`).
+    let text = super::json_time::text_schema(schema);
+    let mut dec = arrow::json::ReaderBuilder::new(text.clone().unwrap_or_else(|| schema.clone()))
         .with_strict_mode(false)
+        .with_coerce_primitive(true)
         .build_decoder()?;
     dec.serialize(&[v])?;
-    dec.flush()?
-        .ok_or_else(|| WeirError::Row("empty record".into()))
+    let read = dec
+        .flush()?
+        .ok_or_else(|| WeirError::Row("empty record".into()))?;
+    match text {
+        Some(_) => super::json_time::to_timestamps(read, schema).map_err(WeirError::Row),
+        None => Ok(read),
+    }
 }
 
 fn parse_csv_line(schema: &SchemaRef, line: &str) -> Result<RecordBatch> {

@@ -42,10 +42,11 @@ pub(crate) struct Lease<'a> {
 }
 
 impl JsonDecoders {
-    /// No decoders yet, for rows of `schema`.
+    /// No decoders yet, for rows of `schema`, read with its timestamps as
+    /// text ([`super::json_time`]: the caller turns them into timestamps).
     pub(crate) fn new(schema: SchemaRef) -> JsonDecoders {
         JsonDecoders {
-            schema,
+            schema: super::json_time::text_schema(&schema).unwrap_or(schema),
             idle: Mutex::new(Vec::new()),
         }
     }
@@ -66,9 +67,12 @@ impl JsonDecoders {
             Some(d) => d,
             None => {
                 let rows = rows.next_power_of_two();
+                // A number or boolean where the schema has text is kept as
+                // its text, as Spark's `from_json` keeps it.
                 let d = ReaderBuilder::new(self.schema.clone())
                     .with_batch_size(rows)
                     .with_strict_mode(false)
+                    .with_coerce_primitive(true)
                     .build_decoder()
                     .map_err(|e| e.to_string())?;
                 (rows, d)
