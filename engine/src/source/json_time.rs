@@ -60,15 +60,14 @@ pub(crate) fn to_timestamps(read: RecordBatch, schema: &SchemaRef) -> Result<Rec
             continue;
         }
         let text = c.as_string::<i32>();
-        let mut micros = Vec::with_capacity(text.len());
-        for i in 0..text.len() {
-            micros.push(if text.is_valid(i) {
-                Some(micros_of(text.value(i)).map_err(|e| format!("`{}`: {e}", f.name()))?)
-            } else {
-                None
-            });
+        // The text's nulls are the times' (a null's slot holds 0).
+        let mut micros = vec![0i64; text.len()];
+        for (i, m) in micros.iter_mut().enumerate() {
+            if text.is_valid(i) {
+                *m = micros_of(text.value(i)).map_err(|e| format!("`{}`: {e}", f.name()))?;
+            }
         }
-        let times = TimestampMicrosecondArray::from(micros);
+        let times = TimestampMicrosecondArray::new(micros.into(), text.nulls().cloned());
         let times = match f.data_type() {
             DataType::Timestamp(_, Some(tz)) => times.with_timezone(tz.clone()),
             _ => times,
