@@ -260,7 +260,7 @@ fn no_stateful_after_aggregation_in_update_or_complete(cx: &Ctx, out: &mut Vec<V
             out.push(Violation::new(
                 Rule::ChainedStatefulAfterAggregation,
                 Location::Op { node: ni, op: oi, part: Part::Whole },
-                "Detected pattern of possible 'correctness' issue due to global watermark. The query contains stateful operation which can emit rows older than the current watermark plus allowed late record delay, which are \"late rows\" in downstream stateful operations and these rows can be discarded. Please refer the programming guide doc for more details. If you understand the possible risk of correctness issue and still need to run the query, you can disable this check by setting the config `spark.sql.streaming.statefulOperator.checkCorrectness.enabled` to false.".into(),
+                "Detected pattern of possible 'correctness' issue due to global watermark. The query contains stateful operation which can emit rows older than the current watermark plus allowed late record delay, which are \"late rows\" in downstream stateful operations and these rows can be discarded. Please refer the programming guide doc for more details. weir refuses such a query: Spark's switch to run it anyway (`spark.sql.streaming.statefulOperator.checkCorrectness.enabled`) is not offered, since the rows it lets through are discarded without a trace.".into(),
                 Some("chain stateful operators only in output_mode: append, where each emits rows once they are final".into()),
             ));
             return;
@@ -689,7 +689,8 @@ fn list_columns(s: &NodeSchema) -> String {
 
 /// Spark: `StreamingQueryManager.createQuery`: `checkpointLocation must be
 /// specified either through option("checkpointLocation", ...) or
-/// SparkSession.conf.set("spark.sql.streaming.checkpointLocation", ...)`.
+/// SparkSession.conf.set("spark.sql.streaming.checkpointLocation", ...)`;
+/// weir's message names only the option (it has no session-wide default).
 /// Only the console, memory and noop sinks run on a temporary checkpoint
 /// ([`SinkKind::needs_checkpoint`]).
 fn sink_needs_checkpoint(cx: &Ctx, out: &mut Vec<Violation>) {
@@ -700,7 +701,7 @@ fn sink_needs_checkpoint(cx: &Ctx, out: &mut Vec<Violation>) {
     out.push(Violation::new(
         Rule::CheckpointRequired,
         Location::Sink,
-        "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...)".into(),
+        "checkpointLocation must be specified for this sink (Spark's option(\"checkpointLocation\", ...); weir has no session-wide default location)".into(),
         Some("the query keeps its progress in the checkpoint, to restart where it stopped: add `checkpoint: \"chk/<query>\"` (builder: `.checkpoint_location(dir)`); only the console, memory and noop sinks run without one".into()),
     ));
 }
@@ -1054,7 +1055,9 @@ pub(crate) mod tests {
                 .filter(|v| v.rule == Rule::CheckpointRequired)
                 .collect();
             assert_eq!(v.len(), 1, "{kind:?}");
-            assert!(v[0].message.starts_with("checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...)"));
+            assert!(v[0]
+                .message
+                .starts_with("checkpointLocation must be specified for this sink"));
             assert!(v[0]
                 .help
                 .as_deref()

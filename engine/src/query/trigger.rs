@@ -20,10 +20,15 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    /// `processing_time("5 seconds")`.
+    /// `processing_time("5 seconds")`. The interval must be positive (Spark
+    /// also takes 0, meaning as soon as possible: that is
+    /// [`Trigger::Default`], weir's default).
     pub fn processing_time(interval: &str) -> Result<Trigger> {
-        let ms = weir_plan::duration::parse_positive_duration_ms(interval)
-            .map_err(|e| WeirError::Config(format!("trigger interval \"{interval}\": {e}")))?;
+        let ms = weir_plan::duration::parse_positive_duration_ms(interval).map_err(|e| {
+            WeirError::Config(format!(
+                "trigger interval \"{interval}\": {e} (to run micro-batches as soon as possible, leave the default trigger)"
+            ))
+        })?;
         Ok(Trigger::ProcessingTime(Duration::from_millis(ms as u64)))
     }
 
