@@ -52,6 +52,10 @@ pub enum WeirError {
     /// The query was stopped.
     #[error("the query was stopped")]
     Stopped,
+    /// `stop()` waited `spark.sql.streaming.stopTimeout` and the query had
+    /// not ended (Spark's `TimeoutException`): its running batch goes on.
+    #[error("the query did not stop within {0:?} (spark.sql.streaming.stopTimeout): its running batch goes on; call stop() again, or end the process")]
+    StopTimeout(std::time::Duration),
     /// An I/O error, with the path it concerns.
     #[error("{path}: {source}")]
     Io {

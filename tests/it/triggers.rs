@@ -347,3 +347,46 @@ fn a_panicking_foreach_batch_ends_the_query_with_an_error() {
     // The batch was not committed: a restart runs it again.
     assert!(!dir.path().join("commits/0").exists());
 }
+
+#[test]
+fn stop_gives_up_after_the_stop_timeout_and_can_be_called_again() {
+    // A sink that blocks until released: the running batch cannot end.
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = Mutex::new(released);
+    let (entered, in_sink) = std::sync::mpsc::channel::<()>();
+    let entered = Mutex::new(entered);
+    let stream = MemoryStream::new(&fields());
+    let dir = tempfile::tempdir().unwrap();
+    let s = Session::builder()
+        .config("weir.checkpoint.fsync", "false")
+        .config("spark.sql.streaming.stopTimeout", "200")
+        .build()
+        .unwrap();
+    let q = s
+        .read_stream(stream.clone())
+        .write_stream()
+        .foreach_batch(move |_, _| {
+            let _ = entered.lock().unwrap().send(());
+            let _ = released.lock().unwrap().recv();
+            Ok(())
+        })
+        .checkpoint_location(dir.path().to_str().unwrap())
+        .start()
+        .unwrap();
+    stream
+        .add_json(&[json!({"ts": "2024-01-01T12:00:00Z", "key": "k", "value": 1})])
+        .unwrap();
+    in_sink.recv().unwrap();
+    // Spark's stop(): a TimeoutException after stopTimeout, the query
+    // still asked to stop and still running its batch.
+    match q.stop() {
+        Err(WeirError::StopTimeout(t)) => assert_eq!(t, Duration::from_millis(200)),
+        other => panic!("expected the stop timeout, got {other:?}"),
+    }
+    assert!(q.is_active());
+    // Released, the batch ends and the query with it; stop() again succeeds.
+    release.send(()).unwrap();
+    q.stop().unwrap();
+    assert!(!q.is_active());
+    assert!(dir.path().join("commits/0").exists(), "the batch committed");
+}

@@ -124,7 +124,7 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
         Some(location) => Checkpoint::open_location(&location, &conf.s3, conf.fsync_checkpoint)?,
         None if needs_checkpoint => {
             return Err(WeirError::Config(
-                "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...): call .checkpoint_location(path) (only the console, memory and noop sinks may run without one)".into(),
+                "checkpointLocation must be specified for this sink (Spark's option(\"checkpointLocation\", ...)): call .checkpoint_location(path) (only the console, memory and noop sinks may run without one)".into(),
             ))
         }
         None => Checkpoint::open(
@@ -274,13 +274,16 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
             store: provider.name(),
         },
     );
-    let shared = Arc::new(QueryShared::new(
-        meta.id.clone(),
-        name.clone(),
-        explain,
-        mode,
-        "Initializing sources".into(),
-    ));
+    let shared = Arc::new(
+        QueryShared::new(
+            meta.id.clone(),
+            name.clone(),
+            explain,
+            mode,
+            "Initializing sources".into(),
+        )
+        .with_stop_timeout(conf.stop_timeout),
+    );
     *shared.resumed_from.lock().unwrap() = committed.clone();
     let listeners = host.listeners();
     let preparer = read_ahead::allowed(

@@ -49,6 +49,9 @@ pub(crate) struct QueryShared {
     /// Where each source stood when this run started: the end of the
     /// checkpoint's last committed batch (`None` for a new checkpoint).
     pub(crate) resumed_from: Mutex<Vec<Option<crate::source::Offset>>>,
+    /// How long [`StreamingQuery::stop`] waits (`spark.sql.streaming.stopTimeout`;
+    /// zero: as long as it takes).
+    pub(crate) stop_timeout: Duration,
 }
 
 impl QueryShared {
@@ -82,7 +85,14 @@ impl QueryShared {
             request_epoch: AtomicU64::new(0),
             thread: Mutex::new(None),
             resumed_from: Mutex::new(Vec::new()),
+            stop_timeout: Duration::ZERO,
         }
+    }
+
+    /// The same, with `stop()` waiting at most `timeout` (zero: no limit).
+    pub(crate) fn with_stop_timeout(mut self, timeout: Duration) -> QueryShared {
+        self.stop_timeout = timeout;
+        self
     }
 }
 
@@ -181,14 +191,38 @@ impl StreamingQuery {
     }
 
     /// Stops the query: the running batch finishes, then the query ends.
-    /// Returns once the query's thread has ended.
+    /// Returns once the query's thread has ended; with
+    /// `spark.sql.streaming.stopTimeout` set, gives up after that long with
+    /// [`WeirError::StopTimeout`] (as Spark's `stop()` does), the query still
+    /// asked to stop. Called from the query's own thread (a listener), it
+    /// only asks.
     pub fn stop(&self) -> Result<()> {
         self.request_stop();
+        let own_thread = self
+            .shared
+            .thread
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_none_or(|h| h.thread().id() == std::thread::current().id());
+        if own_thread {
+            return Ok(());
+        }
+        let limit = self.shared.stop_timeout;
+        if !limit.is_zero() {
+            let deadline = Instant::now() + limit;
+            let mut st = self.shared.state.lock().unwrap();
+            while st.active {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(WeirError::StopTimeout(limit));
+                }
+                st = self.shared.cond.wait_timeout(st, deadline - now).unwrap().0;
+            }
+        }
         let handle = self.shared.thread.lock().unwrap().take();
         if let Some(h) = handle {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
+            let _ = h.join();
         }
         Ok(())
     }

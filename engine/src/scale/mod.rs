@@ -460,13 +460,16 @@ pub(crate) fn start(spec: QuerySpec, scale: ScaleOut) -> Result<StreamingQuery> 
         &input,
         &template.checkpoint,
     );
-    let shared = Arc::new(QueryShared::new(
-        meta.id.clone(),
-        name.clone(),
-        explain,
-        mode,
-        format!("Joining consumer group {}", scale.group),
-    ));
+    let shared = Arc::new(
+        QueryShared::new(
+            meta.id.clone(),
+            name.clone(),
+            explain,
+            mode,
+            format!("Joining consumer group {}", scale.group),
+        )
+        .with_stop_timeout(conf.stop_timeout),
+    );
     let coordinator = Coordinator {
         shared: shared.clone(),
         host: host.clone(),
