@@ -713,6 +713,17 @@ impl Source for FileSource {
             return Err(WeirError::Config(e.clone()));
         }
         match Location::parse(&self.dir.to_string_lossy())? {
+            // Spark refuses a path that does not exist when the query
+            // starts: a mistyped one would otherwise run with no input.
+            Location::Local(p) if !p.is_dir() => {
+                return Err(WeirError::Source {
+                    source_name: self.description(),
+                    message: format!(
+                        "Path does not exist or is not a directory: {} (create it before the query starts)",
+                        p.display()
+                    ),
+                })
+            }
             Location::Local(p) => self.dir = p,
             loc @ Location::S3 { .. } => {
                 let url = loc.to_string();
