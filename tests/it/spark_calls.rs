@@ -86,3 +86,25 @@ fn a_plan_with_a_dedup_of_no_columns_is_refused_at_start() {
         .to_string();
     assert!(err.contains("a dedup needs the columns"), "{err}");
 }
+
+#[test]
+fn a_file_source_on_a_missing_directory_is_refused_at_start() {
+    // Spark: "Path does not exist". A mistyped path must not run forever
+    // with no input.
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("incomming");
+    let err = session()
+        .read_stream(weir::source::FileSource::new(
+            &missing,
+            weir::source::FileFormat::Json,
+            vec![Field::new("key", DataType::String)],
+        ))
+        .write_stream()
+        .sink(MemorySink::new(""))
+        .start()
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("Path does not exist"), "{err}");
+    assert!(err.contains("incomming"), "{err}");
+}

@@ -148,7 +148,9 @@ impl FileSource {
     }
 
     /// At most this many new files per micro-batch (Spark's
-    /// `maxFilesPerTrigger`, at least 1).
+    /// `maxFilesPerTrigger`, at least 1). Kept under [`crate::Trigger::Once`]
+    /// too, where Spark ignores it: use [`crate::Trigger::AvailableNow`] to
+    /// read every file, in batches of this many.
     pub fn max_files_per_trigger(mut self, n: usize) -> Self {
         let n = u64::try_from(n).unwrap_or(u64::MAX);
         match weir_plan::connectors::count("maxFilesPerTrigger", n, u32::MAX.into()) {
