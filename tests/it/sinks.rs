@@ -108,12 +108,17 @@ fn progress_json_has_sparks_fields() {
             "walCommit"
         ]
     );
+    // Spark's batchDuration: the batch's whole time, as triggerExecution.
+    for b in &p {
+        assert_eq!(b.batch_duration, b.duration_ms["triggerExecution"]);
+    }
     let v = serde_json::to_value(&p[2]).unwrap();
     insta::assert_json_snapshot!("progress_batch_2", v, {
         ".id" => "[id]",
         ".runId" => "[runId]",
         ".timestamp" => "[timestamp]",
         ".durationMs" => "[durations]",
+        ".batchDuration" => "[ms]",
         ".inputRowsPerSecond" => "[rate]",
         ".processedRowsPerSecond" => "[rate]",
         ".stateOperators[].allUpdatesTimeMs" => "[ms]",

@@ -24,6 +24,11 @@ pub struct StreamingQueryProgress {
     pub timestamp: String,
     /// The batch id.
     pub batch_id: i64,
+    /// How long the batch took, trigger to report (ms; Spark's
+    /// `batchDuration`, the `triggerExecution` of `durationMs`). Absent
+    /// from reports written before it: read as 0.
+    #[serde(default)]
+    pub batch_duration: i64,
     /// Rows read from all sources.
     pub num_input_rows: i64,
     /// Input rows per second since the previous trigger.

@@ -1006,6 +1006,7 @@ impl Runner {
             name: self.shared.name.clone(),
             timestamp: format_ms(trigger_ms),
             batch_id,
+            batch_duration: durations.get("triggerExecution").copied().unwrap_or(0),
             num_input_rows: rows,
             input_rows_per_second: input_rate,
             processed_rows_per_second: processed_rate,
