@@ -161,9 +161,17 @@ fn stop_all(sig: i32, queries: Vec<(StreamingQuery, Option<Duration>)>) {
         }
     }
     loop {
+        // Late: still stopping past the limit, or `stop()` gave up at the
+        // limit (`WeirError::StopTimeout`) with the query still running.
         let late: Vec<&StreamingQuery> = running
             .iter()
-            .filter(|(_, limit, h)| !h.is_finished() && limit.is_some_and(|l| start.elapsed() >= l))
+            .filter(|(q, limit, h)| {
+                if h.is_finished() {
+                    q.is_active()
+                } else {
+                    limit.is_some_and(|l| start.elapsed() >= l)
+                }
+            })
             .map(|(q, _, _)| q)
             .collect();
         if !late.is_empty() {

@@ -260,8 +260,8 @@ fn no_stateful_after_aggregation_in_update_or_complete(cx: &Ctx, out: &mut Vec<V
             out.push(Violation::new(
                 Rule::ChainedStatefulAfterAggregation,
                 Location::Op { node: ni, op: oi, part: Part::Whole },
-                "Detected pattern of possible 'correctness' issue due to global watermark. The query contains stateful operation which can emit rows older than the current watermark plus allowed late record delay, which are \"late rows\" in downstream stateful operations and these rows can be discarded. Please refer the programming guide doc for more details. weir refuses such a query: Spark's switch to run it anyway (`spark.sql.streaming.statefulOperator.checkCorrectness.enabled`) is not offered, since the rows it lets through are discarded without a trace.".into(),
-                Some("chain stateful operators only in output_mode: append, where each emits rows once they are final".into()),
+                "Detected pattern of possible 'correctness' issue due to global watermark. The query contains stateful operation which can emit rows older than the current watermark plus allowed late record delay, which are \"late rows\" in downstream stateful operations and these rows can be discarded. Please refer the programming guide doc for more details. If you understand the possible risk of correctness issue and still need to run the query, you can disable this check by setting the config `spark.sql.streaming.statefulOperator.checkCorrectness.enabled` to false.".into(),
+                Some("chain stateful operators only in output_mode: append, where each emits rows once they are final (Spark's message, word for word; weir has no such setting, and refuses the query whatever the configuration)".into()),
             ));
             return;
         }

@@ -122,6 +122,8 @@ fn run_clicks(
     sink: impl Fn() -> BoxSink,
     files: std::ops::Range<usize>,
 ) -> Vec<i64> {
+    // The input directory exists before the query starts (as Spark requires).
+    fs::create_dir_all(input).unwrap();
     let q = session()
         .read_stream(FileSource::new(input, FileFormat::Json, clicks()).max_files_per_trigger(1))
         .write_stream()

@@ -75,6 +75,8 @@ fn start_on(
     chk: &Path,
     out: Collected,
 ) -> Result<StreamingQuery, WeirError> {
+    // The input directory exists before the query starts (as Spark requires).
+    std::fs::create_dir_all(input).unwrap();
     session_on(provider)
         .read_stream(FileSource::new(input, FileFormat::Json, fields()).max_files_per_trigger(1))
         .with_watermark("ts", "10 minutes")
