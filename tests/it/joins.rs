@@ -155,8 +155,7 @@ fn a_stream_stream_left_anti_join_is_refused_as_spark_refuses_it() {
         .write_stream()
         .sink(MemorySink::new(""))
         .start()
-        .err()
-        .expect("refused")
+        .expect_err("refused")
         .to_string();
     assert!(
         err.contains(

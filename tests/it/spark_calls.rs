@@ -81,8 +81,7 @@ fn a_plan_with_a_dedup_of_no_columns_is_refused_at_start() {
         .write_stream()
         .sink(MemorySink::new(""))
         .start()
-        .err()
-        .expect("refused")
+        .expect_err("refused")
         .to_string();
     assert!(err.contains("a dedup needs the columns"), "{err}");
 }
@@ -102,8 +101,7 @@ fn a_file_source_on_a_missing_directory_is_refused_at_start() {
         .write_stream()
         .sink(MemorySink::new(""))
         .start()
-        .err()
-        .expect("refused")
+        .expect_err("refused")
         .to_string();
     assert!(err.contains("Path does not exist"), "{err}");
     assert!(err.contains("incomming"), "{err}");
