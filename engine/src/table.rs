@@ -120,8 +120,18 @@ fn decode(
             }
         }
         FileFormat::Json => {
-            for b in arrow::json::ReaderBuilder::new(schema.clone()).build(&bytes[..])? {
-                out.push(b?);
+            // Values as the file source and `from_json` read them
+            // (timestamps as Spark reads them: `json_time`).
+            let text = crate::source::json_time::text_schema(schema);
+            for b in arrow::json::ReaderBuilder::new(text.clone().unwrap_or_else(|| schema.clone()))
+                .with_coerce_primitive(true)
+                .build(&bytes[..])?
+            {
+                let b = b?;
+                out.push(match text {
+                    Some(_) => crate::source::json_time::to_timestamps(b, schema).map_err(bad)?,
+                    None => b,
+                });
             }
         }
         FileFormat::Csv => {
@@ -382,6 +392,32 @@ mod tests {
         let bad = StaticTable::files("s3:///users", FileFormat::Csv, fields);
         let e = bad.load().unwrap_err().to_string();
         assert!(e.contains("no bucket: write s3://bucket/prefix"), "{e}");
+    }
+
+    #[test]
+    fn a_json_table_reads_values_as_the_file_source_does() {
+        use arrow::array::AsArray;
+        // An integer timestamp is seconds; a number in a string field its text.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("a.json"),
+            "{\"key\":7,\"ts\":1700000000}\n{\"key\":\"x\",\"ts\":\"2023-11-14T22:13:20Z\"}\n",
+        )
+        .unwrap();
+        let fields = vec![
+            Field::new("key", DataType::String),
+            Field::new("ts", DataType::Timestamp),
+        ];
+        let rows = StaticTable::files(dir.path(), FileFormat::Json, fields)
+            .load()
+            .unwrap();
+        let b = arrow::compute::concat_batches(&rows[0].schema(), &rows).unwrap();
+        let key = b.column(0).as_string::<i32>();
+        assert_eq!((key.value(0), key.value(1)), ("7", "x"));
+        let ts = b
+            .column(1)
+            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+        assert_eq!(ts.values().to_vec(), vec![1_700_000_000_000_000; 2]);
     }
 
     #[test]

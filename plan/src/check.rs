@@ -101,7 +101,7 @@ const RULES: &[RuleFn] = &[
     no_distinct_aggregation,
     no_stateful_after_aggregation_in_update_or_complete,
     sort_only_on_complete_aggregation,
-    no_limit_in_update,
+    limit_only_in_complete_mode,
     no_non_time_window_functions,
     dedup_within_watermark_needs_watermark,
     stream_stream_join_append_only,
@@ -294,7 +294,7 @@ fn sort_only_on_complete_aggregation(cx: &Ctx, out: &mut Vec<Violation>) {
 /// output mode`. Spark also runs a limit in append mode (a count of the
 /// rows emitted so far, kept in state); weir does not yet, and refuses it
 /// here rather than at the first batch.
-fn no_limit_in_update(cx: &Ctx, out: &mut Vec<Violation>) {
+fn limit_only_in_complete_mode(cx: &Ctx, out: &mut Vec<Violation>) {
     let (rule, message, help) = match cx.plan.output_mode {
         OutputMode::Complete => return,
         OutputMode::Update => (

@@ -346,6 +346,12 @@ mod tests {
         }];
         let got = subjects_of(&p);
         assert_eq!(got, [about(Rule::StreamStaticOuterJoin, "clicks")]);
+        // A left anti join with the stream on the right: refused as such.
+        if let Op::Join { how, .. } = &mut p.nodes[0].ops[0] {
+            *how = JoinType::LeftAnti;
+        }
+        let got = subjects_of(&p);
+        assert_eq!(got, [about(Rule::LeftAntiWithStreamingRight, "clicks")]);
         // An input that does not exist.
         p.nodes[0].ops = vec![Op::Join {
             right: "nowhere".into(),

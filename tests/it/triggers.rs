@@ -386,6 +386,7 @@ fn stop_gives_up_after_the_stop_timeout_and_can_be_called_again() {
     assert!(q.is_active());
     // Released, the batch ends and the query with it; stop() again succeeds.
     release.send(()).unwrap();
+    assert!(q.await_termination(Some(Duration::from_secs(60))).unwrap());
     q.stop().unwrap();
     assert!(!q.is_active());
     assert!(dir.path().join("commits/0").exists(), "the batch committed");

@@ -342,7 +342,7 @@ pub(crate) fn start(spec: QuerySpec) -> Result<StreamingQuery> {
         ))
         .spawn(move || runner.run())
         .map_err(|e| WeirError::Config(format!("cannot start the query thread: {e}")))?;
-    *shared.thread.lock().unwrap() = Some(handle);
+    shared.started(handle);
     let q = StreamingQuery { shared };
     // A scale-out task is not one of the session's queries: its
     // coordinator is (a task that moves away is not a query that ended).

@@ -52,6 +52,8 @@ pub(crate) struct QueryShared {
     /// How long [`StreamingQuery::stop`] waits (`spark.sql.streaming.stopTimeout`;
     /// zero: as long as it takes).
     pub(crate) stop_timeout: Duration,
+    /// The query's thread, once started (a stop asked from it only asks).
+    pub(crate) thread_id: std::sync::OnceLock<std::thread::ThreadId>,
 }
 
 impl QueryShared {
@@ -86,7 +88,14 @@ impl QueryShared {
             thread: Mutex::new(None),
             resumed_from: Mutex::new(Vec::new()),
             stop_timeout: Duration::ZERO,
+            thread_id: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Keeps the query's thread, started to run it.
+    pub(crate) fn started(&self, handle: JoinHandle<()>) {
+        let _ = self.thread_id.set(handle.thread().id());
+        *self.thread.lock().unwrap() = Some(handle);
     }
 
     /// The same, with `stop()` waiting at most `timeout` (zero: no limit).
@@ -197,27 +206,43 @@ impl StreamingQuery {
     /// asked to stop. Called from the query's own thread (a listener), it
     /// only asks.
     pub fn stop(&self) -> Result<()> {
-        self.request_stop();
-        let own_thread = self
-            .shared
-            .thread
-            .lock()
-            .unwrap()
-            .as_ref()
-            .is_none_or(|h| h.thread().id() == std::thread::current().id());
-        if own_thread {
-            return Ok(());
-        }
         let limit = self.shared.stop_timeout;
-        if !limit.is_zero() {
-            let deadline = Instant::now() + limit;
+        self.stop_within((!limit.is_zero()).then_some(limit))
+    }
+
+    /// Stops the query and waits for its end however long it takes,
+    /// whatever `stopTimeout` says: for weir's own stops that must not
+    /// leave a batch running (a scale-out task handing its partition on).
+    pub(crate) fn stop_and_wait(&self) {
+        let _ = self.stop_within(None);
+    }
+
+    /// Asks the query to stop, then waits until it ended, at most `limit`.
+    /// Every caller but the query's own thread waits (another caller may
+    /// be joining the thread meanwhile: the query's end is what counts).
+    fn stop_within(&self, limit: Option<Duration>) -> Result<()> {
+        self.request_stop();
+        let current = std::thread::current().id();
+        match self.shared.thread_id.get() {
+            // Never started, or asked from its own thread: it only asks.
+            None => return Ok(()),
+            Some(t) if *t == current => return Ok(()),
+            Some(_) => {}
+        }
+        let deadline = limit.map(|l| Instant::now() + l);
+        {
             let mut st = self.shared.state.lock().unwrap();
             while st.active {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(WeirError::StopTimeout(limit));
-                }
-                st = self.shared.cond.wait_timeout(st, deadline - now).unwrap().0;
+                st = match deadline {
+                    None => self.shared.cond.wait(st).unwrap(),
+                    Some(d) => {
+                        let now = Instant::now();
+                        if now >= d {
+                            return Err(WeirError::StopTimeout(limit.unwrap_or_default()));
+                        }
+                        self.shared.cond.wait_timeout(st, d - now).unwrap().0
+                    }
+                };
             }
         }
         let handle = self.shared.thread.lock().unwrap().take();

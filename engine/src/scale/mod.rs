@@ -260,7 +260,7 @@ impl Membership for Tasks {
             t.query.request_stop();
         }
         for (_, t) in stopping {
-            let _ = t.query.stop();
+            t.query.stop_and_wait();
         }
     }
 
@@ -486,7 +486,7 @@ pub(crate) fn start(spec: QuerySpec, scale: ScaleOut) -> Result<StreamingQuery> 
         .name(format!("weir-scale-out-{}", scale.group))
         .spawn(move || coordinator.run())
         .map_err(|e| WeirError::Config(format!("cannot start the query thread: {e}")))?;
-    *shared.thread.lock().unwrap() = Some(handle);
+    shared.started(handle);
     let q = StreamingQuery { shared };
     host.register(q.clone());
     Ok(q)
@@ -567,7 +567,7 @@ impl Coordinator {
             .into_values()
             .collect();
         for t in left {
-            let _ = t.query.stop();
+            t.query.stop_and_wait();
         }
         self.hub.close();
         let error = match result {

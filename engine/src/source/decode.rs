@@ -31,7 +31,8 @@
 //!
 //! JSON: one object per record; unknown keys are ignored; a value of the
 //! wrong type makes the record malformed, except that a number or boolean
-//! in a string field is kept as its text (as Spark keeps it). Timestamps
+//! in a string field is kept as its text (as Spark keeps it; an object or
+//! array there is malformed, where Spark keeps its JSON text). Timestamps
 //! are ISO-8601 strings (`2024-01-01T12:00:00Z`, `2024-01-01 12:00:00`, UTC
 //! unless an offset is given) or integers of seconds since the epoch, as
 //! Spark reads them (see `json_time`). CSV: one line per record, no header,
@@ -82,6 +83,9 @@ pub struct Decode {
     malformed_waiting: super::read_counts::ReadCounts,
     /// JSON decoders kept from batch to batch (JSON only).
     json: json_decoders::JsonDecoders,
+    /// Whether the JSON decoders read timestamps as text, for
+    /// [`json_time::to_timestamps`] to turn into times.
+    json_times: bool,
 }
 
 /// `from_json` / `from_csv` on any source.
@@ -116,6 +120,7 @@ impl Decode {
             column: column.to_string(),
             format,
             json: json_decoders::JsonDecoders::new(parse_schema.clone()),
+            json_times: json_time::text_schema(&parse_schema).is_some(),
             parse_schema,
             keep: Vec::new(),
             mode: ParseMode::Permissive,
@@ -266,7 +271,8 @@ impl Decode {
                 let batch = dec.flush().map_err(|e| e.to_string())?;
                 lease.flushed();
                 match batch {
-                    Some(b) => json_time::to_timestamps(b, &self.parse_schema)?,
+                    Some(b) if self.json_times => json_time::to_timestamps(b, &self.parse_schema)?,
+                    Some(b) => b,
                     None => RecordBatch::new_empty(self.parse_schema.clone()),
                 }
             }
@@ -520,6 +526,7 @@ impl Source for Decode {
             malformed_total: Arc::new(AtomicU64::new(0)),
             malformed_waiting: Default::default(),
             json: json_decoders::JsonDecoders::new(self.parse_schema.clone()),
+            json_times: self.json_times,
         };
         d.rebuild();
         Ok(Box::new(d))

@@ -667,13 +667,15 @@ fn parse_json_line(schema: &SchemaRef, line: &str) -> Result<RecordBatch> {
         return Err(WeirError::Row("a JSON record must be an object".into()));
     }
     // Timestamps as Spark reads them, and a number or boolean in a string
-    // field kept as its text (`json_time`).
+    // field kept as its text as written (`json_time`): the line itself is
+    // decoded, not serde's reading of it (which would print `1e3` as
+    // `1000.0`).
     let text = super::json_time::text_schema(schema);
     let mut dec = arrow::json::ReaderBuilder::new(text.clone().unwrap_or_else(|| schema.clone()))
         .with_strict_mode(false)
         .with_coerce_primitive(true)
         .build_decoder()?;
-    dec.serialize(&[v])?;
+    dec.decode(line.as_bytes())?;
     let read = dec
         .flush()?
         .ok_or_else(|| WeirError::Row("empty record".into()))?;
@@ -717,14 +719,18 @@ impl Source for FileSource {
         match Location::parse(&self.dir.to_string_lossy())? {
             // Spark refuses a path that does not exist when the query
             // starts: a mistyped one would otherwise run with no input.
-            Location::Local(p) if !p.is_dir() => {
+            Location::Local(p) if !fs::metadata(&p).is_ok_and(|m| m.is_dir()) => {
+                let why = match fs::metadata(&p) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        "Path does not exist (create it before the query starts)".to_string()
+                    }
+                    Err(e) => format!("cannot read the path ({e})"),
+                    Ok(_) => "the path is not a directory".to_string(),
+                };
                 return Err(WeirError::Source {
                     source_name: self.description(),
-                    message: format!(
-                        "Path does not exist or is not a directory: {} (create it before the query starts)",
-                        p.display()
-                    ),
-                })
+                    message: format!("{why}: {}", p.display()),
+                });
             }
             Location::Local(p) => self.dir = p,
             loc @ Location::S3 { .. } => {
@@ -919,6 +925,20 @@ mod tests {
             Field::new("key", DataType::String),
             Field::new("_corrupt_record", DataType::String),
         ]
+    }
+
+    #[test]
+    fn a_json_line_is_read_as_spark_reads_it() {
+        use arrow::array::AsArray;
+        let schema = crate::row::arrow_schema(&fields()[..2]);
+        let b = parse_json_line(&schema, r#"{"ts":1700000000,"key":1e3}"#).unwrap();
+        let ts = b
+            .column(0)
+            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+        assert_eq!(ts.value(0), 1_700_000_000_000_000);
+        // The number's text as written, not as serde would print it.
+        assert_eq!(b.column(1).as_string::<i32>().value(0), "1e3");
+        assert!(parse_json_line(&schema, r#"{"ts":1.5}"#).is_err());
     }
 
     /// `maxFilesPerTrigger` 0 is refused by the connector table's rule, as

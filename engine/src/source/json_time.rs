@@ -11,7 +11,8 @@
 //! integer whose microseconds overflow) fails the record, which is then
 //! malformed like a value of the wrong type. One difference with Spark
 //! remains: a string of digits (`"1700000000"`) reads as seconds too,
-//! where Spark refuses it.
+//! where Spark refuses it. Only top-level fields are read this way: a
+//! timestamp inside a list is still Arrow's (an integer as microseconds).
 
 use std::sync::Arc;
 

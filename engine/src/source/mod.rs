@@ -8,7 +8,7 @@ pub mod decode;
 pub mod file;
 mod json_decoders;
 mod json_record;
-mod json_time;
+pub(crate) mod json_time;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod memory;

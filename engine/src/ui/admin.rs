@@ -89,23 +89,31 @@ pub(crate) async fn stop(
     // `stop` waits for the running batch: off the server's thread.
     let q2 = q.clone();
     let stopped = match tokio::task::spawn_blocking(move || q2.stop()).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+        Ok(r) => r,
+        Err(e) => Err(crate::WeirError::Config(e.to_string())),
     };
-    if let Err(e) = stopped {
-        return refuse(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("stopping the query failed: {e}"),
-        );
-    }
-    axum::Json(json!({
+    let status = match stopped {
+        Ok(()) => StatusCode::OK,
+        // Past spark.sql.streaming.stopTimeout: asked, still stopping.
+        Err(crate::WeirError::StopTimeout(_)) => StatusCode::ACCEPTED,
+        Err(e) => {
+            return refuse(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("stopping the query failed: {e}"),
+            )
+        }
+    };
+    (
+        status,
+        axum::Json(json!({
         "id": q.id(),
         "runId": q.run_id(),
         "name": q.name(),
         "isActive": q.is_active(),
         "exception": q.exception().map(|e| e.to_string()),
-    }))
-    .into_response()
+        })),
+    )
+        .into_response()
 }
 
 #[cfg(test)]
