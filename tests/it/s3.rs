@@ -1903,10 +1903,9 @@ fn the_file_source_on_an_s3_prefix_takes_each_object_once_in_order() {
     // S3 keeps modification times to the second.
     std::thread::sleep(std::time::Duration::from_millis(1100));
     input.put("b.json", click("b").as_bytes()).unwrap();
-    // Hidden names and objects below the prefix's own are not read.
+    // Hidden names are not read.
     input.put("_SUCCESS", b"").unwrap();
     input.put(".c.json", click("hidden").as_bytes()).unwrap();
-    input.put("sub/d.json", click("nested").as_bytes()).unwrap();
     let mut s = s3_file_source(&b, false);
     let o0 = s.latest_offset(None).unwrap().unwrap();
     assert_eq!(source_keys(&s.get_batch(None, &o0).unwrap()), ["a"]);
@@ -1936,6 +1935,18 @@ fn the_file_source_on_an_s3_prefix_takes_each_object_once_in_order() {
     let n0 = newest.latest_offset(None).unwrap().unwrap();
     let first = source_keys(&newest.get_batch(None, &n0).unwrap());
     assert_eq!(first, ["e"]);
+    // Objects below the prefix's own are read too (Spark's file index lists
+    // every leaf file); those of a hidden directory are not.
+    input
+        .put("_tmp/g.json", click("hidden").as_bytes())
+        .unwrap();
+    input.put("sub/d.json", click("nested").as_bytes()).unwrap();
+    let o3 = s2.latest_offset(Some(&o2)).unwrap().unwrap();
+    assert_eq!(
+        source_keys(&s2.get_batch(Some(&o2), &o3).unwrap()),
+        ["nested"]
+    );
+    assert_eq!(s2.latest_offset(Some(&o3)).unwrap(), Some(o3.clone()));
 }
 
 #[test]

@@ -213,6 +213,7 @@ impl StreamingQuery {
     /// Stops the query and waits for its end however long it takes,
     /// whatever `stopTimeout` says: for weir's own stops that must not
     /// leave a batch running (a scale-out task handing its partition on).
+    #[cfg(feature = "kafka")]
     pub(crate) fn stop_and_wait(&self) {
         let _ = self.stop_within(None);
     }

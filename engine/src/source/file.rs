@@ -13,9 +13,12 @@
 //! sit in `col=value` partition directories: a schema column named like a
 //! partition column takes the directory's (unescaped) value.
 //!
+//! Files in subdirectories are read too (Spark's file index lists every
+//! leaf file), but for hidden names (`.` or `_` first) and all below them;
+//! a schema column named like a `col=value` directory takes its value.
+//!
 //! The directory may be on object storage (`s3://bucket/prefix`): one
-//! listing per poll (objects directly under the prefix, as locally only the
-//! directory's own files are read), each new object read with one GET. A
+//! listing per poll and subdirectory, each new object read with one GET. A
 //! prefix is a file sink's output when `_spark_metadata/` has an object
 //! (weir's sink marks it when it opens), checked, as Spark does, until the
 //! prefix has data files without one. The seen-files log lives under the
@@ -210,28 +213,44 @@ impl FileSource {
             let files = self.manifest.files(&self.dir)?;
             return Ok(self.unseen_committed(files));
         }
-        let rd = match fs::read_dir(&self.dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(WeirError::io(&self.dir, e)),
-        };
+        // Every file below the directory, in its subdirectories too (as
+        // Spark's file index lists leaf files; `col=value` directories fill
+        // their columns), but for hidden names (`.` or `_` first) and all
+        // below them.
         let mut files = Vec::new();
-        for e in rd {
-            let e = e.map_err(|e| WeirError::io(&self.dir, e))?;
-            let name = e.file_name().to_string_lossy().to_string();
-            if name.starts_with('.') || name.starts_with('_') {
-                continue;
+        let mut dirs = vec![self.dir.clone()];
+        while let Some(dir) = dirs.pop() {
+            let rd = match fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                // A subdirectory removed meanwhile; the source's own is
+                // checked when the query starts.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(WeirError::io(&dir, e)),
+            };
+            for e in rd {
+                let e = e.map_err(|e| WeirError::io(&dir, e))?;
+                if hidden(&e.file_name().to_string_lossy()) {
+                    continue;
+                }
+                let md = match e.metadata() {
+                    Ok(m) => m,
+                    Err(er) if er.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(er) => return Err(WeirError::io(e.path(), er)),
+                };
+                if md.is_dir() {
+                    dirs.push(e.path());
+                    continue;
+                }
+                if !md.is_file() {
+                    continue;
+                }
+                let modified = md.modified().ok();
+                if self.seen.contains(&e.path()) {
+                    self.note_taken(modified.map(millis));
+                    continue;
+                }
+                files.push((modified, e.path()));
             }
-            let md = e.metadata().map_err(|er| WeirError::io(e.path(), er))?;
-            if !md.is_file() {
-                continue;
-            }
-            let modified = md.modified().ok();
-            if self.seen.contains(&e.path()) {
-                self.note_taken(modified.map(millis));
-                continue;
-            }
-            files.push((modified, e.path()));
         }
         files.sort();
         if self.latest_first {
@@ -262,10 +281,7 @@ impl FileSource {
         }
         let mut files = Vec::new();
         let mut any = false;
-        for e in data.list_entries("")? {
-            if e.name.starts_with('.') || e.name.starts_with('_') {
-                continue;
-            }
+        for e in data.list_tree("", &hidden)? {
             any = true;
             let path = self.dir.join(&e.name);
             if self.seen.contains(&path) {
@@ -632,6 +648,12 @@ fn remove_compacted(dir: &Storage, upto: usize) -> Result<()> {
 
 /// `path`'s object name below `dir` (both as the source spells them:
 /// `s3://bucket/prefix/...`).
+/// A name the file source skips, with all below it (Spark's hidden files:
+/// `.` or `_` first, as `_spark_metadata` and `_SUCCESS`).
+fn hidden(name: &str) -> bool {
+    name.starts_with('.') || name.starts_with('_')
+}
+
 fn object_name(dir: &Path, path: &Path) -> Option<String> {
     let rel = path.strip_prefix(dir).ok()?;
     let parts: Vec<String> = rel
@@ -1072,6 +1094,41 @@ mod tests {
         let mut s3 = open(dir.path(), chk.path());
         assert!(!chk.path().join("3").exists());
         assert_eq!(s3.latest_offset(Some(&next)).unwrap(), Some(next));
+    }
+
+    #[test]
+    fn files_in_subdirectories_are_read_and_partition_directories_fill_their_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let chk = tempfile::tempdir().unwrap();
+        let row = |k: &str| format!("{{\"ts\":\"2024-01-01T12:00:00Z\",\"key\":\"{k}\"}}");
+        let put = |rel: &str, text: &str| {
+            let p = dir.path().join(rel);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, text).unwrap();
+        };
+        put("top.json", &row("top"));
+        put("2024/01/nested.json", &row("nested"));
+        // A `col=value` directory: its files need not hold the column.
+        put("key=p/part-0.json", "{\"ts\":\"2024-01-01T12:00:00Z\"}");
+        // Hidden, with all below them.
+        put("_hidden/x.json", &row("hidden"));
+        put(".staging/y.json", &row("staging"));
+        put("2024/_SUCCESS", "");
+        let mut s = FileSource::new(dir.path(), FileFormat::Json, fields());
+        s.open(&SourceContext {
+            metadata_dir: chk.path().to_path_buf(),
+            sync: false,
+            default_parallelism: 1,
+        })
+        .unwrap();
+        let end = s.latest_offset(None).unwrap().unwrap();
+        let mut got = keys(&s.get_batch(None, &end).unwrap());
+        got.sort();
+        assert_eq!(got, ["nested", "p", "top"]);
+        // Each file once: a new one in a new subdirectory is the next batch.
+        put("2024/02/later.json", &row("later"));
+        let next = s.latest_offset(Some(&end)).unwrap().unwrap();
+        assert_eq!(keys(&s.get_batch(Some(&end), &next).unwrap()), ["later"]);
     }
 
     #[test]

@@ -147,6 +147,25 @@ impl LocalDir {
         Ok(out)
     }
 
+    /// The names of the directories directly under `rel_dir`, sorted.
+    pub(crate) fn list_dirs(&self, rel_dir: &str) -> Result<Vec<String>> {
+        let dir = self.path(rel_dir);
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(WeirError::io(&dir, e)),
+        };
+        let mut out = Vec::new();
+        for e in rd {
+            let e = e.map_err(|e| WeirError::io(&dir, e))?;
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.push(e.file_name().to_string_lossy().to_string());
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
     /// The names of [`LocalDir::files`], sorted.
     pub(crate) fn list_names(&self, rel_dir: &str) -> Result<Vec<String>> {
         let mut names: Vec<String> = self.files(rel_dir)?.into_iter().map(|(_, n)| n).collect();

@@ -232,6 +232,47 @@ impl Storage {
         }
     }
 
+    /// Every object below `rel_dir`, in its subdirectories too, each named
+    /// by its path from `rel_dir` (`a=1/part-0.json`); a file or directory
+    /// whose name `skip` refuses is left out, with all below it. On object
+    /// storage one LIST per directory visited (a directory without
+    /// subdirectories costs what [`Storage::list_entries`] costs).
+    pub fn list_tree(&self, rel_dir: &str, skip: &dyn Fn(&str) -> bool) -> Result<Vec<Entry>> {
+        check_rel(rel_dir, true)?;
+        let mut out = Vec::new();
+        // (directory, its path from `rel_dir`)
+        let mut todo = vec![(rel_dir.trim_end_matches('/').to_string(), String::new())];
+        while let Some((dir, below)) = todo.pop() {
+            let (entries, dirs) = match &self.backend {
+                Backend::Local(l) => (l.list_entries(&dir)?, l.list_dirs(&dir)?),
+                Backend::Object(o) => o.list_level(&dir)?,
+            };
+            let name_of = |n: &str| {
+                if below.is_empty() {
+                    n.to_string()
+                } else {
+                    format!("{below}/{n}")
+                }
+            };
+            for e in entries.into_iter().filter(|e| !skip(&e.name)) {
+                out.push(Entry {
+                    name: name_of(&e.name),
+                    ..e
+                });
+            }
+            for d in dirs.into_iter().filter(|d| !skip(d)) {
+                let sub = if dir.is_empty() {
+                    d.clone()
+                } else {
+                    format!("{dir}/{d}")
+                };
+                todo.push((sub, name_of(&d)));
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
     /// Removes `rel`; nothing to do when it does not exist.
     pub fn delete(&self, rel: &str) -> Result<()> {
         check_rel(rel, false)?;

@@ -252,6 +252,12 @@ impl ObjectDir {
     }
 
     pub(crate) fn list_entries(&self, rel_dir: &str) -> Result<Vec<Entry>> {
+        Ok(self.list_level(rel_dir)?.0)
+    }
+
+    /// The objects directly under `rel_dir` (sorted) and the names of its
+    /// "directories" (common prefixes), in one LIST.
+    pub(crate) fn list_level(&self, rel_dir: &str) -> Result<(Vec<Entry>, Vec<String>)> {
         let at = self.key(rel_dir)?;
         let store = self.store.clone();
         count(LIST);
@@ -270,7 +276,12 @@ impl ObjectDir {
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        let dirs = listed
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        Ok((out, dirs))
     }
 
     pub(crate) fn delete(&self, rel: &str) -> Result<()> {
