@@ -648,6 +648,18 @@ fn remove_compacted(dir: &Storage, upto: usize) -> Result<()> {
 
 /// `path`'s object name below `dir` (both as the source spells them:
 /// `s3://bucket/prefix/...`).
+/// Whether `path` is the existing directory `dir` or below it, as the file
+/// system resolves them: its nearest existing ancestor is (a path not made
+/// yet is below `dir` only through `dir`).
+fn inside(path: &Path, dir: &Path) -> bool {
+    let Ok(dir) = fs::canonicalize(dir) else {
+        return false;
+    };
+    path.ancestors()
+        .find_map(|a| fs::canonicalize(a).ok())
+        .is_some_and(|a| a.starts_with(&dir))
+}
+
 /// A name the file source skips, with all below it (Spark's hidden files:
 /// `.` or `_` first, as `_spark_metadata` and `_SUCCESS`).
 fn hidden(name: &str) -> bool {
@@ -752,6 +764,18 @@ impl Source for FileSource {
                 return Err(WeirError::Source {
                     source_name: self.description(),
                     message: format!("{why}: {}", p.display()),
+                });
+            }
+            // Subdirectories are read too: a checkpoint below the source's
+            // directory would be read as input.
+            Location::Local(p) if inside(&ctx.metadata_dir, &p) => {
+                return Err(WeirError::Source {
+                    source_name: self.description(),
+                    message: format!(
+                        "the checkpoint ({}) is inside the source's directory {}, whose subdirectories are read as input: put the checkpoint elsewhere",
+                        ctx.metadata_dir.display(),
+                        p.display()
+                    ),
                 });
             }
             Location::Local(p) => self.dir = p,
@@ -1129,6 +1153,32 @@ mod tests {
         put("2024/02/later.json", &row("later"));
         let next = s.latest_offset(Some(&end)).unwrap().unwrap();
         assert_eq!(keys(&s.get_batch(Some(&end), &next).unwrap()), ["later"]);
+    }
+
+    #[test]
+    fn a_checkpoint_inside_the_source_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let chk = dir.path().join("chk/sources/0");
+        let mut s = FileSource::new(dir.path(), FileFormat::Json, fields());
+        let err = s
+            .open(&SourceContext {
+                metadata_dir: chk,
+                sync: false,
+                default_parallelism: 1,
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is inside the source's directory"), "{err}");
+        // Beside it (a sibling whose name starts alike): accepted.
+        let input = dir.path().join("in");
+        fs::create_dir_all(&input).unwrap();
+        let mut s = FileSource::new(&input, FileFormat::Json, fields());
+        s.open(&SourceContext {
+            metadata_dir: dir.path().join("in2/sources/0"),
+            sync: false,
+            default_parallelism: 1,
+        })
+        .unwrap();
     }
 
     #[test]
