@@ -265,7 +265,8 @@ impl FileSource {
     }
 
     /// [`FileSource::list_new`] on object storage: a sink's output through
-    /// its manifest, otherwise the objects directly under the prefix.
+    /// its manifest, otherwise every object below the prefix (but for
+    /// hidden names and all below them).
     fn list_new_remote(&mut self, data: &Storage) -> Result<Vec<PathBuf>> {
         if self.has_metadata.is_none() && !data.list(METADATA_DIR)?.is_empty() {
             self.has_metadata = Some(true);
@@ -291,8 +292,13 @@ impl FileSource {
             files.push((e.modified_ms, path));
         }
         if any {
-            // Data without a manifest: not a sink's output (Spark decides
-            // the same way, once).
+            // Data without a manifest: not a sink's output, once the
+            // manifest is looked for again (a sink's first data may come
+            // just before it; Spark checks twice the same way).
+            if self.has_metadata.is_none() && !data.list(METADATA_DIR)?.is_empty() {
+                self.has_metadata = Some(true);
+                return self.list_new_remote(data);
+            }
             self.has_metadata = Some(false);
         }
         files.sort();
@@ -646,26 +652,41 @@ fn remove_compacted(dir: &Storage, upto: usize) -> Result<()> {
     Ok(())
 }
 
-/// `path`'s object name below `dir` (both as the source spells them:
-/// `s3://bucket/prefix/...`).
-/// Whether `path` is the existing directory `dir` or below it, as the file
-/// system resolves them: its nearest existing ancestor is (a path not made
-/// yet is below `dir` only through `dir`).
+/// Whether `path` is in the part of the existing directory `dir` the
+/// source reads: below it, as the file system resolves them (through its
+/// nearest existing ancestor: a path not made yet is below `dir` only
+/// through `dir`), and under no hidden name.
 fn inside(path: &Path, dir: &Path) -> bool {
     let Ok(dir) = fs::canonicalize(dir) else {
         return false;
     };
-    path.ancestors()
-        .find_map(|a| fs::canonicalize(a).ok())
-        .is_some_and(|a| a.starts_with(&dir))
+    let Some((at, resolved)) = path
+        .ancestors()
+        .find_map(|a| fs::canonicalize(a).ok().map(|r| (a, r)))
+    else {
+        return false;
+    };
+    let (Ok(existing), Ok(rest)) = (resolved.strip_prefix(&dir), path.strip_prefix(at)) else {
+        return false;
+    };
+    !existing
+        .components()
+        .chain(rest.components())
+        .any(|c| hidden(&c.as_os_str().to_string_lossy()))
 }
 
-/// A name the file source skips, with all below it (Spark's hidden files:
-/// `.` or `_` first, as `_spark_metadata` and `_SUCCESS`).
+/// A name the file source skips, with all below it: Spark's rule for the
+/// files of a directory (`shouldFilterOutPathName`): `.` first, `_` first
+/// unless it holds `=` (a partition directory such as `_date=2024-01-01`),
+/// and a copy in progress (`._COPYING_` last).
 fn hidden(name: &str) -> bool {
-    name.starts_with('.') || name.starts_with('_')
+    name.starts_with('.')
+        || (name.starts_with('_') && !name.contains('='))
+        || name.ends_with("._COPYING_")
 }
 
+/// `path`'s object name below `dir` (both as the source spells them:
+/// `s3://bucket/prefix/...`).
 fn object_name(dir: &Path, path: &Path) -> Option<String> {
     let rel = path.strip_prefix(dir).ok()?;
     let parts: Vec<String> = rel
@@ -1138,6 +1159,9 @@ mod tests {
         put("_hidden/x.json", &row("hidden"));
         put(".staging/y.json", &row("staging"));
         put("2024/_SUCCESS", "");
+        put("2024/copy.json._COPYING_", &row("copying"));
+        // `_` first but a partition directory: read (Spark's rule).
+        put("_day=1/part-0.json", &row("underscore"));
         let mut s = FileSource::new(dir.path(), FileFormat::Json, fields());
         s.open(&SourceContext {
             metadata_dir: chk.path().to_path_buf(),
@@ -1148,7 +1172,7 @@ mod tests {
         let end = s.latest_offset(None).unwrap().unwrap();
         let mut got = keys(&s.get_batch(None, &end).unwrap());
         got.sort();
-        assert_eq!(got, ["nested", "p", "top"]);
+        assert_eq!(got, ["nested", "p", "top", "underscore"]);
         // Each file once: a new one in a new subdirectory is the next batch.
         put("2024/02/later.json", &row("later"));
         let next = s.latest_offset(Some(&end)).unwrap().unwrap();
@@ -1169,6 +1193,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("is inside the source's directory"), "{err}");
+        // Under a hidden name the source does not read: accepted.
+        let mut s = FileSource::new(dir.path(), FileFormat::Json, fields());
+        s.open(&SourceContext {
+            metadata_dir: dir.path().join("_chk/sources/0"),
+            sync: false,
+            default_parallelism: 1,
+        })
+        .unwrap();
         // Beside it (a sibling whose name starts alike): accepted.
         let input = dir.path().join("in");
         fs::create_dir_all(&input).unwrap();

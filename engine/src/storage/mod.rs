@@ -241,7 +241,7 @@ impl Storage {
         check_rel(rel_dir, true)?;
         let mut out = Vec::new();
         // (directory, its path from `rel_dir`)
-        let mut todo = vec![(rel_dir.trim_end_matches('/').to_string(), String::new())];
+        let mut todo = vec![(rel_dir.to_string(), String::new())];
         while let Some((dir, below)) = todo.pop() {
             let (entries, dirs) = match &self.backend {
                 Backend::Local(l) => (l.list_entries(&dir)?, l.list_dirs(&dir)?),

@@ -259,6 +259,7 @@ impl ObjectDir {
     /// "directories" (common prefixes), in one LIST.
     pub(crate) fn list_level(&self, rel_dir: &str) -> Result<(Vec<Entry>, Vec<String>)> {
         let at = self.key(rel_dir)?;
+        let at_key = at.clone();
         let store = self.store.clone();
         count(LIST);
         let listed = self.call(rel_dir, "a listing", async move {
@@ -267,6 +268,9 @@ impl ObjectDir {
         let mut out: Vec<Entry> = listed
             .objects
             .into_iter()
+            // A "folder" marker (a zero-byte object named like the listed
+            // prefix, as the S3 console and S3A make) is not an object in it.
+            .filter(|m| Some(&m.location) != at_key.as_ref())
             .filter_map(|m| {
                 Some(Entry {
                     name: m.location.filename()?.to_string(),
