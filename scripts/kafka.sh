@@ -144,6 +144,16 @@ start() {
       log "port $PORT is taken by another process; set WEIR_KAFKA_PORT to a free port"
       exit 1
     fi
+    # A closed connection that had the port as its client port (one to a
+    # local server, in TIME-WAIT for 60 s) keeps the broker from binding
+    # it: wait for it to go.
+    if ss -Htan "sport = :$PORT" 2>/dev/null | grep -q .; then
+      log "port $PORT is held by closing connections; waiting for them (up to 70 s)"
+      for _ in $(seq 1 70); do
+        ss -Htan "sport = :$PORT" 2>/dev/null | grep -q . || break
+        sleep 1
+      done
+    fi
     local cp
     cp=$(classpath)
     write_config
