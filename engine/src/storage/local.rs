@@ -123,15 +123,8 @@ impl LocalDir {
     /// directory itself, without a `stat` per file where the file system
     /// records it (ext4, xfs, tmpfs).
     fn files(&self, rel_dir: &str) -> Result<Vec<(fs::DirEntry, String)>> {
-        let dir = self.path(rel_dir);
-        let rd = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(WeirError::io(&dir, e)),
-        };
         let mut out = Vec::new();
-        for e in rd {
-            let e = e.map_err(|e| WeirError::io(&dir, e))?;
+        for e in self.entries(rel_dir)? {
             let name = e.file_name().to_string_lossy().to_string();
             if is_temp_name(&name) {
                 continue;
@@ -149,21 +142,25 @@ impl LocalDir {
 
     /// The names of the directories directly under `rel_dir`, sorted.
     pub(crate) fn list_dirs(&self, rel_dir: &str) -> Result<Vec<String>> {
+        let mut out: Vec<String> = self
+            .entries(rel_dir)?
+            .into_iter()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// Everything directly in `rel_dir` (none when it does not exist).
+    fn entries(&self, rel_dir: &str) -> Result<Vec<fs::DirEntry>> {
         let dir = self.path(rel_dir);
         let rd = match fs::read_dir(&dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
             Err(e) => return Err(WeirError::io(&dir, e)),
         };
-        let mut out = Vec::new();
-        for e in rd {
-            let e = e.map_err(|e| WeirError::io(&dir, e))?;
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                out.push(e.file_name().to_string_lossy().to_string());
-            }
-        }
-        out.sort();
-        Ok(out)
+        rd.map(|e| e.map_err(|e| WeirError::io(&dir, e))).collect()
     }
 
     /// The names of [`LocalDir::files`], sorted.

@@ -306,6 +306,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_tree_lists_every_object_below_but_the_skipped_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::local(dir.path(), false);
+        for name in [
+            "a.json",
+            "sub/b.json",
+            "sub/deeper/c.json",
+            "_hidden/d.json",
+            "sub/_e",
+        ] {
+            s.put(name, b"x").unwrap();
+        }
+        let names: Vec<String> = s
+            .list_tree("", &|n| n.starts_with('_'))
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names, ["a.json", "sub/b.json", "sub/deeper/c.json"]);
+        let below: Vec<String> = s
+            .list_tree("sub", &|_| false)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(below, ["_e", "b.json", "deeper/c.json"]);
+    }
+
+    #[test]
     fn local_create_once_refuses_an_existing_name_and_keeps_it() {
         let dir = tempfile::tempdir().unwrap();
         for sync in [false, true] {
