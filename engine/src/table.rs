@@ -122,16 +122,8 @@ fn decode(
         FileFormat::Json => {
             // Values as the file source and `from_json` read them
             // (timestamps as Spark reads them: `json_time`).
-            let text = crate::source::json_time::text_schema(schema);
-            for b in arrow::json::ReaderBuilder::new(text.clone().unwrap_or_else(|| schema.clone()))
-                .with_coerce_primitive(true)
-                .build(&bytes[..])?
-            {
-                let b = b?;
-                out.push(match text {
-                    Some(_) => crate::source::json_time::to_timestamps(b, schema).map_err(bad)?,
-                    None => b,
-                });
+            for b in crate::source::json_time::reader_builder(schema).build(&bytes[..])? {
+                out.push(crate::source::json_time::to_timestamps(b?, schema).map_err(bad)?);
             }
         }
         FileFormat::Csv => {

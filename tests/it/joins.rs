@@ -37,25 +37,34 @@ fn write_dims(path: &std::path::Path, name_of_a: &str) {
     std::fs::rename(tmp, path).unwrap();
 }
 
-#[test]
-fn stream_static_left_outer_join_rereads_a_slowly_changing_table() {
-    let dir = tempfile::tempdir().unwrap();
-    let dims_dir = dir.path().join("dims");
-    std::fs::create_dir_all(&dims_dir).unwrap();
-    write_dims(&dims_dir.join("dims.parquet"), "Alpha");
-    let dims = StaticTable::files(
-        &dims_dir,
+/// The `dims` table (`key`, `name`) of the Parquet files in `dir`.
+fn dims_table(dir: &std::path::Path) -> StaticTable {
+    StaticTable::files(
+        dir,
         FileFormat::Parquet,
         vec![
             Field::new("key", DataType::String),
             Field::new("name", DataType::String),
         ],
     )
-    .refresh_every(Duration::from_millis(200));
-    let events = MemoryStream::new(&[
+}
+
+/// A stream of events (`key`, `value`).
+fn events() -> MemoryStream {
+    MemoryStream::new(&[
         Field::new("key", DataType::String),
         Field::new("value", DataType::Int64),
-    ]);
+    ])
+}
+
+#[test]
+fn stream_static_left_outer_join_rereads_a_slowly_changing_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let dims_dir = dir.path().join("dims");
+    std::fs::create_dir_all(&dims_dir).unwrap();
+    write_dims(&dims_dir.join("dims.parquet"), "Alpha");
+    let dims = dims_table(&dims_dir).refresh_every(Duration::from_millis(200));
+    let events = events();
     let sink = MemorySink::new("");
     let table = sink.table();
     let q = session()
@@ -99,18 +108,8 @@ fn stream_static_left_anti_join_keeps_the_rows_without_a_match() {
     let dims_dir = dir.path().join("dims");
     std::fs::create_dir_all(&dims_dir).unwrap();
     write_dims(&dims_dir.join("dims.parquet"), "Alpha");
-    let dims = StaticTable::files(
-        &dims_dir,
-        FileFormat::Parquet,
-        vec![
-            Field::new("key", DataType::String),
-            Field::new("name", DataType::String),
-        ],
-    );
-    let events = MemoryStream::new(&[
-        Field::new("key", DataType::String),
-        Field::new("value", DataType::Int64),
-    ]);
+    let dims = dims_table(&dims_dir);
+    let events = events();
     let sink = MemorySink::new("");
     let table = sink.table();
     let q = session()

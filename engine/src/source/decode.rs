@@ -83,9 +83,6 @@ pub struct Decode {
     malformed_waiting: super::read_counts::ReadCounts,
     /// JSON decoders kept from batch to batch (JSON only).
     json: json_decoders::JsonDecoders,
-    /// Whether the JSON decoders read timestamps as text, for
-    /// [`json_time::to_timestamps`] to turn into times.
-    json_times: bool,
 }
 
 /// `from_json` / `from_csv` on any source.
@@ -120,7 +117,6 @@ impl Decode {
             column: column.to_string(),
             format,
             json: json_decoders::JsonDecoders::new(parse_schema.clone()),
-            json_times: json_time::text_schema(&parse_schema).is_some(),
             parse_schema,
             keep: Vec::new(),
             mode: ParseMode::Permissive,
@@ -271,8 +267,7 @@ impl Decode {
                 let batch = dec.flush().map_err(|e| e.to_string())?;
                 lease.flushed();
                 match batch {
-                    Some(b) if self.json_times => json_time::to_timestamps(b, &self.parse_schema)?,
-                    Some(b) => b,
+                    Some(b) => json_time::to_timestamps(b, &self.parse_schema)?,
                     None => RecordBatch::new_empty(self.parse_schema.clone()),
                 }
             }
@@ -526,7 +521,6 @@ impl Source for Decode {
             malformed_total: Arc::new(AtomicU64::new(0)),
             malformed_waiting: Default::default(),
             json: json_decoders::JsonDecoders::new(self.parse_schema.clone()),
-            json_times: self.json_times,
         };
         d.rebuild();
         Ok(Box::new(d))

@@ -716,28 +716,18 @@ fn millis(t: SystemTime) -> i64 {
 }
 
 fn parse_json_line(schema: &SchemaRef, line: &str) -> Result<RecordBatch> {
-    let v: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| WeirError::Row(e.to_string()))?;
-    if !v.is_object() {
-        return Err(WeirError::Row("a JSON record must be an object".into()));
-    }
-    // Timestamps as Spark reads them, and a number or boolean in a string
-    // field kept as its text as written (`json_time`): the line itself is
-    // decoded, not serde's reading of it (which would print `1e3` as
-    // `1000.0`).
-    let text = super::json_time::text_schema(schema);
-    let mut dec = arrow::json::ReaderBuilder::new(text.clone().unwrap_or_else(|| schema.clone()))
+    // One JSON object by serde_json's grammar (the check `from_json` makes),
+    // then its values as Spark reads them (`json_time`), from the line as
+    // written (`1e3` stays `1e3` in a string field).
+    super::json_record::check_json_object(line.as_bytes()).map_err(WeirError::Row)?;
+    let mut dec = super::json_time::reader_builder(schema)
         .with_strict_mode(false)
-        .with_coerce_primitive(true)
         .build_decoder()?;
     dec.decode(line.as_bytes())?;
     let read = dec
         .flush()?
         .ok_or_else(|| WeirError::Row("empty record".into()))?;
-    match text {
-        Some(_) => super::json_time::to_timestamps(read, schema).map_err(WeirError::Row),
-        None => Ok(read),
-    }
+    super::json_time::to_timestamps(read, schema).map_err(WeirError::Row)
 }
 
 fn parse_csv_line(schema: &SchemaRef, line: &str) -> Result<RecordBatch> {
@@ -986,6 +976,15 @@ mod tests {
     use super::*;
     use weir_plan::DataType;
 
+    /// A context whose source log lives in `metadata_dir`.
+    fn ctx(metadata_dir: impl Into<PathBuf>) -> SourceContext {
+        SourceContext {
+            metadata_dir: metadata_dir.into(),
+            sync: false,
+            default_parallelism: 1,
+        }
+    }
+
     fn fields() -> Vec<Field> {
         vec![
             Field::new("ts", DataType::Timestamp),
@@ -1015,13 +1014,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s =
             FileSource::new(dir.path(), FileFormat::Json, fields()).max_files_per_trigger(0);
-        let e = s
-            .open(&SourceContext {
-                metadata_dir: dir.path().join("chk"),
-                sync: false,
-                default_parallelism: 1,
-            })
-            .unwrap_err();
+        let e = s.open(&ctx(dir.path().join("chk"))).unwrap_err();
         let rule =
             weir_plan::connectors::count("maxFilesPerTrigger", 0, u32::MAX.into()).unwrap_err();
         assert!(e.to_string().ends_with(&rule.to_string()), "{e}");
@@ -1038,12 +1031,7 @@ mod tests {
         .unwrap();
         let mut s =
             FileSource::new(dir.path(), FileFormat::Json, fields()).max_files_per_trigger(1);
-        s.open(&SourceContext {
-            metadata_dir: chk.path().to_path_buf(),
-            sync: false,
-            default_parallelism: 1,
-        })
-        .unwrap();
+        s.open(&ctx(chk.path().to_path_buf())).unwrap();
         let end = s.latest_offset(None).unwrap().unwrap();
         let b = s.get_batch(None, &end).unwrap();
         assert_eq!(b[0].num_rows(), 2);
@@ -1059,12 +1047,7 @@ mod tests {
         assert_eq!(s.latest_offset(Some(&end)).unwrap(), Some(end.clone()));
         // A restarted source remembers the file.
         let mut s2 = FileSource::new(dir.path(), FileFormat::Json, fields());
-        s2.open(&SourceContext {
-            metadata_dir: chk.path().to_path_buf(),
-            sync: false,
-            default_parallelism: 1,
-        })
-        .unwrap();
+        s2.open(&ctx(chk.path().to_path_buf())).unwrap();
         assert_eq!(s2.latest_offset(Some(&end)).unwrap(), Some(end));
     }
 
@@ -1072,12 +1055,7 @@ mod tests {
         let mut s = FileSource::new(dir, FileFormat::Json, fields())
             .max_files_per_trigger(1)
             .log_compact_interval(4);
-        s.open(&SourceContext {
-            metadata_dir: chk.to_path_buf(),
-            sync: false,
-            default_parallelism: 1,
-        })
-        .unwrap();
+        s.open(&ctx(chk.to_path_buf())).unwrap();
         s
     }
 
@@ -1163,12 +1141,7 @@ mod tests {
         // `_` first but a partition directory: read (Spark's rule).
         put("_day=1/part-0.json", &row("underscore"));
         let mut s = FileSource::new(dir.path(), FileFormat::Json, fields());
-        s.open(&SourceContext {
-            metadata_dir: chk.path().to_path_buf(),
-            sync: false,
-            default_parallelism: 1,
-        })
-        .unwrap();
+        s.open(&ctx(chk.path().to_path_buf())).unwrap();
         let end = s.latest_offset(None).unwrap().unwrap();
         let mut got = keys(&s.get_batch(None, &end).unwrap());
         got.sort();
@@ -1184,33 +1157,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let chk = dir.path().join("chk/sources/0");
         let mut s = FileSource::new(dir.path(), FileFormat::Json, fields());
-        let err = s
-            .open(&SourceContext {
-                metadata_dir: chk,
-                sync: false,
-                default_parallelism: 1,
-            })
-            .unwrap_err()
-            .to_string();
+        let err = s.open(&ctx(chk)).unwrap_err().to_string();
         assert!(err.contains("is inside the source's directory"), "{err}");
         // Under a hidden name the source does not read: accepted.
         let mut s = FileSource::new(dir.path(), FileFormat::Json, fields());
-        s.open(&SourceContext {
-            metadata_dir: dir.path().join("_chk/sources/0"),
-            sync: false,
-            default_parallelism: 1,
-        })
-        .unwrap();
+        s.open(&ctx(dir.path().join("_chk/sources/0"))).unwrap();
         // Beside it (a sibling whose name starts alike): accepted.
         let input = dir.path().join("in");
         fs::create_dir_all(&input).unwrap();
         let mut s = FileSource::new(&input, FileFormat::Json, fields());
-        s.open(&SourceContext {
-            metadata_dir: dir.path().join("in2/sources/0"),
-            sync: false,
-            default_parallelism: 1,
-        })
-        .unwrap();
+        s.open(&ctx(dir.path().join("in2/sources/0"))).unwrap();
     }
 
     #[test]
@@ -1271,12 +1227,7 @@ mod tests {
         let open = || {
             let mut s = FileSource::new(dir.path(), FileFormat::Json, fields())
                 .max_file_age(Duration::from_secs(60));
-            s.open(&SourceContext {
-                metadata_dir: chk.path().to_path_buf(),
-                sync: false,
-                default_parallelism: 1,
-            })
-            .unwrap();
+            s.open(&ctx(chk.path().to_path_buf())).unwrap();
             s
         };
         // Before any file is taken, every file counts, however old.
@@ -1299,12 +1250,7 @@ mod tests {
             .max_file_age(Duration::from_secs(60))
             .latest_first(true)
             .max_files_per_trigger(10);
-        s3.open(&SourceContext {
-            metadata_dir: chk2.path().to_path_buf(),
-            sync: false,
-            default_parallelism: 1,
-        })
-        .unwrap();
+        s3.open(&ctx(chk2.path().to_path_buf())).unwrap();
         let e = s3.latest_offset(None).unwrap().unwrap();
         let mut got = keys(&s3.get_batch(None, &e).unwrap());
         got.sort();

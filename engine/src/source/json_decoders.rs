@@ -9,7 +9,7 @@
 use std::sync::{Mutex, PoisonError};
 
 use arrow::datatypes::SchemaRef;
-use arrow::json::reader::{Decoder, ReaderBuilder};
+use arrow::json::reader::Decoder;
 
 /// A decoder for more rows than this is not kept: one unusually large
 /// batch (a backlog read without a per-trigger limit) must not hold its
@@ -42,11 +42,12 @@ pub(crate) struct Lease<'a> {
 }
 
 impl JsonDecoders {
-    /// No decoders yet, for rows of `schema`, read with its timestamps as
-    /// text ([`super::json_time`]: the caller turns them into timestamps).
+    /// No decoders yet, for rows of `schema`, read as Spark reads them
+    /// ([`super::json_time`]: the caller turns the timestamps' text into
+    /// times).
     pub(crate) fn new(schema: SchemaRef) -> JsonDecoders {
         JsonDecoders {
-            schema: super::json_time::text_schema(&schema).unwrap_or(schema),
+            schema,
             idle: Mutex::new(Vec::new()),
         }
     }
@@ -67,12 +68,9 @@ impl JsonDecoders {
             Some(d) => d,
             None => {
                 let rows = rows.next_power_of_two();
-                // A number or boolean where the schema has text is kept as
-                // its text, as Spark's `from_json` keeps it.
-                let d = ReaderBuilder::new(self.schema.clone())
+                let d = super::json_time::reader_builder(&self.schema)
                     .with_batch_size(rows)
                     .with_strict_mode(false)
-                    .with_coerce_primitive(true)
                     .build_decoder()
                     .map_err(|e| e.to_string())?;
                 (rows, d)

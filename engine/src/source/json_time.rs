@@ -4,8 +4,9 @@
 //! number is seconds since the epoch. Arrow's decoder alone would take an
 //! integer as microseconds, a million times too early, without an error.
 //!
-//! So the decoder reads each top-level timestamp field as text
-//! ([`text_schema`], with numbers kept as their text), and
+//! So the decoder ([`reader_builder`]) reads each top-level timestamp field
+//! as text ([`text_schema`], with numbers kept as their text, as in any
+//! string field: Spark keeps a number or boolean there as its text), and
 //! [`to_timestamps`] turns the text into the schema's timestamps; a value
 //! that is neither (a fraction, a boolean, text that is no date-time, an
 //! integer whose microseconds overflow) fails the record, which is then
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, TimestampMicrosecondArray};
 use arrow::compute::kernels::cast_utils::string_to_datetime;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::json::ReaderBuilder;
 use arrow::record_batch::RecordBatch;
 
 /// Whether a field is a timestamp read through text.
@@ -26,10 +28,18 @@ fn is_time(f: &Field) -> bool {
     matches!(f.data_type(), DataType::Timestamp(TimeUnit::Microsecond, _))
 }
 
+/// Arrow's JSON reader for rows of `schema` as Spark reads them: its
+/// timestamps as text, a number or boolean in a text field as its text.
+/// What it reads goes through [`to_timestamps`].
+pub(crate) fn reader_builder(schema: &SchemaRef) -> ReaderBuilder {
+    ReaderBuilder::new(text_schema(schema).unwrap_or_else(|| schema.clone()))
+        .with_coerce_primitive(true)
+}
+
 /// `schema` with its top-level timestamp fields as text: the schema the
 /// JSON decoder reads (with `coerce_primitive`, so a number arrives as its
 /// text). `None` when it has none (the decoder then reads `schema` itself).
-pub(crate) fn text_schema(schema: &SchemaRef) -> Option<SchemaRef> {
+fn text_schema(schema: &SchemaRef) -> Option<SchemaRef> {
     if !schema.fields().iter().any(|f| is_time(f)) {
         return None;
     }
@@ -50,10 +60,13 @@ pub(crate) fn text_schema(schema: &SchemaRef) -> Option<SchemaRef> {
     )))
 }
 
-/// The rows `read` (decoded with [`text_schema`]`(schema)`) with their
-/// timestamp fields as `schema` has them; `Err` names the first value that
-/// is not a time.
+/// The rows `read` (by [`reader_builder`]`(schema)`) with their timestamp
+/// fields as `schema` has them (as they are, when it has none); `Err` names
+/// the first value that is not a time.
 pub(crate) fn to_timestamps(read: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, String> {
+    if !schema.fields().iter().any(|f| is_time(f)) {
+        return Ok(read);
+    }
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(read.num_columns());
     for (f, c) in schema.fields().iter().zip(read.columns()) {
         if !is_time(f) {
@@ -107,10 +120,7 @@ mod tests {
     /// Decodes `records` as `from_json` does: through the text schema.
     fn decode(records: &[&str]) -> Result<RecordBatch, String> {
         let schema = schema();
-        let mut dec = arrow::json::ReaderBuilder::new(text_schema(&schema).unwrap())
-            .with_coerce_primitive(true)
-            .build_decoder()
-            .unwrap();
+        let mut dec = reader_builder(&schema).build_decoder().unwrap();
         for r in records {
             dec.decode(r.as_bytes()).map_err(|e| e.to_string())?;
         }
